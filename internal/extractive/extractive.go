@@ -1,0 +1,552 @@
+// Package extractive is the offline summariser: deterministic, no model, no
+// network. It picks the sentences that carry the most facts (numbers, dates,
+// names, identifiers, paths, decisions, errors, the user's instructions) by
+// greedy budgeted coverage — each pick maximises the new information per
+// token — and writes them, verbatim and in order, under the template's
+// headings, within the token budget.
+package extractive
+
+import (
+	"container/heap"
+	"context"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// Model is the model name the extractive summariser reports.
+const Model = "extractive"
+
+var _ pipeline.Summarizer = (*Summarizer)(nil)
+
+// Summarizer is the extractive summariser. It is safe for concurrent use.
+type Summarizer struct {
+	counter *tokens.Counter
+}
+
+// New returns an extractive summariser that measures its output with
+// counter (the session model's encoding).
+func New(counter *tokens.Counter) *Summarizer { return &Summarizer{counter: counter} }
+
+// maxSentenceTokens clips a single extracted sentence.
+const maxSentenceTokens = 60
+
+// maxToolLines bounds how many lines one tool output may contribute before
+// selection, so one huge log cannot crowd out the conversation.
+const maxToolLines = 40
+
+// Summarize implements pipeline.Summarizer. It reads req.Messages (the
+// chunk, or the summaries to merge) and never fails on well-formed input.
+func (s *Summarizer) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return pipeline.SummaryResponse{}, err
+	}
+	var units []*unit
+	switch req.Task {
+	case pipeline.TaskMerge, pipeline.TaskCondense:
+		units = fromSummaries(req.Messages)
+	default:
+		units = fromMessages(req.Messages)
+	}
+	text := s.compose(units, req.MaxTokens, req.Focus)
+	return pipeline.SummaryResponse{Text: text, Model: Model}, nil
+}
+
+// unit is one candidate bullet.
+type unit struct {
+	section string
+	text    string
+	order   int
+	words   []string // distinct content words
+	bonus   float64  // information not measured by word coverage
+	damp    float64  // multiplier for small talk
+	must    bool     // taken first, budget allowing (goal, instructions)
+	cost    int      // exact tokens of its bullet line, 0 until counted
+}
+
+func (u *unit) estCost() int {
+	if u.cost > 0 {
+		return u.cost
+	}
+	return len(u.text)/4 + 3
+}
+
+// fromMessages turns a chunk's messages into candidate sentences.
+func fromMessages(msgs []session.Message) []*unit {
+	var units []*unit
+	order := 0
+	add := func(section, speaker, text string, extra float64) *unit {
+		text = strings.TrimSpace(text)
+		if text == "" {
+			return nil
+		}
+		if speaker != "" {
+			text = speaker + ": " + text
+		}
+		u := &unit{section: section, text: text, order: order, bonus: extra, damp: 1}
+		order++
+		units = append(units, u)
+		return u
+	}
+	goalDone := false
+	lastUser := -1
+	for i := range msgs {
+		if msgs[i].Role == session.RoleUser && !msgs[i].IsCompaction {
+			lastUser = i
+		}
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		speaker := m.Name
+		if speaker == "" {
+			speaker = string(m.Role)
+		}
+		if m.IsCompaction { // an earlier summary inside the chunk: reuse its bullets
+			for _, u := range fromSummaries([]session.Message{*m}) {
+				u.order = order
+				order++
+				units = append(units, u)
+			}
+			continue
+		}
+		switch m.Role {
+		case session.RoleTool:
+			for _, line := range toolLines(m.Content.Text) {
+				add(classifyTool(line), "tool", line, 0)
+			}
+			continue
+		case session.RoleSystem:
+			for _, sent := range sentences(m.Content.Text) {
+				add(summary.Facts, "system", sent, 0)
+			}
+			continue
+		}
+		for _, tc := range m.ToolCalls {
+			args := tc.Function.Arguments
+			if len(args) > 240 {
+				args = clipUTF8(args, 240) + "…"
+			}
+			add(summary.Facts, speaker, "called "+tc.Function.Name+" "+args, 1)
+		}
+		for si, sent := range sentences(m.Content.Text) {
+			sec := classify(m.Role, sent)
+			u := add(sec, speaker, sent, 0)
+			if u == nil {
+				continue
+			}
+			if m.Role == session.RoleUser && !goalDone && len(contentWords(sent)) >= 3 {
+				u.section, u.must, goalDone = summary.Goal, true, true
+				continue
+			}
+			if sec == summary.Instructions {
+				u.must = true
+			}
+			if i == lastUser && (strings.HasSuffix(sent, "?") || isRequest(sent)) && sec != summary.Instructions {
+				u.section = summary.OpenTasks
+				u.bonus += 2
+			}
+			_ = si
+		}
+	}
+	return units
+}
+
+// fromSummaries turns summaries (in template form) into candidate bullets,
+// keeping their sections.
+func fromSummaries(msgs []session.Message) []*unit {
+	var units []*unit
+	order := 0
+	for i := range msgs {
+		text := msgs[i].Content.Text
+		if msgs[i].Compaction != nil {
+			text = msgs[i].Compaction.SummaryText
+		}
+		s, found := summary.Parse(text)
+		if len(found) == 0 { // not a summary: treat as plain text
+			for _, sent := range sentences(text) {
+				units = append(units, &unit{section: summary.Facts, text: sent, order: order, damp: 1})
+				order++
+			}
+			continue
+		}
+		for _, h := range summary.Headings {
+			for _, b := range s.Sections[h] {
+				u := &unit{section: h, text: b, order: order, damp: 1}
+				order++
+				switch h {
+				case summary.Instructions:
+					u.must = true
+				case summary.Goal:
+					u.must = i == 0 // the session's goal comes from the oldest part
+				case summary.OpenTasks:
+					u.bonus = 2 * float64(i+1) / float64(len(msgs)) // later parts supersede
+				}
+				units = append(units, u)
+			}
+		}
+	}
+	// Order by position within the session: oldest part first, sections in
+	// template order within a part; rendering sorts by order per section.
+	return units
+}
+
+// compose selects units within maxTokens and renders them.
+func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string {
+	df := map[string]int{}
+	focusWords := map[string]bool{}
+	for _, w := range contentWords(focus) {
+		focusWords[w] = true
+	}
+	for _, u := range units {
+		u.words = contentWords(u.text)
+		for _, w := range u.words {
+			df[w]++
+		}
+		u.bonus += features(u.text)
+		if isSmallTalk(u.text) {
+			u.damp = 0.2
+		}
+		for _, w := range u.words {
+			if focusWords[w] {
+				u.bonus += 2
+			}
+		}
+	}
+	n := float64(len(units)) + 1
+	weight := func(w string) float64 { return math.Log(1 + n/float64(df[w])) }
+
+	budget := maxTokens - s.counter.Count(summary.New().Render()) - 2
+	covered := map[string]bool{}
+	chosen := make([]*unit, 0, 64)
+	used := 0
+	gain := func(u *unit) float64 {
+		g := u.bonus
+		for _, w := range u.words {
+			if !covered[w] {
+				g += weight(w)
+			}
+		}
+		return g * u.damp
+	}
+	take := func(u *unit) bool {
+		if u.cost == 0 {
+			u.cost = s.bulletCost(u)
+		}
+		if used+u.cost > budget {
+			return false
+		}
+		used += u.cost
+		chosen = append(chosen, u)
+		for _, w := range u.words {
+			covered[w] = true
+		}
+		return true
+	}
+	// Must-haves first, in order: the goal and the user's instructions.
+	var rest []*unit
+	for _, u := range units {
+		if u.must && gain(u) > 0 {
+			take(u)
+		} else {
+			rest = append(rest, u)
+		}
+	}
+	// Lazy greedy: gains only shrink as coverage grows, so a popped unit
+	// whose recomputed ratio still beats the next bound is the best pick.
+	h := &unitHeap{}
+	for _, u := range rest {
+		if g := gain(u); g > 0 {
+			heap.Push(h, scored{u: u, ratio: g / float64(u.estCost())})
+		}
+	}
+	for h.Len() > 0 && used < budget {
+		top := heap.Pop(h).(scored)
+		if top.u.cost == 0 {
+			top.u.cost = s.bulletCost(top.u)
+		}
+		g := gain(top.u)
+		if g <= 0 {
+			continue
+		}
+		r := g / float64(top.u.cost)
+		if h.Len() > 0 && r < (*h)[0].ratio {
+			heap.Push(h, scored{u: top.u, ratio: r})
+			continue
+		}
+		take(top.u)
+	}
+	return s.render(chosen, maxTokens)
+}
+
+// bulletCost is the exact token cost of a unit's line in the rendering.
+func (s *Summarizer) bulletCost(u *unit) int {
+	if s.counter.Count(u.text) > maxSentenceTokens {
+		u.text = s.counter.Truncate(u.text, maxSentenceTokens-1) + "…"
+	}
+	return s.counter.Count("- "+u.text+"\n") + 1
+}
+
+// render writes the chosen units per section in session order, dropping the
+// last-chosen ones should the exact count still exceed maxTokens.
+func (s *Summarizer) render(chosen []*unit, maxTokens int) string {
+	for {
+		out := summary.New()
+		sorted := append([]*unit(nil), chosen...)
+		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].order < sorted[j].order })
+		for _, u := range sorted {
+			out.Add(u.section, u.text)
+		}
+		text := out.Render()
+		if len(chosen) == 0 || s.counter.Count(text) <= maxTokens {
+			return text
+		}
+		chosen = chosen[:len(chosen)-1]
+	}
+}
+
+type scored struct {
+	u     *unit
+	ratio float64
+}
+
+type unitHeap []scored
+
+func (h unitHeap) Len() int { return len(h) }
+func (h unitHeap) Less(i, j int) bool {
+	if h[i].ratio != h[j].ratio {
+		return h[i].ratio > h[j].ratio
+	}
+	return h[i].u.order < h[j].u.order // deterministic ties: earlier first
+}
+func (h unitHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *unitHeap) Push(x any)   { *h = append(*h, x.(scored)) }
+func (h *unitHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+var (
+	reNumber  = regexp.MustCompile(`\b\d[\d,.:/-]*\b`)
+	reMonth   = regexp.MustCompile(`(?i)\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(tember)?|oct(ober)?|nov(ember)?|dec(ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow|last (week|month|year)|next (week|month|year))\b`)
+	reIdent   = regexp.MustCompile(`\b[A-Za-z]+[_\-]?\d[\w-]*\b|\b\w+_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[0-9a-f]{7,40}\b|\b[A-Z0-9]{5,}\b`)
+	rePath    = regexp.MustCompile(`(?:^|[\s(\x60'"])(?:[~.]?/[\w.@-]+(?:/[\w.@-]+)+|[\w-]+(?:/[\w.@-]+)+\.\w+|[\w-]+\.(?:go|py|js|ts|tsx|rs|java|c|h|cc|cpp|rb|json|yaml|yml|toml|md|txt|sh|sql|html|css|pony|lock|cfg|ini|xml))\b`)
+	reURL     = regexp.MustCompile(`https?://\S+|\b[\w.+-]+@[\w-]+\.[\w.]+\b`)
+	reQuoted  = regexp.MustCompile("`[^`]+`|\"[^\"]{2,60}\"")
+	reError   = regexp.MustCompile(`(?i)\b(error|errors|exception|traceback|failed|failure|fails|fail|bug|crash(ed|es)?|segfault|panic|invalid|denied|refused|cannot|can't|unable|not found|timeout|timed out|fix(ed|es)?|resolved|workaround)\b`)
+	reDecide  = regexp.MustCompile(`(?i)\b(decided|decide|decision|agreed|agree|chose|choose|chosen|confirm(ed)?|approved|going with|we will|we'll|i will|i'll|plan(ned)? to|settled on|instead of|switch(ed)? to|booked|cancel(l)?ed|selected|opted)\b`)
+	reInstr   = regexp.MustCompile(`(?i)(^|\b)(please|always|never|must|make sure|ensure|don't|do not|avoid|i want|i'd like|i would like|i need|you should|should not|shouldn't|only use|remember to|keep in mind|prefer|use the|instead)\b`)
+	reRequest = regexp.MustCompile(`(?i)^(please|can you|could you|would you|let's|now|next|also|then|fix|add|implement|create|update|remove|check|find|book|change|cancel|make|write|run|show|tell|help)\b`)
+)
+
+// features scores the information a text carries beyond its words.
+func features(t string) float64 {
+	f := 0.0
+	f += math.Min(3, 1.5*float64(len(reNumber.FindAllStringIndex(t, -1))))
+	f += math.Min(2, 1.0*float64(len(reMonth.FindAllStringIndex(t, -1))))
+	f += math.Min(3, 1.0*float64(len(reIdent.FindAllStringIndex(t, -1))))
+	f += math.Min(3, 1.5*float64(len(rePath.FindAllStringIndex(t, -1))))
+	f += math.Min(2, 1.0*float64(len(reURL.FindAllStringIndex(t, -1))))
+	f += math.Min(2, 0.5*float64(len(reQuoted.FindAllStringIndex(t, -1))))
+	f += math.Min(3, 0.7*float64(properNames(t)))
+	if reError.MatchString(t) {
+		f += 1.5
+	}
+	if reDecide.MatchString(t) {
+		f += 1
+	}
+	return f
+}
+
+// properNames counts capitalised words that do not start a sentence.
+func properNames(t string) int {
+	n := 0
+	start := true
+	for _, w := range strings.Fields(t) {
+		r, _ := utf8.DecodeRuneInString(w)
+		if !start && unicode.IsUpper(r) && w != "I" && !strings.HasPrefix(w, "I'") {
+			n++
+		}
+		start = strings.HasSuffix(w, ".") || strings.HasSuffix(w, "!") || strings.HasSuffix(w, "?") || strings.HasSuffix(w, ":")
+	}
+	return n
+}
+
+func classify(role session.Role, t string) string {
+	switch {
+	case role == session.RoleUser && reInstr.MatchString(t):
+		return summary.Instructions
+	case reError.MatchString(t):
+		return summary.Errors
+	case rePath.MatchString(t):
+		return summary.Files
+	case reDecide.MatchString(t):
+		return summary.Decisions
+	}
+	return summary.Facts
+}
+
+func classifyTool(line string) string {
+	switch {
+	case reError.MatchString(line):
+		return summary.Errors
+	case rePath.MatchString(line):
+		return summary.Files
+	}
+	return summary.Facts
+}
+
+func isRequest(t string) bool { return reRequest.MatchString(strings.TrimSpace(t)) }
+
+var smallTalk = regexp.MustCompile(`(?i)^(hi|hey|hello|thanks|thank you|thx|wow|haha|lol|oh|ok|okay|cool|great|awesome|nice|sure|yes|yeah|yep|no problem|you're welcome|sounds good|good (to|morning|night|luck)|take care|bye|see you|congrat|that's (great|awesome|amazing|so cool|wonderful)|i'm (so )?(glad|happy) (to hear|for you)|glad to hear|me too)\b`)
+
+func isSmallTalk(t string) bool {
+	if i := strings.Index(t, ": "); i > 0 && i < 40 {
+		t = t[i+2:] // drop the speaker
+	}
+	return smallTalk.MatchString(strings.TrimSpace(t)) && len(contentWords(t)) < 6
+}
+
+// toolLines picks the informative lines of a tool output: errors, paths,
+// numbers and identifiers, at most maxToolLines, and the first line.
+func toolLines(text string) []string {
+	var out []string
+	for i, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || len(line) < 3 {
+			continue
+		}
+		if i == 0 || reError.MatchString(line) || rePath.MatchString(line) || reIdent.MatchString(line) || reNumber.MatchString(line) {
+			if len(line) > 300 {
+				line = clipUTF8(line, 300) + "…"
+			}
+			out = append(out, line)
+			if len(out) >= maxToolLines {
+				break
+			}
+		}
+	}
+	return out
+}
+
+var abbreviations = map[string]bool{"e.g.": true, "i.e.": true, "mr.": true, "mrs.": true, "ms.": true, "dr.": true, "vs.": true, "etc.": true, "st.": true, "no.": true}
+
+// sentences splits text into sentences and lines.
+func sentences(text string) []string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "-*•>#"))
+		if line == "" {
+			continue
+		}
+		start := 0
+		for i := 0; i < len(line); i++ {
+			c := line[i]
+			if c != '.' && c != '!' && c != '?' {
+				continue
+			}
+			j := i + 1
+			for j < len(line) && (line[j] == '.' || line[j] == '!' || line[j] == '?' || line[j] == '"' || line[j] == ')') {
+				j++
+			}
+			if j >= len(line) || line[j] != ' ' {
+				continue
+			}
+			k := j
+			for k < len(line) && line[k] == ' ' {
+				k++
+			}
+			if k >= len(line) {
+				break
+			}
+			r, _ := utf8.DecodeRuneInString(line[k:])
+			if !unicode.IsUpper(r) && !unicode.IsDigit(r) && r != '"' && r != '(' {
+				continue
+			}
+			word := line[strings.LastIndexByte(line[:j], ' ')+1 : j]
+			if abbreviations[strings.ToLower(word)] {
+				continue
+			}
+			if s := strings.TrimSpace(line[start:j]); s != "" {
+				out = append(out, s)
+			}
+			start = k
+			i = k - 1
+		}
+		if s := strings.TrimSpace(line[start:]); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// contentWords returns the distinct lower-cased words of t that are not stop
+// words, lightly stemmed.
+func contentWords(t string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range strings.FieldsFunc(t, func(r rune) bool {
+		return !unicode.IsLetter(r) && !unicode.IsDigit(r) && r != '_' && r != '\''
+	}) {
+		w := strings.ToLower(strings.Trim(f, "'"))
+		w = strings.TrimSuffix(w, "'s")
+		if len(w) < 3 && !unicode.IsDigit([]rune(w + "x")[0]) || stop[w] {
+			continue
+		}
+		w = stem(w)
+		if !seen[w] {
+			seen[w] = true
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+func stem(w string) string {
+	for _, suf := range []string{"ing", "ies", "es", "ed", "s"} {
+		if len(w) > len(suf)+3 && strings.HasSuffix(w, suf) {
+			if suf == "ies" {
+				return w[:len(w)-3] + "y"
+			}
+			return w[:len(w)-len(suf)]
+		}
+	}
+	return w
+}
+
+func clipUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+var stop = func() map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(`a about above after again against all am an and any are aren't as at be because been before being
+below between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each few for from
+further had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers herself him himself his how how's i i'd
+i'll i'm i've if in into is isn't it it's its itself let's me more most mustn't my myself no nor not of off on once only or other
+ought our ours ourselves out over own same shan't she she'd she'll she's should shouldn't so some such than that that's the their
+theirs them themselves then there there's these they they'd they'll they're they've this those through to too under until up very
+was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which while who who's whom why why's with
+won't would wouldn't you you'd you'll you're you've your yours yourself yourselves also just really like get got yeah yes oh wow hey
+hi okay ok thanks thank much lot lots things thing something anything everything one ones gonna wanna sure well still even now
+know think feel going go make made see way time really pretty kind sort actually definitely totally always never ever great good
+awesome amazing nice cool glad happy love`) {
+		m[w] = true
+	}
+	return m
+}()

@@ -1,0 +1,492 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// Service is the compaction orchestrator: it composes the stages over a
+// session store, a breaker store and a summariser. It is safe for concurrent
+// use; compactions of one session are serialised within the process, and
+// across processes the store's compare-and-set and the idempotency key keep
+// exactly one compaction.
+type Service struct {
+	store    SessionStore
+	breakers BreakerStore
+	sum      Summarizer
+	cfg      Config
+	table    *models.Table
+	log      *slog.Logger
+	now      func() time.Time
+
+	mu    sync.Mutex
+	locks map[string]*sessionLock
+}
+
+type sessionLock struct {
+	ch   chan struct{}
+	refs int
+}
+
+// Option tunes a Service.
+type Option func(*Service) error
+
+// WithModels replaces the shipped model table.
+func WithModels(t *models.Table) Option {
+	return func(s *Service) error {
+		if t == nil {
+			return errors.New("pipeline: nil model table")
+		}
+		s.table = t
+		return nil
+	}
+}
+
+// WithLogger sets the logger; nil discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(s *Service) error {
+		if l != nil {
+			s.log = l
+		}
+		return nil
+	}
+}
+
+// WithClock replaces time.Now, for tests.
+func WithClock(now func() time.Time) Option {
+	return func(s *Service) error {
+		if now == nil {
+			return errors.New("pipeline: nil clock")
+		}
+		s.now = now
+		return nil
+	}
+}
+
+// New returns a Service. It returns an error wrapping ErrInvalidConfig when
+// cfg does not validate.
+func New(store SessionStore, breakers BreakerStore, sum Summarizer, cfg Config, opts ...Option) (*Service, error) {
+	if store == nil || breakers == nil || sum == nil {
+		return nil, errors.New("pipeline: store, breakers and summarizer are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{store: store, breakers: breakers, sum: sum, cfg: cfg, table: models.Default(),
+		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}}
+	for _, o := range opts {
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Config returns the service's configuration.
+func (s *Service) Config() Config { return s.cfg }
+
+// Models returns the model table the service uses.
+func (s *Service) Models() *models.Table { return s.table }
+
+// lock serialises work on one session within the process.
+func (s *Service) lock(ctx context.Context, id string) (func(), error) {
+	s.mu.Lock()
+	l, ok := s.locks[id]
+	if !ok {
+		l = &sessionLock{ch: make(chan struct{}, 1)}
+		s.locks[id] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, id)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; release() }, nil
+	case <-ctx.Done():
+		release()
+		return nil, ctx.Err()
+	}
+}
+
+// errReplan says a commit lost a race and the compaction should be planned
+// again from a fresh read.
+var errReplan = errors.New("replan")
+
+// Compact runs one compaction request and returns its result. The result is
+// never nil: a failed request has Failed set and the error (an *Error whose
+// Reason names the failure) is returned too. Compact is idempotent: running
+// the same request again after it completed answers noop or
+// already_compacted and changes nothing.
+func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
+	start := s.now()
+	res := &Result{SessionID: req.SessionID, RequestID: req.ID, Trigger: req.Trigger}
+	err := s.compact(ctx, req, res)
+	res.DurationMS = s.now().Sub(start).Milliseconds()
+	if err == nil {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "compaction completed", slog.String("session_id", req.SessionID),
+			slog.String("request_id", req.ID), slog.String("outcome", string(res.Outcome)),
+			slog.Int("tokens_before", res.TokensBefore), slog.Int("tokens_after", res.TokensAfter),
+			slog.Int("llm_calls", res.LLMCalls), slog.Int64("duration_ms", res.DurationMS))
+		return res, nil
+	}
+	var pe *Error
+	if !errors.As(err, &pe) { // cancelled or timed out mid-way: worth retrying
+		pe = &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: err}
+	}
+	res.Failed, res.Reason, res.Error, res.Retryable = true, pe.Reason, pe.Err.Error(), pe.Retryable
+	res.Outcome = ""
+	s.log.LogAttrs(ctx, slog.LevelWarn, "compaction failed", slog.String("session_id", req.SessionID),
+		slog.String("request_id", req.ID), slog.String("reason", string(pe.Reason)), slog.String("error", res.Error),
+		slog.Int("failures", res.Failures), slog.Bool("circuit_opened", res.CircuitOpened))
+	return res, pe
+}
+
+func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
+	if err := req.Validate(); err != nil {
+		return &Error{Reason: ReasonInvalidRequest, Err: err}
+	}
+	if s.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		defer cancel()
+	}
+	unlock, err := s.lock(ctx, req.SessionID)
+	if err != nil {
+		return &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: err}
+	}
+	defer unlock()
+
+	b, err := s.breakers.Breaker(ctx, req.SessionID)
+	if err != nil {
+		return &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: read breaker: %w", ErrPersistFailed, err)}
+	}
+	res.Failures = b.Failures
+	if b.Open() {
+		return fail(ReasonCircuitOpen, false, ErrCircuitOpen, "%d consecutive failures, last: %s; reset the breaker to compact again", b.Failures, b.LastError)
+	}
+
+	for attempt := 0; ; attempt++ {
+		err = s.attempt(ctx, req, res)
+		if !errors.Is(err, errReplan) || attempt >= s.cfg.CommitRetries {
+			break
+		}
+		*res = Result{SessionID: req.SessionID, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures}
+	}
+	if errors.Is(err, errReplan) {
+		err = fail(ReasonPersistFailed, true, ErrPersistFailed, "lost %d commit races in a row", s.cfg.CommitRetries+1)
+	}
+	if err == nil {
+		if b.Failures > 0 {
+			if _, rerr := s.breakers.Reset(ctx, req.SessionID, s.now()); rerr != nil {
+				s.log.LogAttrs(ctx, slog.LevelWarn, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
+			}
+		}
+		res.Failures = 0
+		return nil
+	}
+	var pe *Error
+	if errors.As(err, &pe) && pe.Reason.countsAsFailure() {
+		nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, pe.Err.Error(), s.cfg.MaxFailures, s.now())
+		if berr != nil {
+			return errors.Join(err, fmt.Errorf("record breaker failure: %w", berr))
+		}
+		res.Failures, res.CircuitOpened = nb.Failures, opened
+		if opened {
+			res.Breaker = &nb
+		}
+	}
+	return err
+}
+
+// plan is the state one attempt builds up.
+type plan struct {
+	sess       *session.Session
+	counter    *tokens.Counter
+	model      string
+	limit      int
+	pinned     []session.Message
+	candidates []session.Message
+	before     []session.Message
+}
+
+func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
+	p, err := s.load(ctx, req)
+	if err != nil {
+		return err
+	}
+	rec := &p.sess.Record
+	res.ContextLimit = p.limit
+	res.TokensBefore = p.counter.Context(p.before)
+	res.TokensAfter = res.TokensBefore
+	if p.sess.Summary != nil {
+		res.CompactionMessageID = p.sess.Summary.ID
+		res.TailStartID = rec.TailStartID
+		res.Summary = SummaryText(p.sess.Summary)
+		res.SummaryTokens = p.counter.Count(res.Summary)
+		if m := p.sess.Summary.Compaction; m != nil {
+			res.IdempotencyKey = m.IdempotencyKey
+			res.SummaryModel = m.Model
+		}
+	}
+
+	// overflow
+	d := Overflow(OverflowInput{Trigger: req.Trigger, Tokens: res.TokensBefore, Limit: p.limit,
+		Messages: len(p.before), MaxMessages: s.cfg.MaxMessages, Empty: len(p.candidates) == 0 && p.sess.Summary == nil})
+	res.Decision = d.Reason
+	switch {
+	case d.Reason == DecisionEmpty:
+		res.Outcome = OutcomeNothingToCompact
+		return nil
+	case !d.Needed:
+		res.Outcome = OutcomeNoop
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	// select
+	pinnedTokens := tokens.ReplyPriming()
+	for i := range p.pinned {
+		pinnedTokens += p.pinned[i].Tokens
+	}
+	reserve := s.cfg.MaxSummaryTokens + summaryFraming
+	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - pinnedTokens - reserve
+	if tailBudget < p.limit/10 { // the pinned messages leave no headroom: use what they allow
+		tailBudget = p.limit - pinnedTokens - reserve
+	}
+	maxTail := 0
+	if s.cfg.MaxMessages > 0 {
+		maxTail = max(s.cfg.MaxMessages-len(p.pinned)-1, 1)
+	}
+	sel := Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: maxTail})
+	if sel.Cut == 0 {
+		if p.sess.Summary != nil {
+			res.Outcome = OutcomeAlreadyCompacted
+			res.Strategy = "existing"
+			return nil
+		}
+		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"no message can be summarised: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
+	}
+	if est := pinnedTokens + reserve + sel.TailTokens; est > p.limit {
+		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"even summarising everything before the last legal cut leaves about %d tokens (pinned %d, summary up to %d, tail %d), over the limit %d",
+			est, pinnedTokens, reserve, sel.TailTokens, p.limit)
+	}
+	selected, tail := p.candidates[:sel.Cut], p.candidates[sel.Cut:]
+	key := IdempotencyKey(req.SessionID, selected[len(selected)-1].ID, rec.HeadSeq)
+	res.IdempotencyKey = key
+	id := CompactionID(key)
+
+	// A compaction under this key may exist already: a replica won the race
+	// (answer it), or a crash came between its write and its commit (finish
+	// it).
+	if existing, err := s.store.Compaction(ctx, req.SessionID, id); err == nil {
+		return s.resume(ctx, p, existing, res)
+	} else if !errors.Is(err, session.ErrNotFound) {
+		return fail(ReasonPersistFailed, true, ErrPersistFailed, "read compaction %s: %v", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	// prompt + summarise
+	incremental := p.sess.Summary != nil && s.cfg.EnableIncremental
+	input := selected
+	if p.sess.Summary != nil && !s.cfg.EnableIncremental {
+		input = append(withoutPinned(p.sess.Summarised, p.pinned), selected...)
+	}
+	input = ClampToolOutputs(input, s.cfg.ToolOutputMaxTokens)
+	sumModel := firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, p.model)
+	inputLimit := firstPositive(req.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
+	sm, err := newSummariser(s.sum, p.counter, sumModel, s.cfg.SummaryProvider, s.cfg.MaxSummaryTokens, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
+	if err != nil {
+		return &Error{Reason: ReasonInvalidRequest, Err: err}
+	}
+	text, err := sm.run(ctx, input)
+	strategy := "single"
+	if sm.chunks > 1 {
+		strategy = "chunked"
+	}
+	if err == nil && incremental {
+		prev, _ := summary.Parse(SummaryText(p.sess.Summary))
+		delta, _ := summary.Parse(text)
+		text = summary.Merge(prev, delta).Render()
+		if p.counter.Count(text) > s.cfg.MaxSummaryTokens {
+			text, err = sm.condense(ctx, text)
+		}
+		strategy = "incremental"
+	}
+	res.LLMCalls, res.Chunks, res.InputTokens, res.OutputTokens = sm.calls, sm.chunks, sm.inTokens, sm.outTokens
+	res.SummaryModel, res.Incremental, res.Strategy = sumModel, incremental, strategy
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+
+	// prune + verify
+	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, summary: text, prev: p.sess.Summary,
+		pinned: p.pinned, selected: selected, tail: tail, headSeq: rec.HeadSeq, model: sumModel,
+		incremental: incremental, now: s.now().UTC()})
+	msg.Tokens = p.counter.Message(&msg)
+	after := make([]session.Message, 0, len(p.pinned)+1+len(tail))
+	after = append(append(append(after, p.pinned...), msg), tail...)
+	afterTokens := p.counter.Context(after)
+	summaryTokens := p.counter.Count(text)
+	meta := msg.Compaction
+	meta.TokensBefore, meta.TokensAfter, meta.SummaryTokens = res.TokensBefore, afterTokens, summaryTokens
+	meta.Chunks, meta.LLMCalls = sm.chunks, sm.calls
+	commit.Compaction = msg
+	if err := Verify(VerifyInput{Before: p.before, After: after, Pinned: p.pinned, AfterTokens: afterTokens,
+		Limit: p.limit, SummaryTokens: summaryTokens, MaxSummaryTokens: s.cfg.MaxSummaryTokens}); err != nil {
+		return &Error{Reason: ReasonInvariantViolated, Err: err}
+	}
+	if err := s.checkProgress(d, res.TokensBefore, afterTokens, len(after)); err != nil {
+		return err
+	}
+	if err := s.commit(ctx, commit); err != nil {
+		return err
+	}
+	res.Outcome = OutcomeCompacted
+	res.CompactionMessageID, res.TailStartID = msg.ID, commit.TailStartID
+	res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(selected), afterTokens, summaryTokens
+	res.Summary = text
+	return nil
+}
+
+// summaryFraming is the preamble and overhead of a compaction message on
+// top of its summary.
+const summaryFraming = 40
+
+func (s *Service) checkProgress(d Decision, before, after, afterMessages int) error {
+	if d.Reason == DecisionMessages && afterMessages <= s.cfg.MaxMessages && after <= before {
+		return nil // the count was the problem, and it is solved
+	}
+	if cut := float64(before-after) / float64(max(before, 1)); cut < s.cfg.MinReduction {
+		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"compaction would cut %d of %d tokens (%.1f%%), less than the %.0f%% required", before-after, before, 100*cut, 100*s.cfg.MinReduction)
+	}
+	return nil
+}
+
+// commit writes the compaction. A lost race is answered from a fresh read:
+// the winner's compaction under our id means already_compacted; another
+// compaction means plan again.
+func (s *Service) commit(ctx context.Context, c session.Commit) error {
+	err := s.store.Commit(context.WithoutCancel(ctx), c)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, session.ErrConflict):
+		return errReplan
+	case errors.Is(err, session.ErrNotFound):
+		return fail(ReasonSessionNotFound, false, ErrSessionNotFound, "session %s disappeared during compaction", c.SessionID)
+	}
+	return fail(ReasonPersistFailed, true, ErrPersistFailed, "commit compaction %s: %v", c.Compaction.ID, err)
+}
+
+// resume answers a request whose compaction already exists under its key:
+// committed, it is already_compacted; written but not committed (the writer
+// crashed, or is committing right now), it is committed here.
+func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *Result) error {
+	res.CompactionMessageID = m.ID
+	res.Summary = SummaryText(m)
+	res.SummaryTokens = p.counter.Count(res.Summary)
+	if meta := m.Compaction; meta != nil {
+		res.TailStartID, res.SummaryModel, res.Incremental = meta.TailStartID, meta.Model, meta.Incremental
+		res.MessagesSummarised, res.TokensAfter, res.Chunks = meta.Messages, meta.TokensAfter, meta.Chunks
+	}
+	if p.sess.Record.CompactionID == m.ID {
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		return nil
+	}
+	if m.Compaction == nil {
+		return fail(ReasonPersistFailed, false, ErrPersistFailed, "stored compaction %s has no metadata", m.ID)
+	}
+	if err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC())); err != nil {
+		return err
+	}
+	res.Outcome, res.Strategy = OutcomeCompacted, "resumed"
+	return nil
+}
+
+// load reads the session and works out its model, limit, counter, pinned
+// messages and candidates.
+func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
+	sess, err := s.store.Load(ctx, req.SessionID, !s.cfg.EnableIncremental)
+	if errors.Is(err, session.ErrNotFound) {
+		return nil, fail(ReasonSessionNotFound, false, ErrSessionNotFound, "no session %q", req.SessionID)
+	}
+	if err != nil {
+		return nil, fail(ReasonPersistFailed, true, ErrPersistFailed, "load session %s: %v", req.SessionID, err)
+	}
+	model := firstNonEmpty(req.Model, sess.Record.Model)
+	info := s.table.Lookup(model)
+	counter, err := tokens.ForEncoding(info.Encoding)
+	if err != nil {
+		return nil, &Error{Reason: ReasonInvalidRequest, Err: err}
+	}
+	// Count first (once per message: stored counts are reused), then build
+	// the views, which copy the messages.
+	for i := range sess.Messages {
+		counter.Ensure(&sess.Messages[i])
+	}
+	if sess.Summary != nil {
+		counter.Ensure(sess.Summary)
+	}
+	p := &plan{sess: sess, counter: counter, model: model,
+		limit: firstPositive(req.ContextLimit, sess.Record.ContextLimit, info.ContextWindow)}
+	p.pinned, p.candidates = splitPinned(sess, s.cfg.KeepFirstUserMessage)
+	p.before = ContextOf(sess)
+	return p, nil
+}
+
+func withoutPinned(msgs, pinned []session.Message) []session.Message {
+	set := make(map[string]bool, len(pinned))
+	for i := range pinned {
+		set[pinned[i].ID] = true
+	}
+	out := make([]session.Message, 0, len(msgs))
+	for i := range msgs {
+		if !set[msgs[i].ID] {
+			out = append(out, msgs[i])
+		}
+	}
+	return out
+}
+
+func firstNonEmpty(vals ...string) string {
+	for _, v := range vals {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func firstPositive(vals ...int) int {
+	for _, v := range vals {
+		if v > 0 {
+			return v
+		}
+	}
+	return 0
+}

@@ -1,0 +1,108 @@
+// Package pipeline is the compaction core: the stages (overflow, select,
+// prompt, summarise, prune, verify) as separate, mostly pure functions, and
+// the Service that composes them over the small interfaces it declares
+// (SessionStore, BreakerStore, Summarizer).
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config is the compaction configuration (CompactionConfig of the design
+// note). Start from DefaultConfig and change fields; Validate before use.
+type Config struct {
+	// KeepRecentTurns is how many of the latest turns stay raw. A turn
+	// starts at a user message and runs to the next one.
+	KeepRecentTurns int `json:"keep_recent_turns"`
+	// MaxSummaryTokens bounds every summary, and is the max_tokens of every
+	// summary model call.
+	MaxSummaryTokens int `json:"max_summary_tokens"`
+	// MaxMessages triggers compaction when the context holds more messages.
+	// Zero disables the message-count trigger.
+	MaxMessages int `json:"max_messages"`
+	// SummaryModel is the model that writes summaries; empty means the
+	// session's own model.
+	SummaryModel string `json:"summary_model,omitempty"`
+	// SummaryProvider names the provider of SummaryModel; empty lets the
+	// router decide.
+	SummaryProvider string `json:"summary_provider,omitempty"`
+	// SummaryContextLimit is the summary model's input limit in tokens; zero
+	// takes it from the model table.
+	SummaryContextLimit int `json:"summary_context_limit,omitempty"`
+	// EnableIncremental summarises only the messages since the last
+	// compaction and appends the delta to the existing summary.
+	EnableIncremental bool `json:"enable_incremental"`
+	// MaxFailures consecutive failed compactions open a session's breaker.
+	MaxFailures int `json:"max_failures"`
+	// HeadroomRatio is the share of the context window that summary plus
+	// raw tail aim for, as far as the pinned messages allow.
+	HeadroomRatio float64 `json:"headroom_ratio"`
+	// MinReduction is the share of the context's tokens a compaction must
+	// remove; less counts as a failure, never a silent loop.
+	MinReduction float64 `json:"min_reduction"`
+	// KeepFirstUserMessage pins the first user message (the task) next to
+	// the leading system messages.
+	KeepFirstUserMessage bool `json:"keep_first_user_message"`
+	// ToolOutputMaxTokens clamps each tool output in the summary prompt
+	// (head and tail kept, a marker between).
+	ToolOutputMaxTokens int `json:"tool_output_max_tokens"`
+	// MaxChunkDepth bounds the levels of recursive chunk summarisation.
+	MaxChunkDepth int `json:"max_chunk_depth"`
+	// CommitRetries bounds how often a compaction that lost a commit race is
+	// re-planned from a fresh read.
+	CommitRetries int `json:"commit_retries"`
+	// Timeout bounds one whole compaction; zero means only the caller's
+	// context bounds it.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// DefaultConfig returns the defaults of the design note and SPEC §3 and §9.
+func DefaultConfig() Config {
+	return Config{
+		KeepRecentTurns:     4,
+		MaxSummaryTokens:    1000,
+		MaxMessages:         50,
+		EnableIncremental:   true,
+		MaxFailures:         3,
+		HeadroomRatio:       0.6,
+		MinReduction:        0.10,
+		ToolOutputMaxTokens: 2000,
+		MaxChunkDepth:       6,
+		CommitRetries:       3,
+	}
+}
+
+// minSummaryTokens is the smallest summary budget that fits the template's
+// headings with room for facts.
+const minSummaryTokens = 100
+
+// Validate reports every out-of-range field at once. It returns an error
+// wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(c.KeepRecentTurns >= 0, "keep_recent_turns must be >= 0, got %d", c.KeepRecentTurns)
+	check(c.MaxSummaryTokens >= minSummaryTokens, "max_summary_tokens must be >= %d, got %d", minSummaryTokens, c.MaxSummaryTokens)
+	check(c.MaxMessages >= 0, "max_messages must be >= 0, got %d", c.MaxMessages)
+	check(c.MaxMessages == 0 || c.MaxMessages > c.KeepRecentTurns, "max_messages (%d) must exceed keep_recent_turns (%d)", c.MaxMessages, c.KeepRecentTurns)
+	check(c.SummaryContextLimit >= 0, "summary_context_limit must be >= 0, got %d", c.SummaryContextLimit)
+	check(c.SummaryContextLimit == 0 || c.SummaryContextLimit >= 4*c.MaxSummaryTokens,
+		"summary_context_limit (%d) must be at least 4 x max_summary_tokens (%d) so chunk summaries can be merged", c.SummaryContextLimit, c.MaxSummaryTokens)
+	check(c.MaxFailures >= 1, "max_failures must be >= 1, got %d", c.MaxFailures)
+	check(c.HeadroomRatio > 0 && c.HeadroomRatio <= 1, "headroom_ratio must be in (0, 1], got %g", c.HeadroomRatio)
+	check(c.MinReduction >= 0 && c.MinReduction < 1, "min_reduction must be in [0, 1), got %g", c.MinReduction)
+	check(c.ToolOutputMaxTokens >= 50, "tool_output_max_tokens must be >= 50, got %d", c.ToolOutputMaxTokens)
+	check(c.MaxChunkDepth >= 1 && c.MaxChunkDepth <= 16, "max_chunk_depth must be in [1, 16], got %d", c.MaxChunkDepth)
+	check(c.CommitRetries >= 0, "commit_retries must be >= 0, got %d", c.CommitRetries)
+	check(c.Timeout >= 0, "timeout must be >= 0, got %s", c.Timeout)
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}

@@ -1,0 +1,140 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// compactionNamespace roots the deterministic ids of compaction messages.
+var compactionNamespace = uuid.MustParse("6f0c55e4-3a57-4f7e-9d2b-8f4a3c1d2e10")
+
+// IdempotencyKey is the design note's key (session_id,
+// last_summarised_message_id, current_head_count). Two compactions with the
+// same key summarise the same messages of the same session state.
+func IdempotencyKey(sessionID, lastSummarisedID string, headCount int64) string {
+	return fmt.Sprintf("%s:%s:%d", sessionID, lastSummarisedID, headCount)
+}
+
+// CompactionID derives the compaction message's id from its idempotency key
+// (UUIDv5), so a retry or a racing replica writes under the same id and
+// finds the other's work instead of adding a second compaction.
+func CompactionID(key string) string {
+	return uuid.NewSHA1(compactionNamespace, []byte(key)).String()
+}
+
+// summaryPreamble opens a compaction message's content, so the model reading
+// the context knows what it is.
+const summaryPreamble = "Summary of the earlier part of this session (messages %d to %d, compacted; the raw messages follow it):\n\n"
+
+// SummaryText returns the summary inside a compaction message's content.
+func SummaryText(m *session.Message) string {
+	if m.Compaction != nil {
+		return m.Compaction.SummaryText
+	}
+	if _, after, ok := strings.Cut(m.Content.Text, "\n\n"); ok {
+		return after
+	}
+	return m.Content.Text
+}
+
+// pruneInput is what the prune stage turns into a commit.
+type pruneInput struct {
+	sessionID   string
+	key         string
+	summary     string
+	prev        *session.Message
+	pinned      []session.Message
+	selected    []session.Message // summarised by this compaction
+	tail        []session.Message
+	headSeq     int64
+	model       string
+	incremental bool
+	now         time.Time
+}
+
+// prune builds the compaction message and the commit that applies it: the
+// message (is_compaction, CompactionMeta), the seqs it covers, and the new
+// tail start. Token figures are filled in by the caller once counted.
+func prune(in pruneInput) (session.Message, session.Commit) {
+	first, last := in.selected[0], in.selected[len(in.selected)-1]
+	from := first.Seq
+	prevID := ""
+	if in.prev != nil {
+		prevID = in.prev.ID
+		if in.prev.Compaction != nil && in.prev.Compaction.FromSeq > 0 {
+			from = min(from, in.prev.Compaction.FromSeq)
+		}
+	}
+	tailID, tailSeq := "", in.headSeq+1
+	if len(in.tail) > 0 {
+		tailID, tailSeq = in.tail[0].ID, in.tail[0].Seq
+	}
+	pinned := make([]int64, len(in.pinned))
+	for i := range in.pinned {
+		pinned[i] = in.pinned[i].Seq
+	}
+	summarised := make([]int64, len(in.selected))
+	for i := range in.selected {
+		summarised[i] = in.selected[i].Seq
+	}
+	id := CompactionID(in.key)
+	msg := session.Message{
+		ID:           id,
+		Seq:          last.Seq,
+		Role:         session.RoleUser,
+		Content:      session.TextContent(fmt.Sprintf(summaryPreamble, from, last.Seq) + in.summary),
+		IsCompaction: true,
+		Compaction: &session.CompactionMeta{
+			SummaryText:    in.summary,
+			FromSeq:        first.Seq,
+			ToSeq:          last.Seq,
+			FromID:         first.ID,
+			ToID:           last.ID,
+			TailStartID:    tailID,
+			TailStartSeq:   tailSeq,
+			Previous:       prevID,
+			Messages:       len(in.selected),
+			Model:          in.model,
+			IdempotencyKey: in.key,
+			Incremental:    in.incremental,
+			Pinned:         pinned,
+			CreatedAt:      in.now,
+		},
+	}
+	return msg, session.Commit{
+		SessionID:        in.sessionID,
+		PrevCompactionID: prevID,
+		Compaction:       msg,
+		Pinned:           pinned,
+		Summarised:       summarised,
+		TailStartID:      tailID,
+		TailStartSeq:     tailSeq,
+		Now:              in.now,
+	}
+}
+
+// commitFor rebuilds the commit of a stored compaction message, to finish a
+// compaction whose commit was interrupted (its message written, its record
+// not yet moved).
+func commitFor(sessionID string, m *session.Message, now time.Time) session.Commit {
+	meta := m.Compaction
+	summarised := make([]int64, 0, meta.ToSeq-meta.FromSeq+1)
+	for seq := meta.FromSeq; seq <= meta.ToSeq; seq++ {
+		summarised = append(summarised, seq)
+	}
+	return session.Commit{
+		SessionID:        sessionID,
+		PrevCompactionID: meta.Previous,
+		Compaction:       *m,
+		Pinned:           meta.Pinned,
+		Summarised:       summarised,
+		TailStartID:      meta.TailStartID,
+		TailStartSeq:     meta.TailStartSeq,
+		Now:              now,
+	}
+}

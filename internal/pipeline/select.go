@@ -1,0 +1,132 @@
+package pipeline
+
+import "github.com/compactor/compactor/internal/session"
+
+// SelectInput is what the select stage needs. Candidates are the messages
+// that may be summarised: not pinned, not summarised yet, in seq order, with
+// Tokens counted.
+type SelectInput struct {
+	Candidates      []session.Message
+	KeepRecentTurns int
+	// TailBudget is the most tokens the raw tail may hold; MaxTailMessages
+	// the most messages (zero: no bound).
+	TailBudget      int
+	MaxTailMessages int
+}
+
+// Selection is the select stage's answer: Candidates[:Cut] are summarised,
+// Candidates[Cut:] stay raw.
+type Selection struct {
+	Cut        int
+	TailTokens int
+	// Moved is set when the cut moved past the keep-recent-turns point so
+	// that the tail fits its budget.
+	Moved bool
+	// Fits is false when no legal cut makes the tail fit.
+	Fits bool
+}
+
+// SafeCuts reports, for every index i of msgs, whether cutting before msgs[i]
+// is legal: msgs[i] is a user or assistant message, and no tool call made
+// before i has its result at or after i. A call whose result never comes
+// does not block a cut (there is nothing to separate it from).
+func SafeCuts(msgs []session.Message) []bool {
+	n := len(msgs)
+	result := make(map[string]int, 8)
+	for i := range msgs {
+		if msgs[i].Role == session.RoleTool && msgs[i].ToolCallID != "" {
+			result[msgs[i].ToolCallID] = i
+		}
+	}
+	// blocked[i] > 0 means some call's (call, result] interval covers i.
+	delta := make([]int, n+1)
+	for j := range msgs {
+		for _, tc := range msgs[j].ToolCalls {
+			if r, ok := result[tc.ID]; ok && r > j {
+				delta[j+1]++
+				delta[r+1]--
+			}
+		}
+	}
+	safe := make([]bool, n)
+	open := 0
+	for i := range msgs {
+		open += delta[i]
+		role := msgs[i].Role
+		safe[i] = open == 0 && (role == session.RoleUser || role == session.RoleAssistant)
+	}
+	return safe
+}
+
+// Select decides where the raw tail starts. It keeps the last
+// KeepRecentTurns turns raw; when that tail is over its budget (tokens or
+// messages), the cut moves forward to the first legal point from which the
+// tail fits, or, when none does, to the last legal point. It never cuts
+// between a tool call and its result. Select is pure and runs in linear
+// time.
+func Select(in SelectInput) Selection {
+	msgs := in.Candidates
+	n := len(msgs)
+	if n == 0 {
+		return Selection{Fits: true}
+	}
+	safe := SafeCuts(msgs)
+	suffix := make([]int, n+1) // suffix[i] = tokens of msgs[i:]
+	for i := n - 1; i >= 0; i-- {
+		suffix[i] = suffix[i+1] + msgs[i].Tokens
+	}
+	fits := func(i int) bool {
+		return suffix[i] <= in.TailBudget && (in.MaxTailMessages <= 0 || n-i <= in.MaxTailMessages)
+	}
+
+	// The keep-recent-turns point: the K-th user message from the end.
+	turnCut := 0
+	if k := in.KeepRecentTurns; k > 0 {
+		seen := 0
+		for i := n - 1; i >= 0; i-- {
+			if msgs[i].Role == session.RoleUser {
+				seen++
+				if seen == k {
+					turnCut = i
+					break
+				}
+			}
+		}
+	} else {
+		turnCut = n // keep no turn: the last legal point
+	}
+	// Make it legal: the latest safe point at or before it (keeping more
+	// raw), else the earliest after it.
+	cut := -1
+	for i := min(turnCut, n-1); i >= 0; i-- {
+		if safe[i] {
+			cut = i
+			break
+		}
+	}
+	if cut < 0 {
+		for i := turnCut; i < n; i++ {
+			if safe[i] {
+				cut = i
+				break
+			}
+		}
+	}
+	if cut < 0 { // no legal cut at all: nothing can be summarised
+		return Selection{Cut: 0, TailTokens: suffix[0], Fits: fits(0)}
+	}
+	if fits(cut) {
+		return Selection{Cut: cut, TailTokens: suffix[cut], Fits: true}
+	}
+	last := cut
+	for i := cut + 1; i < n; i++ {
+		if !safe[i] {
+			continue
+		}
+		last = i
+		if fits(i) {
+			return Selection{Cut: i, TailTokens: suffix[i], Moved: true, Fits: true}
+		}
+	}
+	return Selection{Cut: last, TailTokens: suffix[last], Moved: last != cut, Fits: false}
+}

@@ -1,0 +1,370 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// renderOverhead estimates the tokens renderMessage adds around a message's
+// own count (tags, seq, role).
+const renderOverhead = 16
+
+// promptOverhead covers the framing text around the transcript.
+const promptOverhead = 120
+
+// maxShrinks bounds how often a context-length error from the summary model
+// halves the chunk budget within one compaction.
+const maxShrinks = 4
+
+// summariser runs the summarise stage for one compaction: it chunks input
+// that is over the summary model's limit at message boundaries (splitting a
+// single giant message by tokens), summarises each chunk, then merges the
+// chunk summaries, recursively and boundedly, until one summary within
+// maxTokens remains. It is used by one goroutine.
+type summariser struct {
+	sum        Summarizer
+	counter    *tokens.Counter
+	model      string
+	provider   string
+	maxTokens  int
+	inputLimit int
+	focus      string
+	maxDepth   int
+	budget     int // content tokens per call
+
+	calls, chunks, shrinks int
+	inTokens, outTokens    int
+}
+
+func newSummariser(sum Summarizer, counter *tokens.Counter, model, provider string, maxTokens, inputLimit, maxDepth int, focus string) (*summariser, error) {
+	s := &summariser{sum: sum, counter: counter, model: model, provider: provider, maxTokens: maxTokens,
+		inputLimit: inputLimit, maxDepth: maxDepth, focus: focus}
+	s.budget = inputLimit - maxTokens - counter.Count(systemPrompt) - promptOverhead
+	if s.budget < 2*(maxTokens+renderOverhead) {
+		return nil, fmt.Errorf("%w: the summary model's input limit (%d tokens) leaves %d tokens per call, too few to merge two summaries of %d",
+			ErrInvalidConfig, inputLimit, s.budget, maxTokens)
+	}
+	return s, nil
+}
+
+// run summarises msgs into one summary.
+func (s *summariser) run(ctx context.Context, msgs []session.Message) (string, error) {
+	chunks := s.pack(msgs, s.budget)
+	s.chunks = len(chunks)
+	if len(chunks) == 1 {
+		return s.summariseChunk(ctx, chunks[0], s.budget)
+	}
+	parts := make([]string, 0, len(chunks))
+	for _, c := range chunks {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		p, err := s.summariseChunk(ctx, c, s.budget)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, p)
+	}
+	return s.reduce(ctx, parts)
+}
+
+// pack groups msgs into chunks of at most budget estimated tokens, at message
+// boundaries. A message over the budget on its own is split into pieces.
+func (s *summariser) pack(msgs []session.Message, budget int) [][]session.Message {
+	var chunks [][]session.Message
+	var cur []session.Message
+	curTokens := 0
+	flush := func() {
+		if len(cur) > 0 {
+			chunks = append(chunks, cur)
+			cur, curTokens = nil, 0
+		}
+	}
+	for i := range msgs {
+		m := msgs[i]
+		est := m.Tokens + renderOverhead
+		if est > budget {
+			flush()
+			for _, piece := range s.splitMessage(m, budget-renderOverhead) {
+				chunks = append(chunks, []session.Message{piece})
+			}
+			continue
+		}
+		if curTokens+est > budget {
+			flush()
+		}
+		cur = append(cur, m)
+		curTokens += est
+	}
+	flush()
+	return chunks
+}
+
+// splitMessage cuts a message that alone exceeds budget into pieces of at
+// most budget tokens, each a copy of the message with part of its text.
+// Oversized tool-call arguments are truncated with a marker.
+func (s *summariser) splitMessage(m session.Message, budget int) []session.Message {
+	if len(m.ToolCalls) > 0 {
+		calls := make([]session.ToolCall, len(m.ToolCalls))
+		copy(calls, m.ToolCalls)
+		per := max(budget/(2*len(calls)), 16)
+		for i := range calls {
+			if args := calls[i].Function.Arguments; s.counter.Count(args) > per {
+				calls[i].Function.Arguments = s.counter.Truncate(args, per) + " [... arguments truncated ...]"
+			}
+		}
+		m.ToolCalls = calls
+	}
+	m.Tokens = 0
+	if s.counter.Message(&m) <= budget {
+		m.Tokens = s.counter.Message(&m)
+		return []session.Message{m}
+	}
+	callTokens := s.counter.Message(&session.Message{Role: m.Role, ToolCalls: m.ToolCalls})
+	pieces := s.counter.Split(m.Content.Text, max(budget-callTokens, budget/2))
+	out := make([]session.Message, 0, len(pieces))
+	for i, p := range pieces {
+		piece := m
+		piece.Content = session.TextContent(p)
+		if i > 0 {
+			piece.ToolCalls = nil // the calls go with the first piece only
+		}
+		piece.Tokens = s.counter.Message(&piece)
+		out = append(out, piece)
+	}
+	return out
+}
+
+// summariseChunk summarises one chunk. When the model says the prompt is too
+// long, the chunk is re-packed at half the budget and its parts merged.
+func (s *summariser) summariseChunk(ctx context.Context, chunk []session.Message, budget int) (string, error) {
+	p := BuildPrompt(chunk, s.maxTokens, s.focus)
+	text, err := s.call(ctx, TaskSummarise, p, chunk, estimateTokens(chunk))
+	if !errors.Is(err, ErrContextLength) {
+		return text, err
+	}
+	if s.shrinks >= maxShrinks || budget/2 < s.maxTokens/2 {
+		return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "summary model rejected a chunk of %d tokens as too long even after %d shrinks: %v", estimateTokens(chunk), s.shrinks, err)
+	}
+	s.shrinks++
+	sub := s.pack(chunk, budget/2)
+	s.chunks += len(sub) - 1
+	parts := make([]string, 0, len(sub))
+	for _, c := range sub {
+		part, err := s.summariseChunk(ctx, c, budget/2)
+		if err != nil {
+			return "", err
+		}
+		parts = append(parts, part)
+	}
+	return s.reduce(ctx, parts)
+}
+
+func estimateTokens(msgs []session.Message) int {
+	n := 0
+	for i := range msgs {
+		n += msgs[i].Tokens + renderOverhead
+	}
+	return n
+}
+
+// reduce merges partial summaries, oldest first, group by group, until one
+// remains. Each level at least halves the count (a group holds two or more
+// summaries), and the depth is bounded.
+func (s *summariser) reduce(ctx context.Context, parts []string) (string, error) {
+	budget := s.budget
+	for depth := 1; len(parts) > 1; depth++ {
+		if depth > s.maxDepth {
+			return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "%d partial summaries left after %d merge levels", len(parts), s.maxDepth)
+		}
+		groups := s.group(parts, budget)
+		next := make([]string, 0, len(groups))
+		for gi, g := range groups {
+			if err := ctx.Err(); err != nil {
+				return "", err
+			}
+			if len(g) == 1 {
+				next = append(next, g[0])
+				continue
+			}
+			merged, err := s.merge(ctx, TaskMerge, g)
+			if errors.Is(err, ErrContextLength) && s.shrinks < maxShrinks && len(g) > 2 {
+				// Too long for the model after all: merge this level again
+				// with half the budget per call.
+				s.shrinks++
+				budget /= 2
+				next = append(next, flatten(groups[gi:])...)
+				break
+			}
+			if err != nil {
+				if errors.Is(err, ErrContextLength) {
+					return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "summary model rejected merging two summaries as too long: %v", err)
+				}
+				return "", err
+			}
+			next = append(next, merged)
+		}
+		parts = next
+	}
+	return parts[0], nil
+}
+
+func flatten(groups [][]string) []string {
+	var out []string
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+// group packs consecutive summaries into groups within budget; every group
+// of a level with more than one summary holds at least two, so each level
+// makes progress.
+func (s *summariser) group(parts []string, budget int) [][]string {
+	var groups [][]string
+	var cur []string
+	curTokens := 0
+	for _, p := range parts {
+		t := s.counter.Count(p) + renderOverhead
+		if len(cur) >= 2 && curTokens+t > budget {
+			groups = append(groups, cur)
+			cur, curTokens = nil, 0
+		}
+		cur = append(cur, p)
+		curTokens += t
+	}
+	if len(cur) == 1 && len(groups) > 0 {
+		groups[len(groups)-1] = append(groups[len(groups)-1], cur[0])
+	} else if len(cur) > 0 {
+		groups = append(groups, cur)
+	}
+	return groups
+}
+
+// merge asks for one summary of several (TaskMerge) or a shorter one
+// (TaskCondense).
+func (s *summariser) merge(ctx context.Context, task Task, parts []string) (string, error) {
+	p := BuildMergePrompt(task, parts, s.maxTokens, s.focus)
+	msgs := make([]session.Message, len(parts))
+	est := 0
+	for i, part := range parts {
+		msgs[i] = session.Message{Role: session.RoleAssistant, Content: session.TextContent(part), IsCompaction: true}
+		est += s.counter.Count(part) + renderOverhead
+	}
+	return s.call(ctx, task, p, msgs, est)
+}
+
+// condense shortens a summary that grew over the budget.
+func (s *summariser) condense(ctx context.Context, text string) (string, error) {
+	out, err := s.merge(ctx, TaskCondense, []string{text})
+	if errors.Is(err, ErrContextLength) {
+		return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "summary model rejected condensing a summary as too long: %v", err)
+	}
+	return out, err
+}
+
+// call makes one summary call, checks the answer, retries once with a
+// reminder when it is not a summary, and fits it within maxTokens.
+func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []session.Message, estInput int) (string, error) {
+	req := SummaryRequest{Model: s.model, Provider: s.provider, Task: task, System: p.System, Prompt: p.User,
+		Messages: msgs, MaxTokens: s.maxTokens, Focus: s.focus}
+	sysTokens := s.budgetSystem()
+	var lastErr error
+	for attempt := 0; attempt < 2; attempt++ {
+		if attempt > 0 {
+			req.Prompt = p.User + reminder(lastErr)
+		}
+		resp, err := s.sum.Summarize(ctx, req)
+		s.calls++
+		if err != nil {
+			if errors.Is(err, ErrContextLength) || ctx.Err() != nil {
+				return "", err
+			}
+			var pe *Error
+			if errors.As(err, &pe) {
+				return "", err
+			}
+			return "", &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: fmt.Errorf("%w: %w", ErrSummaryFailed, err)}
+		}
+		if resp.InputTokens > 0 {
+			s.inTokens += resp.InputTokens
+		} else {
+			s.inTokens += estInput + sysTokens + promptOverhead
+		}
+		text := strings.TrimSpace(resp.Text)
+		if resp.OutputTokens > 0 {
+			s.outTokens += resp.OutputTokens
+		} else {
+			s.outTokens += s.counter.Count(text)
+		}
+		if err := summary.Validate(text); err != nil {
+			lastErr = err
+			continue
+		}
+		return fitSummary(s.counter, text, s.maxTokens), nil
+	}
+	return "", fail(ReasonSummaryFailed, true, ErrSummaryFailed, "the summary model's answer is not a summary, after one reminder: %v", lastErr)
+}
+
+func (s *summariser) budgetSystem() int { return s.inputLimit - s.budget - s.maxTokens - promptOverhead }
+
+// fitSummary returns text in template form within maxTokens: when it is
+// over, it drops the oldest bullets of the largest sections (user
+// instructions and the goal last) until it fits. Each bullet is counted once.
+func fitSummary(counter *tokens.Counter, text string, maxTokens int) string {
+	if counter.Count(text) <= maxTokens {
+		return text
+	}
+	s, _ := summary.Parse(text)
+	cost := map[string][]int{}
+	total := counter.Count(summary.New().Render())
+	for _, h := range summary.Headings {
+		for _, b := range s.Sections[h] {
+			c := counter.Count("- "+b+"\n") + 1
+			cost[h] = append(cost[h], c)
+			total += c
+		}
+	}
+	for total > maxTokens {
+		h := dropOldest(s)
+		if h == "" {
+			break
+		}
+		total -= cost[h][0]
+		cost[h] = cost[h][1:]
+	}
+	out := s.Render()
+	for counter.Count(out) > maxTokens && dropOldest(s) != "" { // the estimate was low
+		out = s.Render()
+	}
+	return out
+}
+
+// dropOldest removes the first bullet of the section with the most bullets,
+// the goal and the user's instructions only when nothing else is left. It
+// returns the section, or "" when the summary has no bullets.
+func dropOldest(s *summary.Summary) string {
+	protected := map[string]bool{summary.Goal: true, summary.Instructions: true}
+	for _, lastResort := range []bool{false, true} {
+		victim := ""
+		for _, h := range summary.Headings {
+			if protected[h] && !lastResort {
+				continue
+			}
+			if len(s.Sections[h]) > 0 && (victim == "" || len(s.Sections[h]) > len(s.Sections[victim])) {
+				victim = h
+			}
+		}
+		if victim != "" {
+			s.Sections[victim] = s.Sections[victim][1:]
+			return victim
+		}
+	}
+	return ""
+}

@@ -1,0 +1,200 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Trigger is why a compaction was requested.
+type Trigger string
+
+// Triggers. Overflow and manual requests compact whatever the counts say;
+// over_budget requests compact only when the compactor's own count agrees.
+const (
+	TriggerOverBudget Trigger = "over_budget" // ContextOverBudget
+	TriggerOverflow   Trigger = "overflow"    // context_overflow
+	TriggerManual     Trigger = "manual"      // an operator or a runtime asked
+)
+
+// Valid reports whether t is a known trigger.
+func (t Trigger) Valid() bool {
+	switch t {
+	case TriggerOverBudget, TriggerOverflow, TriggerManual:
+		return true
+	}
+	return false
+}
+
+// Request asks for one compaction of one session.
+type Request struct {
+	// ID is the request's id (the CloudEvent id); results quote it.
+	ID        string
+	SessionID string
+	Trigger   Trigger
+	// Model is the model the runtime sends the context to; empty means the
+	// session record's model.
+	Model string
+	// ContextLimit overrides the model's window for this request.
+	ContextLimit int
+	// RequestedTokens and MessageCount are the runtime's own figures; they
+	// are reported, but the decision uses the compactor's count.
+	RequestedTokens int
+	MessageCount    int
+	// SummaryModel overrides the configured summary model for this request.
+	SummaryModel string
+	// SummaryContextLimit overrides the summary model's input limit.
+	SummaryContextLimit int
+	// Focus is an optional topic for a manual compaction to keep in detail.
+	Focus string
+}
+
+// Validate checks the request's fields; it returns an error wrapping
+// ErrInvalidRequest.
+func (r Request) Validate() error {
+	switch {
+	case r.SessionID == "":
+		return fmt.Errorf("%w: session_id is required", ErrInvalidRequest)
+	case !r.Trigger.Valid():
+		return fmt.Errorf("%w: trigger %q is not over_budget, overflow or manual", ErrInvalidRequest, r.Trigger)
+	case r.ContextLimit < 0:
+		return fmt.Errorf("%w: context_limit must be >= 0, got %d", ErrInvalidRequest, r.ContextLimit)
+	case r.SummaryContextLimit < 0:
+		return fmt.Errorf("%w: summary_context_limit must be >= 0, got %d", ErrInvalidRequest, r.SummaryContextLimit)
+	}
+	return nil
+}
+
+// Outcome is how a completed request ended.
+type Outcome string
+
+// Outcomes of a completed request.
+const (
+	OutcomeCompacted        Outcome = "compacted"
+	OutcomeNoop             Outcome = "noop"              // the context already fits
+	OutcomeAlreadyCompacted Outcome = "already_compacted" // nothing new since the last compaction
+	OutcomeNothingToCompact Outcome = "nothing_to_compact"
+)
+
+// Result is the answer to one request: the data of a CompactionCompleted
+// event, or of a CompactionFailed one when Failed is set.
+type Result struct {
+	SessionID string  `json:"session_id"`
+	RequestID string  `json:"request_id"`
+	Trigger   Trigger `json:"trigger"`
+	Outcome   Outcome `json:"outcome,omitempty"`
+	// Decision says why compaction was or was not needed.
+	Decision            string `json:"decision,omitempty"`
+	IdempotencyKey      string `json:"idempotency_key,omitempty"`
+	CompactionMessageID string `json:"compaction_message_id,omitempty"`
+	TailStartID         string `json:"tail_start_id,omitempty"`
+	MessagesSummarised  int    `json:"messages_summarised"`
+	TokensBefore        int    `json:"tokens_before"`
+	TokensAfter         int    `json:"tokens_after"`
+	ContextLimit        int    `json:"context_limit,omitempty"`
+	SummaryTokens       int    `json:"summary_tokens"`
+	Incremental         bool   `json:"incremental"`
+	Chunks              int    `json:"chunks"`
+	LLMCalls            int    `json:"llm_calls"`
+	// InputTokens and OutputTokens are the summary model's usage: as the
+	// provider reported it, else as counted here.
+	InputTokens  int    `json:"summary_input_tokens"`
+	OutputTokens int    `json:"summary_output_tokens"`
+	SummaryModel string `json:"summary_model,omitempty"`
+	// Strategy names how the summary was made: "single", "chunked",
+	// "incremental", "resumed", "existing".
+	Strategy   string `json:"strategy,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	// Summary is the summary text now in force (also for already_compacted).
+	Summary string `json:"-"`
+
+	// Failure fields.
+	Failed    bool   `json:"-"`
+	Reason    Reason `json:"reason,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Failures  int    `json:"failures,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
+	// CircuitOpened is set on the failure that opened the breaker; Breaker
+	// then holds its state for the CompactionCircuitOpened event.
+	CircuitOpened bool             `json:"-"`
+	Breaker       *session.Breaker `json:"-"`
+}
+
+// SessionStore is what the pipeline needs from session storage.
+// Implementations must be safe for concurrent use.
+type SessionStore interface {
+	// Load returns the session's record, latest compaction and the messages
+	// the model sees raw (pinned ones and the tail, in seq order). With
+	// history set it also returns the summarised messages. It returns
+	// session.ErrNotFound for an unknown session.
+	Load(ctx context.Context, sessionID string, history bool) (*session.Session, error)
+	// Compaction returns a stored compaction message by id, committed or
+	// not; session.ErrNotFound when there is none.
+	Compaction(ctx context.Context, sessionID, compactionID string) (*session.Message, error)
+	// Commit applies a compaction (see session.Commit). Creating a
+	// compaction message that already exists under the same id is not an
+	// error. It returns session.ErrConflict when the record has moved to
+	// another compaction since PrevCompactionID, and never loses a message
+	// appended concurrently.
+	Commit(ctx context.Context, c session.Commit) error
+}
+
+// BreakerStore keeps the per-session circuit breakers. Every read-modify-
+// write is a compare-and-set, so replicas share one count.
+type BreakerStore interface {
+	// Breaker returns the session's breaker; a closed one with no failures
+	// when none is stored.
+	Breaker(ctx context.Context, sessionID string) (session.Breaker, error)
+	// RecordFailure counts one failure and opens the breaker when the count
+	// reaches maxFailures. opened is true only for the failure that opened
+	// it, so exactly one CompactionCircuitOpened is published.
+	RecordFailure(ctx context.Context, sessionID, lastError string, maxFailures int, now time.Time) (b session.Breaker, opened bool, err error)
+	// Reset closes the breaker and clears its count. It returns the state
+	// before the reset (closed with no failures when none was stored).
+	Reset(ctx context.Context, sessionID string, now time.Time) (session.Breaker, error)
+}
+
+// Task is what a summary call is for.
+type Task string
+
+// Summary tasks.
+const (
+	TaskSummarise Task = "summarise" // summarise a chunk of messages
+	TaskMerge     Task = "merge"     // merge partial summaries into one
+	TaskCondense  Task = "condense"  // shorten one summary to the budget
+)
+
+// SummaryRequest is one call to the summary model.
+type SummaryRequest struct {
+	Model    string
+	Provider string
+	Task     Task
+	// System and Prompt are the rendered instruction and user turn for a
+	// model; Messages are what Prompt renders (the chunk's messages, or the
+	// summaries being merged as assistant messages), for summarisers that
+	// work on structure rather than text.
+	System    string
+	Prompt    string
+	Messages  []session.Message
+	MaxTokens int
+	Focus     string
+}
+
+// SummaryResponse is a summary model's answer.
+type SummaryResponse struct {
+	Text  string
+	Model string
+	// InputTokens and OutputTokens are the provider's usage figures; zero
+	// when it reported none.
+	InputTokens  int
+	OutputTokens int
+}
+
+// Summarizer writes summaries. It returns an error wrapping
+// ErrContextLength when the prompt is too long for the model. It must be
+// safe for concurrent use.
+type Summarizer interface {
+	Summarize(ctx context.Context, req SummaryRequest) (SummaryResponse, error)
+}

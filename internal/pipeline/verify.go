@@ -1,0 +1,125 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// VerifyInput is a compaction's before and after.
+type VerifyInput struct {
+	Before, After    []session.Message
+	Pinned           []session.Message
+	AfterTokens      int
+	Limit            int
+	SummaryTokens    int
+	MaxSummaryTokens int
+}
+
+// Verify checks the context a compaction would produce, and returns an
+// error wrapping ErrInvariant for the first broken invariant:
+//   - the pinned messages lead the context, in order;
+//   - exactly one compaction message follows them;
+//   - no tool result is in the context without its call, when the call was
+//     in the context before (a result orphaned in the input stays as it was);
+//   - no tool call is in the context without its result, when the result was
+//     in the context before;
+//   - the summary is within its budget and the context within its limit.
+func Verify(in VerifyInput) error {
+	after := in.After
+	if len(after) < len(in.Pinned)+1 {
+		return fmt.Errorf("%w: context has %d messages, fewer than the %d pinned plus the summary", ErrInvariant, len(after), len(in.Pinned))
+	}
+	for i := range in.Pinned {
+		if after[i].ID != in.Pinned[i].ID {
+			return fmt.Errorf("%w: pinned message seq %d is not at position %d", ErrInvariant, in.Pinned[i].Seq, i)
+		}
+	}
+	compactions := 0
+	for i := range after {
+		if after[i].IsCompaction {
+			compactions++
+			if i != len(in.Pinned) {
+				return fmt.Errorf("%w: the compaction message is at position %d, not right after the pinned messages", ErrInvariant, i)
+			}
+		}
+	}
+	if compactions != 1 {
+		return fmt.Errorf("%w: context has %d compaction messages, want 1", ErrInvariant, compactions)
+	}
+
+	callsBefore, resultsBefore := pairs(in.Before)
+	callsAfter, resultsAfter := pairs(after)
+	for id := range resultsAfter {
+		if callsBefore[id] && !callsAfter[id] {
+			return fmt.Errorf("%w: tool result %s kept without its call", ErrInvariant, id)
+		}
+	}
+	for id := range callsAfter {
+		if resultsBefore[id] && !resultsAfter[id] {
+			return fmt.Errorf("%w: tool call %s kept without its result", ErrInvariant, id)
+		}
+	}
+	if in.SummaryTokens > in.MaxSummaryTokens {
+		return fmt.Errorf("%w: summary has %d tokens, over max_summary_tokens %d", ErrInvariant, in.SummaryTokens, in.MaxSummaryTokens)
+	}
+	if in.AfterTokens > in.Limit {
+		return fmt.Errorf("%w: context would have %d tokens, over its limit %d", ErrInvariant, in.AfterTokens, in.Limit)
+	}
+	return nil
+}
+
+func pairs(msgs []session.Message) (calls, results map[string]bool) {
+	calls, results = map[string]bool{}, map[string]bool{}
+	for i := range msgs {
+		for _, tc := range msgs[i].ToolCalls {
+			calls[tc.ID] = true
+		}
+		if msgs[i].Role == session.RoleTool && msgs[i].ToolCallID != "" {
+			results[msgs[i].ToolCallID] = true
+		}
+	}
+	return calls, results
+}
+
+// ContextOf returns what the model sees for a loaded session: the pinned
+// messages, the latest summary, then the raw tail, as stored.
+func ContextOf(s *session.Session) []session.Message {
+	pinned, tail := splitPinned(s, false)
+	out := make([]session.Message, 0, len(pinned)+1+len(tail))
+	out = append(out, pinned...)
+	if s.Summary != nil {
+		out = append(out, *s.Summary)
+	}
+	return append(out, tail...)
+}
+
+// splitPinned separates a loaded session's raw messages into the pinned ones
+// and the rest. After the first compaction the record says which seqs are
+// pinned; before it, the leading system messages are, and the first user
+// message too when keepFirstUser is set.
+func splitPinned(s *session.Session, keepFirstUser bool) (pinned, rest []session.Message) {
+	msgs := s.Messages
+	if s.Record.CompactionID != "" {
+		set := make(map[int64]bool, len(s.Record.PinnedSeqs))
+		for _, seq := range s.Record.PinnedSeqs {
+			set[seq] = true
+		}
+		for i := range msgs {
+			if set[msgs[i].Seq] {
+				pinned = append(pinned, msgs[i])
+			} else {
+				rest = append(rest, msgs[i])
+			}
+		}
+		return pinned, rest
+	}
+	i := 0
+	for i < len(msgs) && msgs[i].Role == session.RoleSystem {
+		i++
+	}
+	if keepFirstUser && i < len(msgs) && msgs[i].Role == session.RoleUser {
+		i++
+	}
+	return msgs[:i:i], msgs[i:]
+}

@@ -1,0 +1,217 @@
+// Package session defines the stored shape of an agent session: its record,
+// its messages in OpenAI chat format, and the compaction messages that
+// summarise older parts of it. It holds data only; the pipeline decides what
+// to do with it and the stores decide where it lives.
+package session
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Role is the author of a chat message.
+type Role string
+
+// The roles of the OpenAI chat format.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Valid reports whether r is one of the four chat roles.
+func (r Role) Valid() bool {
+	switch r {
+	case RoleSystem, RoleUser, RoleAssistant, RoleTool:
+		return true
+	}
+	return false
+}
+
+// Content is a message's content: either a plain string or a list of content
+// parts. Parts are kept as raw JSON so that images and other part types
+// survive a round trip; Text holds the concatenated text of the text parts.
+type Content struct {
+	Text  string
+	Parts []json.RawMessage
+}
+
+// TextContent returns a Content holding a plain string.
+func TextContent(s string) Content { return Content{Text: s} }
+
+// IsZero reports whether the content is absent (JSON null or missing).
+func (c Content) IsZero() bool { return c.Text == "" && c.Parts == nil }
+
+// MarshalJSON writes the parts array when the content came as parts, a string
+// otherwise, and null when there is no content.
+func (c Content) MarshalJSON() ([]byte, error) {
+	if c.Parts != nil {
+		return json.Marshal(c.Parts)
+	}
+	if c.Text == "" {
+		return []byte("null"), nil
+	}
+	return json.Marshal(c.Text)
+}
+
+// UnmarshalJSON accepts a string, null, or an array of content parts.
+func (c *Content) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || bytes.Equal(b, []byte("null")):
+		*c = Content{}
+		return nil
+	case b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*c = Content{Text: s}
+		return nil
+	case b[0] == '[':
+		var parts []json.RawMessage
+		if err := json.Unmarshal(b, &parts); err != nil {
+			return err
+		}
+		var sb strings.Builder
+		for i, p := range parts {
+			var part struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			}
+			if err := json.Unmarshal(p, &part); err != nil {
+				return fmt.Errorf("content part %d: %w", i, err)
+			}
+			if part.Text == "" {
+				continue
+			}
+			if sb.Len() > 0 {
+				sb.WriteByte('\n')
+			}
+			sb.WriteString(part.Text)
+		}
+		*c = Content{Text: sb.String(), Parts: parts}
+		return nil
+	}
+	return errors.New("content must be a string, null or an array of parts")
+}
+
+// ToolCall is one function call requested by an assistant message.
+type ToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries its JSON-encoded arguments.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Message is one chat message plus the fields the store adds. Messages are
+// immutable once stored, apart from SummarisedBy, which a compaction sets.
+type Message struct {
+	ID         string     `json:"id"`
+	Seq        int64      `json:"seq"`
+	Role       Role       `json:"role"`
+	Content    Content    `json:"content"`
+	Name       string     `json:"name,omitempty"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	// Tokens is the message's token count for the session model's encoding,
+	// including the per-message overhead. Zero means not counted yet.
+	Tokens int `json:"tokens,omitempty"`
+	// IsCompaction marks a compaction message: a summary of older messages.
+	IsCompaction bool            `json:"is_compaction,omitempty"`
+	Compaction   *CompactionMeta `json:"compaction,omitempty"`
+	// SummarisedBy is the id of the compaction message that covers this
+	// message. It is written before the record moves its tail, so only a
+	// value that the record's compaction chain confirms is authoritative.
+	SummarisedBy string `json:"summarised_by,omitempty"`
+}
+
+// Text returns the message's text content.
+func (m *Message) Text() string { return m.Content.Text }
+
+// CompactionMeta describes what a compaction message summarises.
+type CompactionMeta struct {
+	SummaryText string `json:"summary_text"`
+	// FromSeq and ToSeq bound the range this compaction summarised in this
+	// step (inclusive); the summary itself covers everything up to ToSeq.
+	FromSeq        int64  `json:"from_seq"`
+	ToSeq          int64  `json:"to_seq"`
+	FromID         string `json:"from_id"`
+	ToID           string `json:"to_id"`
+	TailStartID    string `json:"tail_start_id,omitempty"`
+	TailStartSeq   int64  `json:"tail_start_seq"`
+	Previous       string `json:"previous_compaction_id,omitempty"`
+	Messages       int    `json:"messages_summarised"`
+	TokensBefore   int    `json:"tokens_before"`
+	TokensAfter    int    `json:"tokens_after"`
+	SummaryTokens  int    `json:"summary_tokens"`
+	Model          string `json:"summary_model"`
+	IdempotencyKey string `json:"idempotency_key"`
+	Incremental    bool   `json:"incremental"`
+	Chunks         int    `json:"chunks"`
+	LLMCalls       int    `json:"llm_calls"`
+	// Pinned lists the seqs of the messages kept verbatim ahead of the summary.
+	Pinned    []int64   `json:"pinned_seqs,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// Record is the session's head: what the store needs to rebuild the context
+// without reading every message. Updating it is a compaction's commit point.
+type Record struct {
+	SessionID    string `json:"session_id"`
+	Model        string `json:"model,omitempty"`
+	ContextLimit int    `json:"context_limit,omitempty"`
+	// HeadSeq is the seq of the newest message; seqs start at 1 and have no
+	// gaps, so it is also the message count.
+	HeadSeq int64 `json:"head_seq"`
+	// PinnedSeqs are kept verbatim ahead of the summary (set by the first
+	// compaction).
+	PinnedSeqs   []int64   `json:"pinned_seqs,omitempty"`
+	TailStartID  string    `json:"tail_start_id,omitempty"`
+	TailStartSeq int64     `json:"tail_start_seq,omitempty"`
+	CompactionID string    `json:"compaction_id,omitempty"`
+	Compactions  int       `json:"compactions,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+	// Revision is the store's revision of the record, for compare-and-set.
+	Revision uint64 `json:"-"`
+}
+
+// Session is a loaded view of a session: its record, the latest compaction
+// (nil when none) and the messages the model still sees raw, in seq order:
+// the pinned ones followed by the tail. Summarised holds the messages already
+// summarised, and is filled only when the caller asks for the full history.
+type Session struct {
+	Record     Record
+	Summary    *Message
+	Messages   []Message
+	Summarised []Message
+}
+
+// Commit is everything a compaction writes, applied by a store atomically
+// from a reader's point of view: the compaction message and the summarised
+// marks first, the record last, with compare-and-set.
+type Commit struct {
+	SessionID string
+	// PrevCompactionID is the compaction the pipeline built on ("" for the
+	// first). The store refuses the commit with ErrConflict when the record
+	// has moved on to another compaction meanwhile.
+	PrevCompactionID string
+	Compaction       Message
+	Pinned           []int64
+	// Summarised are the seqs of the messages this compaction covers.
+	Summarised   []int64
+	TailStartID  string
+	TailStartSeq int64
+	Now          time.Time
+}

@@ -1,0 +1,233 @@
+// Package tokens counts tokens the way OpenAI's models do, with tiktoken
+// encodings embedded in the binary (no download at run time).
+//
+// Building an encoding takes tens of milliseconds and tens of megabytes, so
+// each encoding is built once per process and shared; a Counter is safe for
+// concurrent use. Messages are counted once: Ensure stores the count on the
+// message and later calls reuse it.
+package tokens
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/pkoukk/tiktoken-go"
+	tiktoken_loader "github.com/pkoukk/tiktoken-go-loader"
+
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Overheads from OpenAI's "How to count tokens with tiktoken": every message
+// costs tokensPerMessage, a name tokensPerName more, and the reply is primed
+// with replyPriming tokens.
+const (
+	tokensPerMessage = 3
+	tokensPerName    = 1
+	replyPriming     = 3
+	// tokensPerToolCall approximates the framing of one tool call in an
+	// assistant message (OpenAI does not document it).
+	tokensPerToolCall = 3
+)
+
+// pieceSize bounds the text handed to the encoder at once. tiktoken-go
+// allocates tens of bytes per input byte, so a 1 MB tool output would peak
+// near 100 MB; counting it in pieces split where the encoder's own
+// pre-tokeniser splits gives the same count in bounded memory.
+const pieceSize = 16 << 10
+
+var (
+	loaderOnce sync.Once
+	mu         sync.Mutex
+	encodings  = map[string]*encodingOnce{}
+)
+
+type encodingOnce struct {
+	once sync.Once
+	enc  *tiktoken.Tiktoken
+	err  error
+}
+
+func encoding(name string) (*tiktoken.Tiktoken, error) {
+	loaderOnce.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
+	mu.Lock()
+	e, ok := encodings[name]
+	if !ok {
+		e = &encodingOnce{}
+		encodings[name] = e
+	}
+	mu.Unlock()
+	e.once.Do(func() { e.enc, e.err = tiktoken.GetEncoding(name) })
+	return e.enc, e.err
+}
+
+// Counter counts tokens for one encoding.
+type Counter struct {
+	name string
+	enc  *tiktoken.Tiktoken
+}
+
+// ForEncoding returns a counter for a tiktoken encoding name such as
+// "o200k_base" or "cl100k_base". It returns an error for an unknown name.
+func ForEncoding(name string) (*Counter, error) {
+	if !models.SupportedEncoding(name) {
+		return nil, fmt.Errorf("tokens: unsupported encoding %q", name)
+	}
+	enc, err := encoding(name)
+	if err != nil {
+		return nil, fmt.Errorf("tokens: load %s: %w", name, err)
+	}
+	return &Counter{name: name, enc: enc}, nil
+}
+
+// Encoding returns the encoding's name.
+func (c *Counter) Encoding() string { return c.name }
+
+// Count returns the number of tokens in text. Special-token text such as
+// "<|endoftext|>" is counted as ordinary text, as the chat APIs treat user
+// content.
+func (c *Counter) Count(text string) int {
+	n := 0
+	for len(text) > 0 {
+		piece := text
+		if len(text) > pieceSize {
+			piece = text[:splitPoint(text, pieceSize)]
+		}
+		n += len(c.enc.EncodeOrdinary(piece))
+		text = text[len(piece):]
+	}
+	return n
+}
+
+// splitPoint returns a cut at or before limit where the encoder would start
+// a new piece anyway: after a newline that is followed by a character that is
+// not whitespace. Without one it falls back to a space before a letter, then
+// to a rune boundary within a short run (the count may then differ by a
+// token). The short run matters: byte-pair merging is quadratic in the length
+// of one pre-token, so a 1 MB run of letters must not reach it whole.
+func splitPoint(s string, limit int) int {
+	if i := strings.LastIndexByte(s[:limit], '\n'); i > 0 && i+1 < len(s) && !isSpace(s[i+1]) {
+		return i + 1
+	}
+	for i := limit; i > limit/2; i-- {
+		if s[i-1] == ' ' && !isSpace(s[i]) && s[i] < utf8.RuneSelf {
+			return i - 1
+		}
+	}
+	i := min(limit, 1024)
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	if i == 0 {
+		return min(limit, 1024)
+	}
+	return i
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\n' || b == '\t' || b == '\r' || b == '\f' || b == '\v' }
+
+// Message returns a message's tokens including the per-message overhead (but
+// not the reply priming, which Context adds once).
+func (c *Counter) Message(m *session.Message) int {
+	n := tokensPerMessage + c.Count(string(m.Role)) + c.Count(m.Content.Text)
+	if m.Name != "" {
+		n += c.Count(m.Name) + tokensPerName
+	}
+	for _, tc := range m.ToolCalls {
+		n += tokensPerToolCall + c.Count(tc.Function.Name) + c.Count(tc.Function.Arguments)
+	}
+	return n
+}
+
+// Ensure returns the message's token count, counting and storing it on the
+// message only when it has none yet.
+func (c *Counter) Ensure(m *session.Message) int {
+	if m.Tokens <= 0 {
+		m.Tokens = c.Message(m)
+	}
+	return m.Tokens
+}
+
+// Context returns the tokens a model is charged for sending msgs: each
+// message (counted once, via Ensure) plus the reply priming.
+func (c *Counter) Context(msgs []session.Message) int {
+	n := replyPriming
+	for i := range msgs {
+		n += c.Ensure(&msgs[i])
+	}
+	return n
+}
+
+// ReplyPriming is the constant a request adds on top of its messages.
+func ReplyPriming() int { return replyPriming }
+
+// Truncate returns the longest prefix of text with at most n tokens.
+func (c *Counter) Truncate(text string, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	parts := c.Split(text, n)
+	if len(parts) == 0 {
+		return ""
+	}
+	return parts[0]
+}
+
+// Split cuts text into consecutive pieces of about n tokens each (n > 0), at
+// token boundaries; joined, the pieces give back text exactly. A token that
+// ends inside a multi-byte character moves the character's bytes into the
+// next piece, so every piece is valid UTF-8 and may be a token longer than
+// n. Split encodes text once.
+func (c *Counter) Split(text string, n int) []string {
+	if n <= 0 || text == "" {
+		return nil
+	}
+	var out []string
+	var cur []int
+	carry := ""
+	emit := func() {
+		s := carry + c.enc.Decode(cur)
+		cur = cur[:0]
+		cut := len(s)
+		for k := 1; k <= utf8.UTFMax && k <= len(s); k++ {
+			if utf8.RuneStart(s[len(s)-k]) {
+				if !utf8.FullRuneInString(s[len(s)-k:]) {
+					cut = len(s) - k
+				}
+				break
+			}
+		}
+		carry = s[cut:]
+		if cut > 0 {
+			out = append(out, s[:cut])
+		}
+	}
+	for len(text) > 0 {
+		piece := text
+		if len(text) > pieceSize {
+			piece = text[:splitPoint(text, pieceSize)]
+		}
+		text = text[len(piece):]
+		ids := c.enc.EncodeOrdinary(piece)
+		for len(ids) > 0 {
+			take := min(n-len(cur), len(ids))
+			cur = append(cur, ids[:take]...)
+			ids = ids[take:]
+			if len(cur) == n {
+				emit()
+			}
+		}
+	}
+	if len(cur) > 0 {
+		emit()
+	}
+	if carry != "" {
+		if len(out) == 0 {
+			return []string{carry}
+		}
+		out[len(out)-1] += carry
+	}
+	return out
+}
