@@ -39,6 +39,10 @@ func New(counter *tokens.Counter) *Summarizer { return &Summarizer{counter: coun
 // maxSentenceTokens clips a single extracted sentence.
 const maxSentenceTokens = 60
 
+// featureWeight scales the information a sentence carries beyond its words
+// (numbers, dates, names, identifiers, paths) against word coverage.
+const featureWeight = 3
+
 // maxToolLines bounds how many lines one tool output may contribute before
 // selection, so one huge log cannot crowd out the conversation.
 const maxToolLines = 40
@@ -64,6 +68,8 @@ func (s *Summarizer) Summarize(ctx context.Context, req pipeline.SummaryRequest)
 type unit struct {
 	section string
 	text    string
+	speaker string // prefix of text ("name: "), "" when none
+	msg     int    // index of the source message; -1 for summary bullets
 	order   int
 	words   []string // distinct content words
 	bonus   float64  // information not measured by word coverage
@@ -82,16 +88,17 @@ func (u *unit) estCost() int {
 // fromMessages turns a chunk's messages into candidate sentences.
 func fromMessages(msgs []session.Message) []*unit {
 	var units []*unit
-	order := 0
+	order, curMsg := 0, -1
 	add := func(section, speaker, text string, extra float64) *unit {
 		text = strings.TrimSpace(text)
 		if text == "" {
 			return nil
 		}
+		prefix := ""
 		if speaker != "" {
-			text = speaker + ": " + text
+			prefix = speaker + ": "
 		}
-		u := &unit{section: section, text: text, order: order, bonus: extra, damp: 1}
+		u := &unit{section: section, text: prefix + text, speaker: prefix, msg: curMsg, order: order, bonus: extra, damp: 1}
 		order++
 		units = append(units, u)
 		return u
@@ -105,13 +112,14 @@ func fromMessages(msgs []session.Message) []*unit {
 	}
 	for i := range msgs {
 		m := &msgs[i]
+		curMsg = i
 		speaker := m.Name
 		if speaker == "" {
 			speaker = string(m.Role)
 		}
 		if m.IsCompaction { // an earlier summary inside the chunk: reuse its bullets
 			for _, u := range fromSummaries([]session.Message{*m}) {
-				u.order = order
+				u.order, u.msg = order, -1
 				order++
 				units = append(units, u)
 			}
@@ -172,14 +180,14 @@ func fromSummaries(msgs []session.Message) []*unit {
 		s, found := summary.Parse(text)
 		if len(found) == 0 { // not a summary: treat as plain text
 			for _, sent := range sentences(text) {
-				units = append(units, &unit{section: summary.Facts, text: sent, order: order, damp: 1})
+				units = append(units, &unit{section: summary.Facts, text: sent, msg: -1, order: order, damp: 1})
 				order++
 			}
 			continue
 		}
 		for _, h := range summary.Headings {
 			for _, b := range s.Sections[h] {
-				u := &unit{section: h, text: b, order: order, damp: 1}
+				u := &unit{section: h, text: b, msg: -1, order: order, damp: 1}
 				order++
 				switch h {
 				case summary.Instructions:
@@ -210,7 +218,7 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string 
 		for _, w := range u.words {
 			df[w]++
 		}
-		u.bonus += features(u.text)
+		u.bonus += featureWeight * features(u.text)
 		if isSmallTalk(u.text) {
 			u.damp = 0.2
 		}
@@ -267,23 +275,32 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string 
 			heap.Push(h, scored{u: u, ratio: g / float64(u.estCost())})
 		}
 	}
-	for h.Len() > 0 && used < budget {
-		top := heap.Pop(h).(scored)
-		if top.u.cost == 0 {
-			top.u.cost = s.bulletCost(top.u)
+	for round := 0; ; round++ {
+		for h.Len() > 0 && used < budget {
+			top := heap.Pop(h).(scored)
+			if top.u.cost == 0 {
+				top.u.cost = s.bulletCost(top.u)
+			}
+			g := gain(top.u)
+			if g <= 0 {
+				continue
+			}
+			r := g / float64(top.u.cost)
+			if h.Len() > 0 && r < (*h)[0].ratio {
+				heap.Push(h, scored{u: top.u, ratio: r})
+				continue
+			}
+			take(top.u)
 		}
-		g := gain(top.u)
-		if g <= 0 {
-			continue
+		text, n := s.render(chosen, maxTokens)
+		// Sentences of one message share a bullet, so the rendering is
+		// cheaper than the sum of its picks: spend the difference.
+		slack := maxTokens - n
+		if round >= 3 || h.Len() == 0 || slack < 12 {
+			return text
 		}
-		r := g / float64(top.u.cost)
-		if h.Len() > 0 && r < (*h)[0].ratio {
-			heap.Push(h, scored{u: top.u, ratio: r})
-			continue
-		}
-		take(top.u)
+		budget += slack
 	}
-	return s.render(chosen, maxTokens)
 }
 
 // bulletCost is the exact token cost of a unit's line in the rendering.
@@ -294,19 +311,34 @@ func (s *Summarizer) bulletCost(u *unit) int {
 	return s.counter.Count("- "+u.text+"\n") + 1
 }
 
-// render writes the chosen units per section in session order, dropping the
-// last-chosen ones should the exact count still exceed maxTokens.
-func (s *Summarizer) render(chosen []*unit, maxTokens int) string {
+// render writes the chosen units per section in session order, sentences
+// of one message joined in one bullet, and returns the text and its tokens.
+// Should the exact count exceed maxTokens, the last-chosen units go.
+func (s *Summarizer) render(chosen []*unit, maxTokens int) (string, int) {
 	for {
 		out := summary.New()
 		sorted := append([]*unit(nil), chosen...)
 		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].order < sorted[j].order })
-		for _, u := range sorted {
-			out.Add(u.section, u.text)
+		var prev *unit
+		line := ""
+		flush := func() {
+			if prev != nil {
+				out.Add(prev.section, line)
+			}
 		}
+		for _, u := range sorted {
+			if prev != nil && u.msg >= 0 && u.msg == prev.msg && u.section == prev.section && u.speaker == prev.speaker {
+				line += " " + strings.TrimPrefix(u.text, u.speaker)
+				continue
+			}
+			flush()
+			prev, line = u, u.text
+		}
+		flush()
 		text := out.Render()
-		if len(chosen) == 0 || s.counter.Count(text) <= maxTokens {
-			return text
+		n := s.counter.Count(text)
+		if len(chosen) == 0 || n <= maxTokens {
+			return text, n
 		}
 		chosen = chosen[:len(chosen)-1]
 	}
@@ -336,15 +368,17 @@ func (h *unitHeap) Pop() any {
 }
 
 var (
-	reNumber  = regexp.MustCompile(`\b\d[\d,.:/-]*\b`)
-	reMonth   = regexp.MustCompile(`(?i)\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(tember)?|oct(ober)?|nov(ember)?|dec(ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow|last (week|month|year)|next (week|month|year))\b`)
-	reIdent   = regexp.MustCompile(`\b[A-Za-z]+[_\-]?\d[\w-]*\b|\b\w+_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[0-9a-f]{7,40}\b|\b[A-Z0-9]{5,}\b`)
-	rePath    = regexp.MustCompile(`(?:^|[\s(\x60'"])(?:[~.]?/[\w.@-]+(?:/[\w.@-]+)+|[\w-]+(?:/[\w.@-]+)+\.\w+|[\w-]+\.(?:go|py|js|ts|tsx|rs|java|c|h|cc|cpp|rb|json|yaml|yml|toml|md|txt|sh|sql|html|css|pony|lock|cfg|ini|xml))\b`)
-	reURL     = regexp.MustCompile(`https?://\S+|\b[\w.+-]+@[\w-]+\.[\w.]+\b`)
-	reQuoted  = regexp.MustCompile("`[^`]+`|\"[^\"]{2,60}\"")
-	reError   = regexp.MustCompile(`(?i)\b(error|errors|exception|traceback|failed|failure|fails|fail|bug|crash(ed|es)?|segfault|panic|invalid|denied|refused|cannot|can't|unable|not found|timeout|timed out|fix(ed|es)?|resolved|workaround)\b`)
-	reDecide  = regexp.MustCompile(`(?i)\b(decided|decide|decision|agreed|agree|chose|choose|chosen|confirm(ed)?|approved|going with|we will|we'll|i will|i'll|plan(ned)? to|settled on|instead of|switch(ed)? to|booked|cancel(l)?ed|selected|opted)\b`)
-	reInstr   = regexp.MustCompile(`(?i)(^|\b)(please|always|never|must|make sure|ensure|don't|do not|avoid|i want|i'd like|i would like|i need|you should|should not|shouldn't|only use|remember to|keep in mind|prefer|use the|instead)\b`)
+	reNumber = regexp.MustCompile(`\b\d[\d,.:/-]*\b`)
+	reMonth  = regexp.MustCompile(`(?i)\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(tember)?|oct(ober)?|nov(ember)?|dec(ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow|last (week|month|year)|next (week|month|year))\b`)
+	reIdent  = regexp.MustCompile(`\b[A-Za-z]+[_\-]?\d[\w-]*\b|\b\w+_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[0-9a-f]{7,40}\b|\b[A-Z0-9]{5,}\b`)
+	rePath   = regexp.MustCompile(`(?:^|[\s(\x60'"])(?:[~.]?/[\w.@-]+(?:/[\w.@-]+)+|[\w-]+(?:/[\w.@-]+)+\.\w+|[\w-]+\.(?:go|py|js|ts|tsx|rs|java|c|h|cc|cpp|rb|json|yaml|yml|toml|md|txt|sh|sql|html|css|pony|lock|cfg|ini|xml))\b`)
+	reURL    = regexp.MustCompile(`https?://\S+|\b[\w.+-]+@[\w-]+\.[\w.]+\b`)
+	reQuoted = regexp.MustCompile("`[^`]+`|\"[^\"]{2,60}\"")
+	reError  = regexp.MustCompile(`(?i)\b(error|errors|exception|traceback|failed|failure|fails|fail|bug|crash(ed|es)?|segfault|panic|invalid|denied|refused|cannot|can't|unable|not found|timeout|timed out|fix(ed|es)?|resolved|workaround)\b`)
+	reDecide = regexp.MustCompile(`(?i)\b(decided|decide|decision|agreed|agree|chose|choose|chosen|confirm(ed)?|approved|going with|we will|we'll|i will|i'll|plan(ned)? to|settled on|instead of|switch(ed)? to|booked|cancel(l)?ed|selected|opted)\b`)
+	// reInstr matches a standing instruction to the assistant: an imperative
+	// opening, or "you" with a modal, or a request aimed at "you".
+	reInstr   = regexp.MustCompile(`(?i)^(please\b|always\b|never\b|don't\b|do not\b|make sure\b|ensure\b|avoid\b|remember to\b|keep in mind\b|only\b|use\b|stop\b|from now on\b)|\byou (must|should|shouldn't|should not|need to|have to)\b|\bi (want|need|would like|'d like) you to\b`)
 	reRequest = regexp.MustCompile(`(?i)^(please|can you|could you|would you|let's|now|next|also|then|fix|add|implement|create|update|remove|check|find|book|change|cancel|make|write|run|show|tell|help)\b`)
 )
 

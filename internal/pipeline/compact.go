@@ -377,8 +377,8 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 const summaryFraming = 40
 
 func (s *Service) checkProgress(d Decision, before, after, afterMessages int) error {
-	if d.Reason == DecisionMessages && afterMessages <= s.cfg.MaxMessages && after <= before {
-		return nil // the count was the problem, and it is solved
+	if d.Reason == DecisionMessages && afterMessages <= s.cfg.MaxMessages {
+		return nil // the count was the problem, and it is solved (Verify checked the limit)
 	}
 	if cut := float64(before-after) / float64(max(before, 1)); cut < s.cfg.MinReduction {
 		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,

@@ -22,8 +22,6 @@ type Selection struct {
 	// Moved is set when the cut moved past the keep-recent-turns point so
 	// that the tail fits its budget.
 	Moved bool
-	// Fits is false when no legal cut makes the tail fit.
-	Fits bool
 }
 
 // SafeCuts reports, for every index i of msgs, whether cutting before msgs[i]
@@ -61,14 +59,15 @@ func SafeCuts(msgs []session.Message) []bool {
 // Select decides where the raw tail starts. It keeps the last
 // KeepRecentTurns turns raw; when that tail is over its budget (tokens or
 // messages), the cut moves forward to the first legal point from which the
-// tail fits, or, when none does, to the last legal point. It never cuts
+// tail fits, or, when none does, past the last message (everything is
+// summarised and the tail is empty). It never cuts
 // between a tool call and its result. Select is pure and runs in linear
 // time.
 func Select(in SelectInput) Selection {
 	msgs := in.Candidates
 	n := len(msgs)
 	if n == 0 {
-		return Selection{Fits: true}
+		return Selection{}
 	}
 	safe := SafeCuts(msgs)
 	suffix := make([]int, n+1) // suffix[i] = tokens of msgs[i:]
@@ -112,21 +111,22 @@ func Select(in SelectInput) Selection {
 			}
 		}
 	}
-	if cut < 0 { // no legal cut at all: nothing can be summarised
-		return Selection{Cut: 0, TailTokens: suffix[0], Fits: fits(0)}
+	if cut < 0 { // no legal cut inside: keep all, or summarise all
+		if fits(0) {
+			return Selection{TailTokens: suffix[0]}
+		}
+		return Selection{Cut: n, Moved: true}
 	}
 	if fits(cut) {
-		return Selection{Cut: cut, TailTokens: suffix[cut], Fits: true}
+		return Selection{Cut: cut, TailTokens: suffix[cut]}
 	}
-	last := cut
 	for i := cut + 1; i < n; i++ {
-		if !safe[i] {
-			continue
-		}
-		last = i
-		if fits(i) {
-			return Selection{Cut: i, TailTokens: suffix[i], Moved: true, Fits: true}
+		if safe[i] && fits(i) {
+			return Selection{Cut: i, TailTokens: suffix[i], Moved: true}
 		}
 	}
-	return Selection{Cut: last, TailTokens: suffix[last], Moved: last != cut, Fits: false}
+	// No raw tail fits (the last turn alone is too big, e.g. one huge tool
+	// result): summarise everything. Cutting after the last message is always
+	// legal, since every call before it is answered before it or never.
+	return Selection{Cut: n, Moved: true}
 }

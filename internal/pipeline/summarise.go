@@ -312,7 +312,9 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 	return "", fail(ReasonSummaryFailed, true, ErrSummaryFailed, "the summary model's answer is not a summary, after one reminder: %v", lastErr)
 }
 
-func (s *summariser) budgetSystem() int { return s.inputLimit - s.budget - s.maxTokens - promptOverhead }
+func (s *summariser) budgetSystem() int {
+	return s.inputLimit - s.budget - s.maxTokens - promptOverhead
+}
 
 // fitSummary returns text in template form within maxTokens: when it is
 // over, it drops the oldest bullets of the largest sections (user

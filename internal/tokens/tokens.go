@@ -126,7 +126,9 @@ func splitPoint(s string, limit int) int {
 	return i
 }
 
-func isSpace(b byte) bool { return b == ' ' || b == '\n' || b == '\t' || b == '\r' || b == '\f' || b == '\v' }
+func isSpace(b byte) bool {
+	return b == ' ' || b == '\n' || b == '\t' || b == '\r' || b == '\f' || b == '\v'
+}
 
 // Message returns a message's tokens including the per-message overhead (but
 // not the reply priming, which Context adds once).

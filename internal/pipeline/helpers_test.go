@@ -1,0 +1,78 @@
+package pipeline_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// dataDir is ../shared/data seen from this package.
+var dataDir = filepath.Join("..", "..", "..", "shared", "data")
+
+func needData(t testing.TB) string {
+	t.Helper()
+	if _, err := os.Stat(dataDir); err != nil {
+		t.Skipf("skipping: %s is absent (the shared test data is not beside this checkout)", dataDir)
+	}
+	return dataDir
+}
+
+func counter(t testing.TB) *tokens.Counter {
+	t.Helper()
+	c, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type env struct {
+	store    *memstore.Store
+	breakers *memstore.Breakers
+	svc      *pipeline.Service
+	counter  *tokens.Counter
+}
+
+func newEnv(t testing.TB, sum pipeline.Summarizer, cfg pipeline.Config) *env {
+	t.Helper()
+	c := counter(t)
+	if sum == nil {
+		sum = extractive.New(c)
+	}
+	e := &env{store: memstore.New(), breakers: memstore.NewBreakers(), counter: c}
+	svc, err := pipeline.New(e.store, e.breakers, sum, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svc
+	return e
+}
+
+// importSession stores msgs as a new session, counted with the env's counter.
+func (e *env) importSession(t testing.TB, id string, limit int, msgs []session.Message) {
+	t.Helper()
+	cp := make([]session.Message, len(msgs))
+	copy(cp, msgs)
+	for i := range cp {
+		e.counter.Ensure(&cp[i])
+	}
+	if _, err := e.store.Create(context.Background(), session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: limit}, cp); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) context(t testing.TB, id string) []session.Message {
+	t.Helper()
+	s, err := e.store.Load(context.Background(), id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pipeline.ContextOf(s)
+}

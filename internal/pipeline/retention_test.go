@@ -1,0 +1,62 @@
+package pipeline_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// TestLoCoMoRetention compacts each LoCoMo conversation at a 4,000-token
+// limit and compares the extractive summary's fact retention with two
+// baselines of the same size over the same summarised range: its first and
+// its last max_summary_tokens.
+func TestLoCoMoRetention(t *testing.T) {
+	dir := needData(t)
+	convs, err := transcript.LoadLoCoMo(filepath.Join(dir, "locomo", "locomo8.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.DefaultConfig()
+	const limit = 4000
+	e := newEnv(t, nil, cfg)
+	var ext, first, last eval.Retention
+	for _, c := range convs {
+		e.importSession(t, c.Name, limit, c.Messages)
+		res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: c.Name, SessionID: c.Name, Trigger: pipeline.TriggerOverBudget})
+		if err != nil || res.Outcome != pipeline.OutcomeCompacted {
+			t.Fatalf("%s: %v %+v", c.Name, err, res)
+		}
+		rec, err := e.store.Record(context.Background(), c.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		summarised := func(i int) bool { return int64(i+1) < rec.TailStartSeq }
+		ctx := e.context(t, c.Name)
+		var tail []session.Message
+		for _, m := range ctx {
+			if !m.IsCompaction {
+				tail = append(tail, m)
+			}
+		}
+		tailUnits := eval.ContextUnits(tail)
+		rng := c.Messages[:rec.TailStartSeq-1]
+		f, l := eval.Baselines(e.counter, rng, cfg.MaxSummaryTokens)
+		re := eval.Measure(c, summarised, eval.ContextUnits(ctx))
+		rf := eval.Measure(c, summarised, append(f, tailUnits...))
+		rl := eval.Measure(c, summarised, append(l, tailUnits...))
+		t.Logf("%s: %d msgs summarised, %d eligible: extractive %.1f%%, first %.1f%%, last %.1f%%",
+			c.Name, res.MessagesSummarised, re.Eligible, 100*re.Share(), 100*rf.Share(), 100*rl.Share())
+		ext, first, last = ext.Add(re), first.Add(rf), last.Add(rl)
+	}
+	t.Logf("overall (%d questions): extractive %.1f%%, first-%d %.1f%%, last-%d %.1f%%",
+		ext.Eligible, 100*ext.Share(), cfg.MaxSummaryTokens, 100*first.Share(), cfg.MaxSummaryTokens, 100*last.Share())
+	best := max(first.Share(), last.Share())
+	if ext.Share() < 1.5*best {
+		t.Fatalf("extractive retention %.3f is not clearly above the best baseline %.3f (want >= 1.5x)", ext.Share(), best)
+	}
+}
