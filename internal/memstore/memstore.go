@@ -151,8 +151,9 @@ func (s *Store) Compaction(_ context.Context, sessionID, compactionID string) (*
 	return &c, nil
 }
 
-// Commit implements pipeline.SessionStore. Applying a commit whose
-// compaction the record already points to is a no-op.
+// Commit implements pipeline.SessionStore. A commit whose compaction the
+// record already points to returns session.ErrConflict like any lost race;
+// the caller tells the cases apart by reading the record.
 func (s *Store) Commit(_ context.Context, c session.Commit) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -161,9 +162,6 @@ func (s *Store) Commit(_ context.Context, c session.Commit) error {
 		return fmt.Errorf("session %s: %w", c.SessionID, session.ErrNotFound)
 	}
 	id := c.Compaction.ID
-	if e.rec.CompactionID == id {
-		return nil
-	}
 	if e.rec.CompactionID != c.PrevCompactionID {
 		return fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, e.rec.CompactionID, session.ErrConflict)
 	}

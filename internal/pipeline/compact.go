@@ -127,6 +127,10 @@ func (s *Service) lock(ctx context.Context, id string) (func(), error) {
 // again from a fresh read.
 var errReplan = errors.New("replan")
 
+// errWonByOther says a commit lost a race to the same compaction (same id),
+// committed by another replica or an earlier delivery.
+var errWonByOther = errors.New("compaction committed by another writer")
+
 // Compact runs one compaction request and returns its result. The result is
 // never nil: a failed request has Failed set and the error (an *Error whose
 // Reason names the failure) is returned too. Compact is idempotent: running
@@ -362,7 +366,12 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := s.checkProgress(d, res.TokensBefore, afterTokens, len(after)); err != nil {
 		return err
 	}
-	if err := s.commit(ctx, commit); err != nil {
+	if err := s.commit(ctx, commit); errors.Is(err, errWonByOther) {
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		res.CompactionMessageID, res.TailStartID, res.Summary = msg.ID, commit.TailStartID, text
+		res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(selected), afterTokens, summaryTokens
+		return nil
+	} else if err != nil {
 		return err
 	}
 	res.Outcome = OutcomeCompacted
@@ -388,14 +397,20 @@ func (s *Service) checkProgress(d Decision, before, after, afterMessages int) er
 }
 
 // commit writes the compaction. A lost race is answered from a fresh read:
-// the winner's compaction under our id means already_compacted; another
-// compaction means plan again.
+// the winner's compaction under our id means already_compacted
+// (errWonByOther); another compaction means plan again (errReplan). The
+// write is not cancelled with ctx: once the summary exists, finishing the
+// commit is cheaper than redoing it.
 func (s *Service) commit(ctx context.Context, c session.Commit) error {
 	err := s.store.Commit(context.WithoutCancel(ctx), c)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, session.ErrConflict):
+		sess, lerr := s.store.Load(context.WithoutCancel(ctx), c.SessionID, false)
+		if lerr == nil && sess.Record.CompactionID == c.Compaction.ID {
+			return errWonByOther
+		}
 		return errReplan
 	case errors.Is(err, session.ErrNotFound):
 		return fail(ReasonSessionNotFound, false, ErrSessionNotFound, "session %s disappeared during compaction", c.SessionID)
@@ -421,7 +436,12 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	if m.Compaction == nil {
 		return fail(ReasonPersistFailed, false, ErrPersistFailed, "stored compaction %s has no metadata", m.ID)
 	}
-	if err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC())); err != nil {
+	err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC()))
+	if errors.Is(err, errWonByOther) {
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		return nil
+	}
+	if err != nil {
 		return err
 	}
 	res.Outcome, res.Strategy = OutcomeCompacted, "resumed"

@@ -2,7 +2,10 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"sync"
+	"time"
 	"path/filepath"
 	"testing"
 
@@ -75,4 +78,38 @@ func (e *env) context(t testing.TB, id string) []session.Message {
 		t.Fatal(err)
 	}
 	return pipeline.ContextOf(s)
+}
+
+func (e *env) svcNow() time.Time { return time.Now() }
+
+// crashStore fails the first Commit after writing only its compaction
+// message, as a process killed between the two writes would; the message is
+// then visible through Compaction, as in the KV store.
+type crashStore struct {
+	*memstore.Store
+	mu      sync.Mutex
+	crashed bool
+	written map[string]session.Message
+}
+
+func (c *crashStore) Commit(ctx context.Context, cm session.Commit) error {
+	c.mu.Lock()
+	if !c.crashed {
+		c.crashed = true
+		c.written = map[string]session.Message{cm.Compaction.ID: cm.Compaction}
+		c.mu.Unlock()
+		return errors.New("connection reset")
+	}
+	c.mu.Unlock()
+	return c.Store.Commit(ctx, cm)
+}
+
+func (c *crashStore) Compaction(ctx context.Context, sessionID, id string) (*session.Message, error) {
+	c.mu.Lock()
+	m, ok := c.written[id]
+	c.mu.Unlock()
+	if ok {
+		return &m, nil
+	}
+	return c.Store.Compaction(ctx, sessionID, id)
 }

@@ -20,7 +20,7 @@ const promptOverhead = 120
 
 // maxShrinks bounds how often a context-length error from the summary model
 // halves the chunk budget within one compaction.
-const maxShrinks = 4
+const maxShrinks = 6
 
 // summariser runs the summarise stage for one compaction: it chunks input
 // that is over the summary model's limit at message boundaries (splitting a
@@ -37,6 +37,7 @@ type summariser struct {
 	focus      string
 	maxDepth   int
 	budget     int // content tokens per call
+	sysTokens  int // the system prompt's tokens
 
 	calls, chunks, shrinks int
 	inTokens, outTokens    int
@@ -45,7 +46,8 @@ type summariser struct {
 func newSummariser(sum Summarizer, counter *tokens.Counter, model, provider string, maxTokens, inputLimit, maxDepth int, focus string) (*summariser, error) {
 	s := &summariser{sum: sum, counter: counter, model: model, provider: provider, maxTokens: maxTokens,
 		inputLimit: inputLimit, maxDepth: maxDepth, focus: focus}
-	s.budget = inputLimit - maxTokens - counter.Count(systemPrompt) - promptOverhead
+	s.sysTokens = counter.Count(systemPrompt)
+	s.budget = inputLimit - maxTokens - s.sysTokens - promptOverhead
 	if s.budget < 2*(maxTokens+renderOverhead) {
 		return nil, fmt.Errorf("%w: the summary model's input limit (%d tokens) leaves %d tokens per call, too few to merge two summaries of %d",
 			ErrInvalidConfig, inputLimit, s.budget, maxTokens)
@@ -58,14 +60,14 @@ func (s *summariser) run(ctx context.Context, msgs []session.Message) (string, e
 	chunks := s.pack(msgs, s.budget)
 	s.chunks = len(chunks)
 	if len(chunks) == 1 {
-		return s.summariseChunk(ctx, chunks[0], s.budget)
+		return s.summariseChunk(ctx, chunks[0])
 	}
 	parts := make([]string, 0, len(chunks))
 	for _, c := range chunks {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		p, err := s.summariseChunk(ctx, c, s.budget)
+		p, err := s.summariseChunk(ctx, c)
 		if err != nil {
 			return "", err
 		}
@@ -141,29 +143,61 @@ func (s *summariser) splitMessage(m session.Message, budget int) []session.Messa
 	return out
 }
 
-// summariseChunk summarises one chunk. When the model says the prompt is too
-// long, the chunk is re-packed at half the budget and its parts merged.
-func (s *summariser) summariseChunk(ctx context.Context, chunk []session.Message, budget int) (string, error) {
+// summariseChunk summarises one chunk. A chunk over the current budget is
+// re-packed first. When the model says the prompt is too long, the budget
+// shrinks (to what the provider's reported limit allows, else to half the
+// chunk) for the rest of the compaction, and the chunk is re-packed: the
+// same input is never sent twice.
+func (s *summariser) summariseChunk(ctx context.Context, chunk []session.Message) (string, error) {
+	est := estimateTokens(chunk)
+	if est > s.budget && len(chunk) > 0 {
+		sub := s.pack(chunk, s.budget)
+		if len(sub) > 1 || estimateTokens(sub[0]) < est {
+			s.chunks += len(sub) - 1
+			parts := make([]string, 0, len(sub))
+			for _, c := range sub {
+				if err := ctx.Err(); err != nil {
+					return "", err
+				}
+				part, err := s.summariseChunk(ctx, c)
+				if err != nil {
+					return "", err
+				}
+				parts = append(parts, part)
+			}
+			return s.reduce(ctx, parts)
+		}
+	}
 	p := BuildPrompt(chunk, s.maxTokens, s.focus)
-	text, err := s.call(ctx, TaskSummarise, p, chunk, estimateTokens(chunk))
+	text, err := s.call(ctx, TaskSummarise, p, chunk, est)
 	if !errors.Is(err, ErrContextLength) {
 		return text, err
 	}
-	if s.shrinks >= maxShrinks || budget/2 < s.maxTokens/2 {
-		return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "summary model rejected a chunk of %d tokens as too long even after %d shrinks: %v", estimateTokens(chunk), s.shrinks, err)
+	if err := s.shrink(err, est); err != nil {
+		return "", err
+	}
+	return s.summariseChunk(ctx, chunk)
+}
+
+// shrink lowers the per-call budget after a context-length error on an
+// input of est tokens. It fails when the shrinks are spent or the budget
+// would be too small to merge two summaries.
+func (s *summariser) shrink(cause error, est int) error {
+	next := min(s.budget, est) / 2
+	var cle *ContextLengthError
+	if errors.As(cause, &cle) && cle.Limit > 0 {
+		if fromLimit := cle.Limit - s.maxTokens - s.sysTokens - promptOverhead; fromLimit > 0 && fromLimit < min(s.budget, est) {
+			next = max(next, fromLimit*9/10)
+		}
 	}
 	s.shrinks++
-	sub := s.pack(chunk, budget/2)
-	s.chunks += len(sub) - 1
-	parts := make([]string, 0, len(sub))
-	for _, c := range sub {
-		part, err := s.summariseChunk(ctx, c, budget/2)
-		if err != nil {
-			return "", err
-		}
-		parts = append(parts, part)
+	if s.shrinks > maxShrinks || next < 2*(s.maxTokens+renderOverhead) {
+		return fail(ReasonSummaryFailed, false, ErrSummaryFailed,
+			"the summary model rejected %d tokens as too long, and a budget of %d tokens per call cannot merge summaries of %d (%d shrinks): %v",
+			est, next, s.maxTokens, s.shrinks, cause)
 	}
-	return s.reduce(ctx, parts)
+	s.budget = next
+	return nil
 }
 
 func estimateTokens(msgs []session.Message) int {
@@ -178,12 +212,11 @@ func estimateTokens(msgs []session.Message) int {
 // remains. Each level at least halves the count (a group holds two or more
 // summaries), and the depth is bounded.
 func (s *summariser) reduce(ctx context.Context, parts []string) (string, error) {
-	budget := s.budget
 	for depth := 1; len(parts) > 1; depth++ {
-		if depth > s.maxDepth {
-			return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "%d partial summaries left after %d merge levels", len(parts), s.maxDepth)
+		if depth > s.maxDepth+maxShrinks {
+			return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "%d partial summaries left after %d merge levels", len(parts), depth-1)
 		}
-		groups := s.group(parts, budget)
+		groups := s.group(parts, s.budget)
 		next := make([]string, 0, len(groups))
 		for gi, g := range groups {
 			if err := ctx.Err(); err != nil {
@@ -194,18 +227,20 @@ func (s *summariser) reduce(ctx context.Context, parts []string) (string, error)
 				continue
 			}
 			merged, err := s.merge(ctx, TaskMerge, g)
-			if errors.Is(err, ErrContextLength) && s.shrinks < maxShrinks && len(g) > 2 {
-				// Too long for the model after all: merge this level again
-				// with half the budget per call.
-				s.shrinks++
-				budget /= 2
+			if errors.Is(err, ErrContextLength) {
+				// Too long for the model after all: regroup the rest of this
+				// level with the smaller budget.
+				est := 0
+				for _, p := range g {
+					est += s.counter.Count(p) + renderOverhead
+				}
+				if serr := s.shrink(err, est); serr != nil {
+					return "", serr
+				}
 				next = append(next, flatten(groups[gi:])...)
 				break
 			}
 			if err != nil {
-				if errors.Is(err, ErrContextLength) {
-					return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "summary model rejected merging two summaries as too long: %v", err)
-				}
 				return "", err
 			}
 			next = append(next, merged)
@@ -274,7 +309,6 @@ func (s *summariser) condense(ctx context.Context, text string) (string, error) 
 func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []session.Message, estInput int) (string, error) {
 	req := SummaryRequest{Model: s.model, Provider: s.provider, Task: task, System: p.System, Prompt: p.User,
 		Messages: msgs, MaxTokens: s.maxTokens, Focus: s.focus}
-	sysTokens := s.budgetSystem()
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		if attempt > 0 {
@@ -295,7 +329,7 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 		if resp.InputTokens > 0 {
 			s.inTokens += resp.InputTokens
 		} else {
-			s.inTokens += estInput + sysTokens + promptOverhead
+			s.inTokens += estInput + s.sysTokens + promptOverhead
 		}
 		text := strings.TrimSpace(resp.Text)
 		if resp.OutputTokens > 0 {

@@ -135,9 +135,10 @@ type SessionStore interface {
 	Compaction(ctx context.Context, sessionID, compactionID string) (*session.Message, error)
 	// Commit applies a compaction (see session.Commit). Creating a
 	// compaction message that already exists under the same id is not an
-	// error. It returns session.ErrConflict when the record has moved to
-	// another compaction since PrevCompactionID, and never loses a message
-	// appended concurrently.
+	// error. It returns session.ErrConflict when the record has moved on
+	// from PrevCompactionID (to this very compaction too, when another
+	// writer committed it first), and never loses a message appended
+	// concurrently.
 	Commit(ctx context.Context, c session.Commit) error
 }
 

@@ -1,0 +1,41 @@
+GO      ?= go
+PKGS    := ./...
+BIN     := bin/compactor
+# The shared test data lives beside the checkout; tests skip what is absent.
+TESTFLAGS ?= -race -shuffle=on -timeout 8m
+
+.PHONY: build test test-race test-short bench lint fmt tidy run clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/compactor
+
+# All tests, with the race detector. No network, no API keys.
+test:
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+test-race: test
+
+test-short:
+	$(GO) test -short -timeout 5m $(PKGS)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/tokens ./internal/pipeline
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+tidy:
+	$(GO) mod tidy
+
+# Compacts the bundled tau-bench trajectory at a 6,000-token limit and
+# prints the result and the context the model would see.
+run: build
+	$(BIN) compact --file testdata/tau-bench-airline-task2.json --context-limit 6000
+
+clean:
+	rm -rf bin
