@@ -220,7 +220,7 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string 
 		}
 		u.bonus += featureWeight * features(u.text)
 		if isSmallTalk(u.text) {
-			u.damp = 0.2
+			u.damp = 0 // greetings and acknowledgements carry nothing to keep
 		}
 		for _, w := range u.words {
 			if focusWords[w] {

@@ -74,6 +74,13 @@ func DefaultConfig() Config {
 	}
 }
 
+// promptReserve covers the summary instructions and framing in every call.
+const promptReserve = 600
+
+// MinSummaryContextLimit is the smallest summary-model input limit that can
+// merge two summaries of maxSummaryTokens.
+func MinSummaryContextLimit(maxSummaryTokens int) int { return 4*maxSummaryTokens + promptReserve }
+
 // minSummaryTokens is the smallest summary budget that fits the template's
 // headings with room for facts.
 const minSummaryTokens = 100
@@ -92,8 +99,9 @@ func (c Config) Validate() error {
 	check(c.MaxMessages >= 0, "max_messages must be >= 0, got %d", c.MaxMessages)
 	check(c.MaxMessages == 0 || c.MaxMessages > c.KeepRecentTurns, "max_messages (%d) must exceed keep_recent_turns (%d)", c.MaxMessages, c.KeepRecentTurns)
 	check(c.SummaryContextLimit >= 0, "summary_context_limit must be >= 0, got %d", c.SummaryContextLimit)
-	check(c.SummaryContextLimit == 0 || c.SummaryContextLimit >= 4*c.MaxSummaryTokens,
-		"summary_context_limit (%d) must be at least 4 x max_summary_tokens (%d) so chunk summaries can be merged", c.SummaryContextLimit, c.MaxSummaryTokens)
+	check(c.SummaryContextLimit == 0 || c.SummaryContextLimit >= MinSummaryContextLimit(c.MaxSummaryTokens),
+		"summary_context_limit (%d) must be at least %d (4 x max_summary_tokens + %d for the instructions) so chunk summaries can be merged",
+		c.SummaryContextLimit, MinSummaryContextLimit(c.MaxSummaryTokens), promptReserve)
 	check(c.MaxFailures >= 1, "max_failures must be >= 1, got %d", c.MaxFailures)
 	check(c.HeadroomRatio > 0 && c.HeadroomRatio <= 1, "headroom_ratio must be in (0, 1], got %g", c.HeadroomRatio)
 	check(c.MinReduction >= 0 && c.MinReduction < 1, "min_reduction must be in [0, 1), got %g", c.MinReduction)

@@ -381,7 +381,7 @@ func TestSummaryValidation(t *testing.T) {
 func TestChunkedSummarisation(t *testing.T) {
 	cfg := pipeline.DefaultConfig()
 	cfg.MaxSummaryTokens = 300
-	cfg.SummaryContextLimit = 1500
+	cfg.SummaryContextLimit = 1800
 	e, rec := newRecorderEnv(t, cfg)
 	e.importSession(t, "s", 6000, chat(120))
 	res := compact(t, e, "s", pipeline.TriggerOverBudget)

@@ -127,6 +127,10 @@ func Parse(text string) (s *Summary, found map[string]bool) {
 				found[h] = true
 				continue
 			}
+			if strings.HasPrefix(t, "#") { // a heading outside the template
+				section = ""
+				continue
+			}
 		}
 		if section == "" {
 			continue

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/compactor/compactor/internal/session"
 )
@@ -51,6 +52,18 @@ func Parse(data []byte) ([]session.Message, error) {
 	data = bytes.TrimSpace(bytes.TrimPrefix(data, []byte("\xef\xbb\xbf")))
 	if len(data) == 0 {
 		return nil, fmt.Errorf("%w: empty input", ErrFormat)
+	}
+	if !utf8.Valid(data) {
+		// encoding/json would silently replace the bad bytes; refuse instead.
+		off := 0
+		for off < len(data) {
+			r, size := utf8.DecodeRune(data[off:])
+			if r == utf8.RuneError && size == 1 {
+				break
+			}
+			off += size
+		}
+		return nil, fmt.Errorf("%w: invalid UTF-8 at byte %d", ErrFormat, off)
 	}
 	var wire []wireMessage
 	switch data[0] {

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code = run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+const fixture = "../../testdata/tau-bench-airline-task2.json"
+
+func TestCompactFile(t *testing.T) {
+	// Flags before and after are both accepted.
+	code, out, stderr := runCLI(t, "compact", "--context-limit", "6000", "--file", fixture, "--max-summary-tokens", "800")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got struct {
+		Result struct {
+			Outcome      string `json:"outcome"`
+			TokensBefore int    `json:"tokens_before"`
+			TokensAfter  int    `json:"tokens_after"`
+			Summary      int    `json:"summary_tokens"`
+		} `json:"result"`
+		Context []session.Message `json:"context"`
+		Tokens  int               `json:"tokens"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out)
+	}
+	if got.Result.Outcome != "compacted" || got.Result.TokensAfter > 6000 || got.Result.TokensAfter >= got.Result.TokensBefore || got.Result.Summary > 800 {
+		t.Fatalf("result: %+v", got.Result)
+	}
+	if got.Context[0].Role != session.RoleSystem || !got.Context[1].IsCompaction || got.Tokens != got.Result.TokensAfter {
+		t.Fatalf("context: %d messages, %d tokens", len(got.Context), got.Tokens)
+	}
+}
+
+func TestCompactFileNoop(t *testing.T) {
+	code, out, _ := runCLI(t, "compact", "--file", fixture, "--max-messages", "0") // gpt-4o's window: fits
+	if code != 0 || !strings.Contains(out, `"outcome": "noop"`) {
+		t.Fatalf("exit %d: %s", code, out)
+	}
+}
+
+func TestCompactFileErrors(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`[{"role":"robot","content":"x"}]`), 0o644)
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no file", []string{"compact"}, 2, "--file is required"},
+		{"missing file", []string{"compact", "--file", "/nonexistent.json"}, 1, "no such file"},
+		{"bad message", []string{"compact", "--file", bad}, 1, `role "robot"`},
+		{"bad flag", []string{"compact", "--keep-recent-turns", "x"}, 2, "invalid value"},
+		{"bad config", []string{"compact", "--file", fixture, "--max-summary-tokens", "5"}, 2, "max_summary_tokens"},
+		{"bad trigger", []string{"compact", "--file", fixture, "--trigger", "soon"}, 2, "trigger"},
+		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
+		{"stray argument", []string{"compact", "abc", "--file", fixture}, 2, "unexpected argument"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := runCLI(t, tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d (want %d), stderr %q (want %q)", code, tt.code, stderr, tt.want)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"compact", "--help"}} {
+		code, out, _ := runCLI(t, args...)
+		if code != 0 || !strings.Contains(out, "Usage: compactor") {
+			t.Fatalf("%v: exit %d: %s", args, code, out)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+var words = []string{"flight", "HAT069", "refund", "JFK", "2024-05-20", "reservation", "ZX81Q", "/src/main.go", "error:", "timeout",
+	"passenger", "Ada", "Lovelace", "$451", "economy", "baggage", "policy", "cancelled", "retry", "config.yaml", "the", "and", "then"}
+
+func text(t *rapid.T, label string, maxWords int) string {
+	n := rapid.IntRange(1, maxWords).Draw(t, label+"_n")
+	var sb strings.Builder
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(' ')
+		}
+		sb.WriteString(words[rapid.IntRange(0, len(words)-1).Draw(t, label+"_w")])
+		if rapid.IntRange(0, 9).Draw(t, label+"_dot") == 0 {
+			sb.WriteString(".")
+		}
+	}
+	return sb.String()
+}
+
+// genTurns draws agent turns: a user message, then assistant steps that are
+// answers or tool calls (one to three) followed by their results; some
+// outputs are huge, and some turns are single giant agent runs.
+func genTurns(t *rapid.T, first int, calls *int) []session.Message {
+	var out []session.Message
+	turns := rapid.IntRange(1, 14).Draw(t, "turns")
+	for i := range turns {
+		out = append(out, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("turn %d: %s", first+i, text(t, "user", 30)))})
+		steps := rapid.IntRange(0, 4).Draw(t, "steps")
+		if rapid.IntRange(0, 12).Draw(t, "giant") == 0 {
+			steps = rapid.IntRange(20, 60).Draw(t, "giant_steps")
+		}
+		for range steps {
+			if rapid.Bool().Draw(t, "tool") {
+				k := rapid.IntRange(1, 3).Draw(t, "calls")
+				m := session.Message{Role: session.RoleAssistant}
+				var ids []string
+				for range k {
+					*calls++
+					id := fmt.Sprintf("call_%d", *calls)
+					ids = append(ids, id)
+					m.ToolCalls = append(m.ToolCalls, session.ToolCall{ID: id, Type: "function", Function: session.FunctionCall{Name: "lookup", Arguments: `{"q":"` + text(t, "arg", 5) + `"}`}})
+				}
+				out = append(out, m)
+				for _, id := range ids {
+					body := text(t, "result", 40)
+					if rapid.IntRange(0, 15).Draw(t, "huge") == 0 {
+						body = strings.Repeat(body+"\n", rapid.IntRange(100, 600).Draw(t, "repeat"))
+					}
+					out = append(out, session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(body)})
+				}
+			} else {
+				out = append(out, session.Message{Role: session.RoleAssistant, Content: session.TextContent(text(t, "answer", 40))})
+			}
+		}
+	}
+	return out
+}
+
+func genSession(t *rapid.T, calls *int) []session.Message {
+	var out []session.Message
+	for i := range rapid.IntRange(0, 2).Draw(t, "system") {
+		out = append(out, session.Message{Role: session.RoleSystem, Content: session.TextContent(fmt.Sprintf("system %d: %s", i, text(t, "sys", 60)))})
+	}
+	return append(out, genTurns(t, 0, calls)...)
+}
+
+// checkPairs asserts no tool call is separated from its results: every
+// result in ctx whose call exists in the session has it in ctx before it,
+// and every call in ctx has all its session results in ctx.
+func checkPairs(t *rapid.T, all, ctx []session.Message) {
+	callAt := map[string]bool{}
+	results := map[string]int{}
+	for _, m := range all {
+		if m.Role == session.RoleTool {
+			results[m.ToolCallID]++
+		}
+	}
+	inCtx := map[string]int{}
+	for _, m := range ctx {
+		if m.IsCompaction {
+			continue
+		}
+		for _, tc := range m.ToolCalls {
+			callAt[tc.ID] = true
+		}
+		if m.Role == session.RoleTool {
+			if !callAt[m.ToolCallID] {
+				t.Fatalf("tool result %s in the context without its call before it", m.ToolCallID)
+			}
+			inCtx[m.ToolCallID]++
+		}
+	}
+	for id := range callAt {
+		if inCtx[id] != results[id] {
+			t.Fatalf("tool call %s in the context with %d of its %d results", id, inCtx[id], results[id])
+		}
+	}
+}
+
+func TestPropertyCompaction(t *testing.T) {
+	c := counter(t)
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := pipeline.DefaultConfig()
+		cfg.KeepRecentTurns = rapid.IntRange(1, 5).Draw(t, "keep")
+		cfg.MaxSummaryTokens = rapid.SampledFrom([]int{200, 500, 1000}).Draw(t, "max_summary")
+		cfg.MaxMessages = rapid.SampledFrom([]int{0, 50}).Draw(t, "max_messages")
+		limit := rapid.IntRange(4*cfg.MaxSummaryTokens, 30000).Draw(t, "limit")
+		if rapid.Bool().Draw(t, "small_summary_model") {
+			cfg.SummaryContextLimit = pipeline.MinSummaryContextLimit(cfg.MaxSummaryTokens)
+		}
+		trigger := rapid.SampledFrom([]pipeline.Trigger{pipeline.TriggerOverBudget, pipeline.TriggerOverflow}).Draw(t, "trigger")
+		calls := 0
+		msgs := genSession(t, &calls)
+
+		rec := &recorder{next: extractive.New(c)}
+		store, breakers := memstore.New(), memstore.NewBreakers()
+		svc, err := pipeline.New(store, breakers, rec, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range msgs {
+			c.Ensure(&msgs[i])
+		}
+		ctx := context.Background()
+		if _, err := store.Create(ctx, session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: limit}, msgs); err != nil {
+			t.Fatal(err)
+		}
+		req := pipeline.Request{ID: "r1", SessionID: "s", Trigger: trigger}
+		res, err := svc.Compact(ctx, req)
+		if err != nil {
+			if errors.Is(err, pipeline.ErrInvariant) {
+				t.Fatalf("the pipeline built a context that breaks an invariant: %v", err)
+			}
+			if !errors.Is(err, pipeline.ErrInsufficientProgress) {
+				t.Fatalf("unexpected failure: %v", err)
+			}
+			return
+		}
+		if res.Outcome != pipeline.OutcomeCompacted {
+			return
+		}
+		sess, _ := store.Load(ctx, "s", false)
+		out := pipeline.ContextOf(sess)
+		all, _, _ := store.History(ctx, "s")
+
+		// Pinned leading system messages are kept, first.
+		for i := range all {
+			if all[i].Role != session.RoleSystem {
+				break
+			}
+			if out[i].ID != all[i].ID {
+				t.Fatalf("pinned message %d lost", i)
+			}
+		}
+		checkPairs(t, all, out)
+		if n := c.Count(sess.Summary.Compaction.SummaryText); n > cfg.MaxSummaryTokens {
+			t.Fatalf("summary %d tokens, over %d", n, cfg.MaxSummaryTokens)
+		}
+		if n := c.Context(out); n > limit {
+			t.Fatalf("context %d tokens, over the limit %d", n, limit)
+		}
+		// The last K turns stay raw unless they alone overflow the headroom.
+		users := 0
+		turnStart := 0
+		for i := len(all) - 1; i >= 0; i-- {
+			if all[i].Role == session.RoleUser {
+				users++
+				if users == cfg.KeepRecentTurns {
+					turnStart = i
+					break
+				}
+			}
+		}
+		if users == cfg.KeepRecentTurns && int64(turnStart+1) < sess.Record.TailStartSeq {
+			lastK, pinned := 0, 3
+			for _, m := range all[turnStart:] {
+				lastK += m.Tokens
+			}
+			for i := 0; i < len(all) && all[i].Role == session.RoleSystem; i++ {
+				pinned += all[i].Tokens
+			}
+			overBudget := float64(lastK+pinned+cfg.MaxSummaryTokens+40) > cfg.HeadroomRatio*float64(limit) ||
+				lastK+pinned+cfg.MaxSummaryTokens+40 > limit
+			overCount := cfg.MaxMessages > 0 && len(all)-turnStart > cfg.MaxMessages-2
+			if !overBudget && !overCount {
+				t.Fatalf("the last %d turns (%d tokens) were summarised although they fit", cfg.KeepRecentTurns, lastK)
+			}
+		}
+
+		// Compacting again with the same request changes nothing.
+		recBefore, _ := store.Record(ctx, "s")
+		again, err := svc.Compact(ctx, req)
+		if err != nil || again.Outcome == pipeline.OutcomeCompacted {
+			t.Fatalf("repeat compacted again: %v %+v", err, again)
+		}
+		recAfter, _ := store.Record(ctx, "s")
+		if recAfter.Revision != recBefore.Revision {
+			t.Fatal("a repeated request changed the session")
+		}
+
+		// Incremental: new turns, then only they reach the model.
+		if _, err := store.Append(ctx, "s", genTurns(t, 100, &calls)...); err != nil {
+			t.Fatal(err)
+		}
+		n := len(rec.requests())
+		res2, err := svc.Compact(ctx, pipeline.Request{ID: "r2", SessionID: "s", Trigger: pipeline.TriggerOverflow})
+		if err != nil {
+			if errors.Is(err, pipeline.ErrInvariant) {
+				t.Fatalf("second compaction broke an invariant: %v", err)
+			}
+			return
+		}
+		for _, r := range rec.requests()[n:] {
+			for _, m := range r.Messages {
+				if r.Task == pipeline.TaskSummarise && m.Seq < recBefore.TailStartSeq && !m.IsCompaction && !isPinned(recBefore, m.Seq) {
+					t.Fatalf("incremental compaction sent message seq %d, before the previous tail start %d", m.Seq, recBefore.TailStartSeq)
+				}
+			}
+		}
+		if res2.Outcome == pipeline.OutcomeCompacted {
+			sess2, _ := store.Load(ctx, "s", false)
+			all2, _, _ := store.History(ctx, "s")
+			checkPairs(t, all2, pipeline.ContextOf(sess2))
+		}
+	})
+}
+
+func isPinned(r session.Record, seq int64) bool {
+	for _, p := range r.PinnedSeqs {
+		if p == seq {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,254 @@
+// Package storetest is the conformance suite every session and breaker
+// store runs: the in-memory store now, the JetStream KV store too. It checks
+// the semantics the pipeline relies on, not a backend's internals.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Store is a session store as the suite drives it: the pipeline's interface
+// plus what runtimes and the CLI use.
+type Store interface {
+	pipeline.SessionStore
+	Create(ctx context.Context, rec session.Record, msgs []session.Message) (session.Record, error)
+	Append(ctx context.Context, sessionID string, msgs ...session.Message) ([]session.Message, error)
+	Record(ctx context.Context, sessionID string) (session.Record, error)
+	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
+}
+
+// Breakers is a breaker store as the suite drives it.
+type Breakers interface {
+	pipeline.BreakerStore
+	List(ctx context.Context) ([]session.Breaker, error)
+}
+
+func text(s string) session.Content { return session.TextContent(s) }
+
+func conversation(n int) []session.Message {
+	out := []session.Message{{Role: session.RoleSystem, Content: text("system prompt")}}
+	for i := range n {
+		out = append(out, session.Message{Role: session.RoleUser, Content: text(fmt.Sprintf("question %d", i)), Tokens: 7},
+			session.Message{Role: session.RoleAssistant, Content: text(fmt.Sprintf("answer %d", i)), Tokens: 7})
+	}
+	return out
+}
+
+func compactionFor(rec session.Record, msgs []session.Message, upTo int, prev string) session.Commit {
+	id := fmt.Sprintf("comp-%s-%d", rec.SessionID, upTo)
+	var seqs []int64
+	for _, m := range msgs[1:upTo] {
+		seqs = append(seqs, m.Seq)
+	}
+	return session.Commit{
+		SessionID: rec.SessionID, PrevCompactionID: prev, Pinned: []int64{1}, Summarised: seqs,
+		TailStartID: msgs[upTo].ID, TailStartSeq: msgs[upTo].Seq, Now: time.Now().UTC(),
+		Compaction: session.Message{ID: id, Seq: msgs[upTo-1].Seq, Role: session.RoleUser, Content: text("summary"), IsCompaction: true,
+			Compaction: &session.CompactionMeta{SummaryText: "summary", FromSeq: 2, ToSeq: msgs[upTo-1].Seq, TailStartSeq: msgs[upTo].Seq, Previous: prev}},
+	}
+}
+
+// RunSessionStore runs the session-store suite; newStore returns an empty
+// store.
+func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
+	ctx := context.Background()
+	t.Run("create load append", func(t *testing.T) {
+		s := newStore(t)
+		rec, err := s.Create(ctx, session.Record{SessionID: "a", Model: "gpt-4o", ContextLimit: 1000}, conversation(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.HeadSeq != 7 {
+			t.Fatalf("head seq %d, want 7", rec.HeadSeq)
+		}
+		if _, err := s.Create(ctx, session.Record{SessionID: "a"}, nil); !errors.Is(err, session.ErrExists) {
+			t.Fatalf("second create: %v, want ErrExists", err)
+		}
+		added, err := s.Append(ctx, "a", session.Message{Role: session.RoleUser, Content: text("more")})
+		if err != nil || len(added) != 1 || added[0].Seq != 8 || added[0].ID == "" {
+			t.Fatalf("append: %v %+v", err, added)
+		}
+		sess, err := s.Load(ctx, "a", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sess.Messages) != 8 || sess.Summary != nil || sess.Record.Model != "gpt-4o" || sess.Record.ContextLimit != 1000 {
+			t.Fatalf("loaded %d messages, record %+v", len(sess.Messages), sess.Record)
+		}
+		for i, m := range sess.Messages {
+			if m.Seq != int64(i+1) {
+				t.Fatalf("message %d has seq %d", i, m.Seq)
+			}
+		}
+		if sess.Messages[1].Tokens != 7 {
+			t.Fatal("stored token counts lost")
+		}
+	})
+	t.Run("not found and invalid", func(t *testing.T) {
+		s := newStore(t)
+		if _, err := s.Load(ctx, "nope", false); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Load: %v", err)
+		}
+		if _, err := s.Append(ctx, "nope", session.Message{Role: session.RoleUser}); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Append: %v", err)
+		}
+		if _, err := s.Compaction(ctx, "nope", "x"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Compaction: %v", err)
+		}
+		if _, err := s.Create(ctx, session.Record{SessionID: "b"}, []session.Message{{Role: "robot"}}); !errors.Is(err, session.ErrInvalid) {
+			t.Fatalf("bad role: %v", err)
+		}
+		if _, err := s.Load(ctx, "b", false); !errors.Is(err, session.ErrNotFound) {
+			t.Fatal("a refused create left a session behind")
+		}
+	})
+	t.Run("commit moves the tail and keeps history", func(t *testing.T) {
+		s := newStore(t)
+		rec, _ := s.Create(ctx, session.Record{SessionID: "c"}, conversation(5))
+		sess, _ := s.Load(ctx, "c", false)
+		c := compactionFor(rec, sess.Messages, 7, "")
+		if err := s.Commit(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.Load(ctx, "c", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Summary == nil || got.Summary.ID != c.Compaction.ID || got.Record.TailStartSeq != 8 || got.Record.CompactionID != c.Compaction.ID {
+			t.Fatalf("after commit: %+v", got.Record)
+		}
+		if len(got.Messages) != 1+4 || got.Messages[0].Seq != 1 || got.Messages[1].Seq != 8 {
+			t.Fatalf("raw messages after commit: %d", len(got.Messages))
+		}
+		full, _ := s.Load(ctx, "c", true)
+		if len(full.Summarised) != 6 {
+			t.Fatalf("history load: %d summarised, want 6", len(full.Summarised))
+		}
+		all, comps, _ := s.History(ctx, "c")
+		if len(all) != 11 || len(comps) != 1 || all[2].SummarisedBy != c.Compaction.ID || all[8].SummarisedBy != "" {
+			t.Fatalf("history: %d messages, %d compactions", len(all), len(comps))
+		}
+		if m, err := s.Compaction(ctx, "c", c.Compaction.ID); err != nil || m.Compaction.SummaryText != "summary" {
+			t.Fatalf("Compaction: %v", err)
+		}
+	})
+	t.Run("commit conflicts", func(t *testing.T) {
+		s := newStore(t)
+		rec, _ := s.Create(ctx, session.Record{SessionID: "d"}, conversation(5))
+		sess, _ := s.Load(ctx, "d", false)
+		first := compactionFor(rec, sess.Messages, 5, "")
+		if err := s.Commit(ctx, first); err != nil {
+			t.Fatal(err)
+		}
+		// The same commit again, and another built on the old state.
+		if err := s.Commit(ctx, first); !errors.Is(err, session.ErrConflict) {
+			t.Fatalf("repeat commit: %v, want ErrConflict", err)
+		}
+		if err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); !errors.Is(err, session.ErrConflict) {
+			t.Fatalf("stale commit: %v, want ErrConflict", err)
+		}
+		if _, comps, _ := s.History(ctx, "d"); len(comps) != 1 {
+			t.Fatalf("%d compactions after conflicts, want 1", len(comps))
+		}
+	})
+	t.Run("appends racing a commit are kept", func(t *testing.T) {
+		s := newStore(t)
+		rec, _ := s.Create(ctx, session.Record{SessionID: "e"}, conversation(5))
+		sess, _ := s.Load(ctx, "e", false)
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				if _, err := s.Append(ctx, "e", session.Message{Role: session.RoleUser, Content: text(fmt.Sprint("late ", i))}); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		got, _ := s.Load(ctx, "e", false)
+		if got.Record.HeadSeq != 31 || len(got.Messages) != 1+4+20 {
+			t.Fatalf("head %d, %d raw messages: an append was lost", got.Record.HeadSeq, len(got.Messages))
+		}
+	})
+}
+
+// RunBreakers runs the breaker-store suite.
+func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
+	ctx := context.Background()
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	t.Run("count open reset", func(t *testing.T) {
+		b := newStore(t)
+		if br, err := b.Breaker(ctx, "s"); err != nil || br.Open() || br.Failures != 0 {
+			t.Fatalf("fresh breaker: %+v %v", br, err)
+		}
+		opened := 0
+		for i := 1; i <= 4; i++ {
+			br, o, err := b.RecordFailure(ctx, "s", fmt.Sprint("fail ", i), 3, now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o {
+				opened++
+			}
+			if br.Failures != i || br.LastError != fmt.Sprint("fail ", i) {
+				t.Fatalf("after %d failures: %+v", i, br)
+			}
+		}
+		br, _ := b.Breaker(ctx, "s")
+		if opened != 1 || !br.Open() || br.OpenedAt == nil {
+			t.Fatalf("opened %d times, state %+v", opened, br)
+		}
+		list, _ := b.List(ctx)
+		if len(list) != 1 || list[0].SessionID != "s" {
+			t.Fatalf("List: %+v", list)
+		}
+		prev, err := b.Reset(ctx, "s", now)
+		if err != nil || !prev.Open() {
+			t.Fatalf("Reset returned %+v %v", prev, err)
+		}
+		if br, _ := b.Breaker(ctx, "s"); br.Open() || br.Failures != 0 {
+			t.Fatalf("after reset: %+v", br)
+		}
+	})
+	t.Run("concurrent failures count once each", func(t *testing.T) {
+		b := newStore(t)
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		opened := 0
+		for range 10 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, o, err := b.RecordFailure(ctx, "c", "x", 5, now)
+				if err != nil {
+					t.Error(err)
+				}
+				mu.Lock()
+				if o {
+					opened++
+				}
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		br, _ := b.Breaker(ctx, "c")
+		if br.Failures != 10 || opened != 1 {
+			t.Fatalf("failures %d opened %d, want 10 and 1", br.Failures, opened)
+		}
+	})
+}
