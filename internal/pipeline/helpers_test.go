@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"os"
-	"sync"
-	"time"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/memstore"

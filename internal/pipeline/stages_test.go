@@ -91,9 +91,9 @@ func TestSafeCuts(t *testing.T) {
 		{"u a u a", "++++"},
 		{"u c t a", "++.+"},
 		{"u c t t a", "++..+"}, // two results of one call id: the cut must pass both
-		{"c u t a", "+..+"},     // a result after a user message: no cut inside
-		{"t u a", ".++"},        // an orphan result is never a cut point, but blocks nothing
-		{"u c a", "+++"},        // an unanswered call blocks nothing
+		{"c u t a", "+..+"},    // a result after a user message: no cut inside
+		{"t u a", ".++"},       // an orphan result is never a cut point, but blocks nothing
+		{"u c a", "+++"},       // an unanswered call blocks nothing
 	}
 	for _, tt := range tests {
 		t.Run(tt.spec, func(t *testing.T) {
