@@ -9,9 +9,11 @@ TESTFLAGS ?= -race -shuffle=on -timeout 8m
 build:
 	$(GO) build -o $(BIN) ./cmd/compactor
 
-# All tests, with the race detector. No network, no API keys.
+# All tests with the race detector (heavy replays scaled down under it), then
+# the heavy replays and evaluations in full without it. No network, no keys.
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty' ./internal/pipeline
 
 test-race: test
 

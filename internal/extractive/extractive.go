@@ -60,6 +60,13 @@ func (s *Summarizer) Summarize(ctx context.Context, req pipeline.SummaryRequest)
 	default:
 		units = fromMessages(req.Messages)
 	}
+	if len(units) == 0 { // nothing sentence-like: keep the raw text
+		for i := range req.Messages {
+			if t := strings.TrimSpace(req.Messages[i].Content.Text); t != "" {
+				units = append(units, &unit{section: summary.Facts, text: clipUTF8(t, 300), msg: i, order: i, damp: 1})
+			}
+		}
+	}
 	text := s.compose(units, req.MaxTokens, req.Focus)
 	return pipeline.SummaryResponse{Text: text, Model: Model}, nil
 }
@@ -275,6 +282,16 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string 
 			heap.Push(h, scored{u: u, ratio: g / float64(u.estCost())})
 		}
 	}
+	if len(chosen) == 0 && h.Len() == 0 {
+		// Nothing scores (only stop words, say): keep the text itself, oldest
+		// first, so that a summary never comes back empty.
+		for _, u := range units {
+			if used >= budget {
+				break
+			}
+			take(u)
+		}
+	}
 	for round := 0; ; round++ {
 		for h.Len() > 0 && used < budget {
 			top := heap.Pop(h).(scored)
@@ -450,16 +467,17 @@ func isSmallTalk(t string) bool {
 	return smallTalk.MatchString(strings.TrimSpace(t)) && len(contentWords(t)) < 6
 }
 
-// toolLines picks the informative lines of a tool output: errors, paths,
-// numbers and identifiers, at most maxToolLines, and the first line.
+// toolLines picks the informative lines of a tool output: the first
+// non-empty line, and lines with errors, paths, numbers or identifiers, at
+// most maxToolLines in all.
 func toolLines(text string) []string {
 	var out []string
-	for i, line := range strings.Split(text, "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
-		if line == "" || len(line) < 3 {
+		if len(line) < 3 {
 			continue
 		}
-		if i == 0 || reError.MatchString(line) || rePath.MatchString(line) || reIdent.MatchString(line) || reNumber.MatchString(line) {
+		if len(out) == 0 || reError.MatchString(line) || rePath.MatchString(line) || reIdent.MatchString(line) || reNumber.MatchString(line) {
 			if len(line) > 300 {
 				line = clipUTF8(line, 300) + "…"
 			}

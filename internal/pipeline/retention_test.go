@@ -17,6 +17,9 @@ import (
 // its last max_summary_tokens.
 func TestLoCoMoRetention(t *testing.T) {
 	dir := needData(t)
+	if raceEnabled {
+		t.Skip("measured without -race (make test runs it)")
+	}
 	convs, err := transcript.LoadLoCoMo(filepath.Join(dir, "locomo", "locomo8.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 const renderOverhead = 16
 
 // promptOverhead covers the framing text around the transcript.
-const promptOverhead = 120
+const promptOverhead = 160
 
 // maxShrinks bounds how often a context-length error from the summary model
 // halves the chunk budget within one compaction.
@@ -258,9 +258,10 @@ func flatten(groups [][]string) []string {
 	return out
 }
 
-// group packs consecutive summaries into groups within budget; every group
-// of a level with more than one summary holds at least two, so each level
-// makes progress.
+// group packs consecutive summaries into groups within budget. Every group
+// but the last holds at least two, so each level about halves the count; the
+// budget (at least two summaries' worth, see newSummariser and shrink) keeps
+// every group of two within the model's limit.
 func (s *summariser) group(parts []string, budget int) [][]string {
 	var groups [][]string
 	var cur []string
@@ -274,9 +275,7 @@ func (s *summariser) group(parts []string, budget int) [][]string {
 		cur = append(cur, p)
 		curTokens += t
 	}
-	if len(cur) == 1 && len(groups) > 0 {
-		groups[len(groups)-1] = append(groups[len(groups)-1], cur[0])
-	} else if len(cur) > 0 {
+	if len(cur) > 0 { // a lone leftover waits for the next level
 		groups = append(groups, cur)
 	}
 	return groups
