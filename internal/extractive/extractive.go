@@ -320,12 +320,16 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string 
 	}
 }
 
-// bulletCost is the exact token cost of a unit's line in the rendering.
+// bulletCost is the exact token cost of a unit's line in the rendering
+// ("- " + text + newline), clipping a sentence that is too long. The text is
+// tokenised once.
 func (s *Summarizer) bulletCost(u *unit) int {
-	if s.counter.Count(u.text) > maxSentenceTokens {
+	n := s.counter.Count("- " + u.text + "\n")
+	if n > maxSentenceTokens+3 {
 		u.text = s.counter.Truncate(u.text, maxSentenceTokens-1) + "…"
+		n = maxSentenceTokens + 3
 	}
-	return s.counter.Count("- "+u.text+"\n") + 1
+	return n + 1
 }
 
 // render writes the chosen units per section in session order, sentences

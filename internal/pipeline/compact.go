@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -332,7 +333,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		prev, _ := summary.Parse(SummaryText(p.sess.Summary))
 		delta, _ := summary.Parse(text)
 		text = summary.Merge(prev, delta).Render()
-		if p.counter.Count(text) > s.cfg.MaxSummaryTokens {
+		if sm.count(text) > s.cfg.MaxSummaryTokens {
 			text, err = sm.condense(ctx, text)
 		}
 		strategy = "incremental"
@@ -350,11 +351,12 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, summary: text, prev: p.sess.Summary,
 		pinned: p.pinned, selected: selected, tail: tail, headSeq: rec.HeadSeq, model: sumModel,
 		incremental: incremental, now: s.now().UTC()})
-	msg.Tokens = p.counter.Message(&msg)
+	// The message is the summary plus a one-line preamble and the overhead.
+	msg.Tokens = p.counter.Message(&session.Message{Role: msg.Role, Content: session.TextContent(strings.SplitN(msg.Content.Text, "\n\n", 2)[0])}) + sm.count(text) + 1
 	after := make([]session.Message, 0, len(p.pinned)+1+len(tail))
 	after = append(append(append(after, p.pinned...), msg), tail...)
 	afterTokens := p.counter.Context(after)
-	summaryTokens := p.counter.Count(text)
+	summaryTokens := sm.count(text)
 	meta := msg.Compaction
 	meta.TokensBefore, meta.TokensAfter, meta.SummaryTokens = res.TokensBefore, afterTokens, summaryTokens
 	meta.Chunks, meta.LLMCalls = sm.chunks, sm.calls

@@ -69,7 +69,7 @@ func chat(turns int) []session.Message {
 	return out
 }
 
-func compact(t *testing.T, e *env, id string, trig pipeline.Trigger) *pipeline.Result {
+func compact(t testing.TB, e *env, id string, trig pipeline.Trigger) *pipeline.Result {
 	t.Helper()
 	res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "req-" + id, SessionID: id, Trigger: trig})
 	if err != nil {

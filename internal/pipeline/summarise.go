@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
@@ -21,6 +22,18 @@ const promptOverhead = 160
 // maxShrinks bounds how often a context-length error from the summary model
 // halves the chunk budget within one compaction.
 const maxShrinks = 6
+
+var sysTokens sync.Map // encoding name -> tokens of systemPrompt
+
+// systemPromptTokens counts the fixed instruction once per encoding.
+func systemPromptTokens(c *tokens.Counter) int {
+	if n, ok := sysTokens.Load(c.Encoding()); ok {
+		return n.(int)
+	}
+	n := c.Count(systemPrompt)
+	sysTokens.Store(c.Encoding(), n)
+	return n
+}
 
 // summariser runs the summarise stage for one compaction: it chunks input
 // that is over the summary model's limit at message boundaries (splitting a
@@ -41,12 +54,28 @@ type summariser struct {
 
 	calls, chunks, shrinks int
 	inTokens, outTokens    int
+
+	memo map[string]int // token counts of summary texts seen in this compaction
+}
+
+// count counts a summary text, once per compaction: the same summary is
+// measured for the usage figures, the budget check and the result.
+func (s *summariser) count(text string) int {
+	if n, ok := s.memo[text]; ok {
+		return n
+	}
+	n := s.counter.Count(text)
+	if s.memo == nil {
+		s.memo = map[string]int{}
+	}
+	s.memo[text] = n
+	return n
 }
 
 func newSummariser(sum Summarizer, counter *tokens.Counter, model, provider string, maxTokens, inputLimit, maxDepth int, focus string) (*summariser, error) {
 	s := &summariser{sum: sum, counter: counter, model: model, provider: provider, maxTokens: maxTokens,
 		inputLimit: inputLimit, maxDepth: maxDepth, focus: focus}
-	s.sysTokens = counter.Count(systemPrompt)
+	s.sysTokens = systemPromptTokens(counter)
 	s.budget = inputLimit - maxTokens - s.sysTokens - promptOverhead
 	if s.budget < 2*(maxTokens+renderOverhead) {
 		return nil, fmt.Errorf("%w: the summary model's input limit (%d tokens) leaves %d tokens per call, too few to merge two summaries of %d",
@@ -232,7 +261,7 @@ func (s *summariser) reduce(ctx context.Context, parts []string) (string, error)
 				// level with the smaller budget.
 				est := 0
 				for _, p := range g {
-					est += s.counter.Count(p) + renderOverhead
+					est += s.count(p) + renderOverhead
 				}
 				if serr := s.shrink(err, est); serr != nil {
 					return "", serr
@@ -267,7 +296,7 @@ func (s *summariser) group(parts []string, budget int) [][]string {
 	var cur []string
 	curTokens := 0
 	for _, p := range parts {
-		t := s.counter.Count(p) + renderOverhead
+		t := s.count(p) + renderOverhead
 		if len(cur) >= 2 && curTokens+t > budget {
 			groups = append(groups, cur)
 			cur, curTokens = nil, 0
@@ -289,7 +318,7 @@ func (s *summariser) merge(ctx context.Context, task Task, parts []string) (stri
 	est := 0
 	for i, part := range parts {
 		msgs[i] = session.Message{Role: session.RoleAssistant, Content: session.TextContent(part), IsCompaction: true}
-		est += s.counter.Count(part) + renderOverhead
+		est += s.count(part) + renderOverhead
 	}
 	return s.call(ctx, task, p, msgs, est)
 }
@@ -334,19 +363,27 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 		if resp.OutputTokens > 0 {
 			s.outTokens += resp.OutputTokens
 		} else {
-			s.outTokens += s.counter.Count(text)
+			s.outTokens += s.count(text)
 		}
 		if err := summary.Validate(text); err != nil {
 			lastErr = err
 			continue
 		}
-		return fitSummary(s.counter, text, s.maxTokens), nil
+		return s.fit(text), nil
 	}
 	return "", fail(ReasonSummaryFailed, true, ErrSummaryFailed, "the summary model's answer is not a summary, after one reminder: %v", lastErr)
 }
 
 func (s *summariser) budgetSystem() int {
 	return s.inputLimit - s.budget - s.maxTokens - promptOverhead
+}
+
+// fit is fitSummary with the compaction's memo.
+func (s *summariser) fit(text string) string {
+	if s.count(text) <= s.maxTokens {
+		return text
+	}
+	return fitSummary(s.counter, text, s.maxTokens)
 }
 
 // fitSummary returns text in template form within maxTokens: when it is

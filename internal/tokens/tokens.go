@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/pkoukk/tiktoken-go"
@@ -63,6 +64,14 @@ func encoding(name string) (*tiktoken.Tiktoken, error) {
 	return e.enc, e.err
 }
 
+// encoded counts the bytes handed to the encoder, process-wide: the metric
+// that shows a message is tokenised once, not on every compaction.
+var encoded atomic.Int64
+
+// EncodedBytes returns how many bytes of text all counters have encoded
+// since the process started.
+func EncodedBytes() int64 { return encoded.Load() }
+
 // Counter counts tokens for one encoding.
 type Counter struct {
 	name string
@@ -89,6 +98,7 @@ func (c *Counter) Encoding() string { return c.name }
 // "<|endoftext|>" is counted as ordinary text, as the chat APIs treat user
 // content.
 func (c *Counter) Count(text string) int {
+	encoded.Add(int64(len(text)))
 	n := 0
 	for len(text) > 0 {
 		piece := text
@@ -186,6 +196,7 @@ func (c *Counter) Split(text string, n int) []string {
 	if n <= 0 || text == "" {
 		return nil
 	}
+	encoded.Add(int64(len(text)))
 	var out []string
 	var cur []int
 	carry := ""

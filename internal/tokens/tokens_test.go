@@ -1,6 +1,7 @@
 package tokens_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,5 +178,29 @@ func TestSplitRoundTrip(t *testing.T) {
 	}
 	if got := c.Truncate(text, 7); c.Count(got) > 8 || !strings.HasPrefix(text, got) {
 		t.Fatalf("Truncate gave %q", got)
+	}
+}
+
+func BenchmarkCount(b *testing.B) {
+	c := counter(b, "o200k_base")
+	for _, size := range []int{1 << 10, 64 << 10, 1 << 20} {
+		text := strings.Repeat("The reservation ZX81Q for 2024-05-20 costs $451; see /var/log/app.log.\n", size/40+1)[:size]
+		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				c.Count(text)
+			}
+		})
+	}
+}
+
+func BenchmarkEnsureCached(b *testing.B) {
+	c := counter(b, "o200k_base")
+	m := session.Message{Role: "user", Content: session.TextContent(strings.Repeat("a fact 42 ", 500))}
+	c.Ensure(&m)
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Ensure(&m)
 	}
 }
