@@ -30,19 +30,19 @@ type Selection struct {
 // does not block a cut (there is nothing to separate it from).
 func SafeCuts(msgs []session.Message) []bool {
 	n := len(msgs)
-	result := make(map[string]int, 8)
+	// A result pairs with the latest call of its id before it: real
+	// transcripts reuse call ids, and a later reuse must not tie the first
+	// call to the last result.
+	delta := make([]int, n+1) // blocked[i] > 0: some (call, result] covers i
+	latest := make(map[string]int, 8)
 	for i := range msgs {
-		if msgs[i].Role == session.RoleTool && msgs[i].ToolCallID != "" {
-			result[msgs[i].ToolCallID] = i
+		for _, tc := range msgs[i].ToolCalls {
+			latest[tc.ID] = i
 		}
-	}
-	// blocked[i] > 0 means some call's (call, result] interval covers i.
-	delta := make([]int, n+1)
-	for j := range msgs {
-		for _, tc := range msgs[j].ToolCalls {
-			if r, ok := result[tc.ID]; ok && r > j {
+		if msgs[i].Role == session.RoleTool && msgs[i].ToolCallID != "" {
+			if j, ok := latest[msgs[i].ToolCallID]; ok && j < i {
 				delta[j+1]++
-				delta[r+1]--
+				delta[i+1]--
 			}
 		}
 	}

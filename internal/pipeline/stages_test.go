@@ -279,3 +279,19 @@ func TestRequestValidate(t *testing.T) {
 		}
 	}
 }
+
+// Real transcripts reuse tool call ids (tau-bench task 2 calls
+// update_reservation_flights twice with one id): each result pairs with the
+// latest call before it.
+func TestSafeCutsReusedCallID(t *testing.T) {
+	m := msgs("u c t a u c t")
+	m[5].ToolCalls[0].ID = m[1].ToolCalls[0].ID
+	m[6].ToolCallID = m[1].ToolCalls[0].ID
+	got := pipeline.SafeCuts(m)
+	want := []bool{true, true, false, true, true, true, false}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("SafeCuts = %v, want %v", got, want)
+		}
+	}
+}
