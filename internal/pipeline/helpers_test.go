@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/memstore"
@@ -79,8 +78,6 @@ func (e *env) context(t testing.TB, id string) []session.Message {
 	}
 	return pipeline.ContextOf(s)
 }
-
-func (e *env) svcNow() time.Time { return time.Now() }
 
 // crashStore fails the first Commit after writing only its compaction
 // message, as a process killed between the two writes would; the message is

@@ -313,8 +313,9 @@ func TestBreakerOpensAndResets(t *testing.T) {
 	if rec.count.Load() != calls {
 		t.Fatal("an open breaker still called the summariser")
 	}
-	if _, err := e.breakers.Reset(context.Background(), "s", e.svcNow()); err != nil {
-		t.Fatal(err)
+	prev, err := e.svc.ResetBreaker(context.Background(), "s")
+	if err != nil || !prev.Open() || prev.Failures != cfg.MaxFailures {
+		t.Fatalf("ResetBreaker = %+v, %v", prev, err)
 	}
 	if res := compact(t, e, "s", pipeline.TriggerOverBudget); res.Outcome != pipeline.OutcomeCompacted {
 		t.Fatalf("after reset: %+v", res)
