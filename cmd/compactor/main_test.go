@@ -91,3 +91,32 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestCompactFileConfig(t *testing.T) {
+	conf := filepath.Join(t.TempDir(), "compactor.json")
+	os.WriteFile(conf, []byte(`{"compaction": {"max_summary_tokens": 300, "keep_recent_turns": 1}}`), 0o644)
+	code, out, stderr := runCLI(t, "compact", "--config", conf, "--file", fixture, "--context-limit", "6000")
+	if code != 0 || !strings.Contains(out, `"outcome": "compacted"`) {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var got struct {
+		Result struct {
+			SummaryTokens int `json:"summary_tokens"`
+		} `json:"result"`
+	}
+	json.Unmarshal([]byte(out), &got)
+	if got.Result.SummaryTokens > 300 || got.Result.SummaryTokens == 0 {
+		t.Fatalf("the file's max_summary_tokens was not applied: %d", got.Result.SummaryTokens)
+	}
+	// A flag wins over the file.
+	_, out, _ = runCLI(t, "compact", "--file", fixture, "--context-limit", "6000", "--config="+conf, "--max-summary-tokens", "150")
+	json.Unmarshal([]byte(out), &got)
+	if got.Result.SummaryTokens > 150 {
+		t.Fatalf("the flag did not win: %d", got.Result.SummaryTokens)
+	}
+	t.Setenv("OPENAI_API_KEY", "")
+	code, _, stderr = runCLI(t, "compact", "--file", fixture, "--provider", "openai")
+	if code == 0 || !strings.Contains(stderr, "OPENAI_API_KEY") {
+		t.Fatalf("a missing key must fail at start-up: exit %d, %s", code, stderr)
+	}
+}

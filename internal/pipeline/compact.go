@@ -339,7 +339,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		strategy = "incremental"
 	}
 	res.LLMCalls, res.Chunks, res.InputTokens, res.OutputTokens = sm.calls, sm.chunks, sm.inTokens, sm.outTokens
-	res.SummaryModel, res.Incremental, res.Strategy = sumModel, incremental, strategy
+	res.SummaryModel, res.Incremental, res.Strategy = firstNonEmpty(sm.answeredBy, sumModel), incremental, strategy
 	if err != nil {
 		return err
 	}
@@ -349,7 +349,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 
 	// prune + verify
 	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, summary: text, prev: p.sess.Summary,
-		pinned: p.pinned, selected: selected, tail: tail, headSeq: rec.HeadSeq, model: sumModel,
+		pinned: p.pinned, selected: selected, tail: tail, headSeq: rec.HeadSeq, model: res.SummaryModel,
 		incremental: incremental, now: s.now().UTC()})
 	// The message is the summary plus a one-line preamble and the overhead.
 	msg.Tokens = p.counter.Message(&session.Message{Role: msg.Role, Content: session.TextContent(strings.SplitN(msg.Content.Text, "\n\n", 2)[0])}) + sm.count(text) + 1

@@ -55,7 +55,8 @@ type summariser struct {
 	calls, chunks, shrinks int
 	inTokens, outTokens    int
 
-	memo map[string]int // token counts of summary texts seen in this compaction
+	memo       map[string]int // token counts of summary texts seen in this compaction
+	answeredBy string         // the model the provider says answered
 }
 
 // count counts a summary text, once per compaction: the same summary is
@@ -352,7 +353,16 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 			if errors.As(err, &pe) {
 				return "", err
 			}
-			return "", &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: fmt.Errorf("%w: %w", ErrSummaryFailed, err)}
+			// A provider error says whether retrying can help (auth cannot).
+			retryable := true
+			var r interface{ Retryable() bool }
+			if errors.As(err, &r) {
+				retryable = r.Retryable()
+			}
+			return "", &Error{Reason: ReasonSummaryFailed, Retryable: retryable, Err: fmt.Errorf("%w: %w", ErrSummaryFailed, err)}
+		}
+		if resp.Model != "" {
+			s.answeredBy = resp.Model
 		}
 		if resp.InputTokens > 0 {
 			s.inTokens += resp.InputTokens

@@ -194,8 +194,10 @@ type SummaryResponse struct {
 }
 
 // Summarizer writes summaries. It returns an error wrapping
-// ErrContextLength when the prompt is too long for the model. It must be
-// safe for concurrent use.
+// ErrContextLength when the prompt is too long for the model; an error with
+// a Retryable() bool method says whether a later retry may succeed
+// (otherwise a failure is taken as retryable). It must be safe for
+// concurrent use.
 type Summarizer interface {
 	Summarize(ctx context.Context, req SummaryRequest) (SummaryResponse, error)
 }

@@ -1,0 +1,107 @@
+// Package config reads the compactor's config file: the compaction
+// settings, the summary provider and the model table's additions. Command
+// line flags win over the file, the file over the defaults.
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/pipeline"
+)
+
+// File is the config file's shape (JSON).
+type File struct {
+	// Compaction overrides pipeline.DefaultConfig field by field.
+	Compaction json.RawMessage `json:"compaction,omitempty"`
+	// Provider is extractive, openai or anthropic; BaseURL its endpoint.
+	Provider string   `json:"provider,omitempty"`
+	BaseURL  string   `json:"base_url,omitempty"`
+	Timeout  Duration `json:"timeout,omitempty"`
+	// Models add to or replace entries of the shipped model table.
+	Models []models.Info `json:"models,omitempty"`
+}
+
+// Duration is a time.Duration written as a string ("90s") in JSON.
+type Duration time.Duration
+
+// UnmarshalJSON reads "90s" or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("duration must be a string such as \"90s\" or a number of seconds")
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+// Loaded is a config file applied to the defaults.
+type Loaded struct {
+	Compaction pipeline.Config
+	Provider   string
+	BaseURL    string
+	Timeout    time.Duration
+	Models     *models.Table
+}
+
+// Defaults returns the configuration without a file.
+func Defaults() Loaded {
+	return Loaded{Compaction: pipeline.DefaultConfig(), Provider: "extractive", Timeout: 60 * time.Second, Models: models.Default()}
+}
+
+// Load reads path ("" means no file) over the defaults. Unknown fields, bad
+// values and invalid model entries are errors naming the file.
+func Load(path string) (Loaded, error) {
+	l := Defaults()
+	if path == "" {
+		return l, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return l, err
+	}
+	var f File
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return l, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(f.Compaction) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(f.Compaction))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l.Compaction); err != nil {
+			return l, fmt.Errorf("config %s: compaction: %w", path, err)
+		}
+		if err := l.Compaction.Validate(); err != nil {
+			return l, fmt.Errorf("config %s: %w", path, err)
+		}
+	}
+	if f.Provider != "" {
+		l.Provider = f.Provider
+	}
+	l.BaseURL = f.BaseURL
+	if f.Timeout > 0 {
+		l.Timeout = time.Duration(f.Timeout)
+	}
+	if len(f.Models) > 0 {
+		t, err := l.Models.With(f.Models...)
+		if err != nil {
+			return l, fmt.Errorf("config %s: %w", path, err)
+		}
+		l.Models = t
+	}
+	return l, nil
+}

@@ -1,0 +1,51 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/config"
+)
+
+func write(t *testing.T, s string) string {
+	p := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(p, []byte(s), 0o644)
+	return p
+}
+
+func TestLoad(t *testing.T) {
+	p := write(t, `{"compaction": {"keep_recent_turns": 2, "max_summary_tokens": 600}, "provider": "openai",
+		"base_url": "http://127.0.0.1:8000/v1", "timeout": "90s",
+		"models": [{"name": "qwen2.5-7b-instruct", "context_window": 32768, "encoding": "cl100k_base", "provider": "openai"}]}`)
+	l, err := config.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Compaction.KeepRecentTurns != 2 || l.Compaction.MaxSummaryTokens != 600 || l.Compaction.MaxMessages != 50 || !l.Compaction.EnableIncremental {
+		t.Fatalf("compaction %+v", l.Compaction)
+	}
+	if l.Provider != "openai" || l.BaseURL != "http://127.0.0.1:8000/v1" || l.Timeout != 90*time.Second {
+		t.Fatalf("provider settings %+v", l)
+	}
+	if m := l.Models.Lookup("qwen2.5-7b-instruct"); m.ContextWindow != 32768 || !m.Known {
+		t.Fatalf("model %+v", m)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	for name, body := range map[string]string{
+		"unknown field":      `{"providr": "openai"}`,
+		"unknown compaction": `{"compaction": {"keep_turns": 2}}`,
+		"invalid compaction": `{"compaction": {"max_summary_tokens": 5}}`,
+		"bad model":          `{"models": [{"name": "x", "context_window": 0, "encoding": "o200k_base"}]}`,
+		"bad timeout":        `{"timeout": "soon"}`,
+		"not json":           `provider = openai`,
+	} {
+		if _, err := config.Load(write(t, body)); err == nil || !strings.Contains(err.Error(), "c.json") && name != "bad timeout" {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -1,0 +1,238 @@
+// Package router is the model router: it sends each summary call to the
+// provider that serves its model — OpenAI's Chat Completions API (and any
+// compatible server: vLLM, Ollama, llama.cpp), Anthropic's Messages API,
+// or the offline extractive summariser — with a per-call timeout, and
+// retries with jittered exponential backoff what a retry can fix (rate
+// limits, overload, 5xx, transport failures), honouring Retry-After, within
+// the request's deadline. Auth and bad-request errors fail at once; a
+// context-length error is returned as pipeline.ErrContextLength so the
+// pipeline re-chunks smaller.
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/pipeline"
+)
+
+var _ pipeline.Summarizer = (*Router)(nil)
+
+// Provider is one summary backend.
+type Provider interface {
+	// Name is the provider's name in config: "openai", "anthropic",
+	// "extractive".
+	Name() string
+	// Summarize makes one call, without retries, and returns a classified
+	// error (*APIError or pipeline.ErrContextLength).
+	Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error)
+}
+
+// Router implements pipeline.Summarizer over providers. It is safe for
+// concurrent use.
+type Router struct {
+	providers map[string]Provider
+	def       string
+	table     *models.Table
+	retry     Retry
+	timeout   time.Duration
+}
+
+// Option tunes a Router.
+type Option func(*Router) error
+
+// WithRetry replaces the retry policy.
+func WithRetry(r Retry) Option {
+	return func(rt *Router) error {
+		if r.Attempts < 1 || r.Base < 0 || r.Max < r.Base {
+			return fmt.Errorf("router: retry needs attempts >= 1 and 0 <= base <= max")
+		}
+		if r.Sleep == nil {
+			r.Sleep = sleep
+		}
+		rt.retry = r
+		return nil
+	}
+}
+
+// WithTimeout sets the limit of one provider call (default 60 s).
+func WithTimeout(d time.Duration) Option {
+	return func(rt *Router) error {
+		if d <= 0 {
+			return fmt.Errorf("router: timeout must be positive")
+		}
+		rt.timeout = d
+		return nil
+	}
+}
+
+// WithModels sets the model table used to find a model's provider.
+func WithModels(t *models.Table) Option {
+	return func(rt *Router) error {
+		if t == nil {
+			return errors.New("router: nil model table")
+		}
+		rt.table = t
+		return nil
+	}
+}
+
+// New returns a router over providers; def names the one used when neither
+// the request nor the model table picks a configured provider.
+func New(def string, providers []Provider, opts ...Option) (*Router, error) {
+	r := &Router{providers: map[string]Provider{}, def: def, table: models.Default(), retry: DefaultRetry(), timeout: 60 * time.Second}
+	for _, p := range providers {
+		r.providers[p.Name()] = p
+	}
+	if _, ok := r.providers[def]; !ok {
+		return nil, fmt.Errorf("%w: default provider %q is not configured", ErrUnknownProvider, def)
+	}
+	for _, o := range opts {
+		if err := o(r); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Providers lists the configured provider names.
+func (r *Router) Providers() []string {
+	out := make([]string, 0, len(r.providers))
+	for n := range r.providers {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// pick chooses the provider: the request's, else the model's per the table,
+// else the default — among the configured ones.
+func (r *Router) pick(req pipeline.SummaryRequest) Provider {
+	if p, ok := r.providers[req.Provider]; ok {
+		return p
+	}
+	if p, ok := r.providers[r.table.Lookup(req.Model).Provider]; ok {
+		return p
+	}
+	return r.providers[r.def]
+}
+
+// Summarize implements pipeline.Summarizer: one call through the model's
+// provider, retried per the policy.
+func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	p := r.pick(req)
+	var last error
+	for attempt := 0; attempt < r.retry.Attempts; attempt++ {
+		if attempt > 0 {
+			wait := r.retry.delay(attempt-1, last)
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				break // the wait would outlive the request
+			}
+			if err := r.retry.Sleep(ctx, wait); err != nil {
+				return pipeline.SummaryResponse{}, errors.Join(err, last)
+			}
+		}
+		callCtx, cancel := context.WithTimeout(ctx, r.timeout)
+		resp, err := p.Summarize(callCtx, req)
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		if ctx.Err() != nil {
+			return pipeline.SummaryResponse{}, errors.Join(ctx.Err(), err)
+		}
+		var ae *APIError
+		if !errors.As(err, &ae) || !ae.Retryable() {
+			return pipeline.SummaryResponse{}, err // context length, auth, bad request: no retry
+		}
+		ae.Attempts = attempt + 1
+		last = err
+	}
+	return pipeline.SummaryResponse{}, last
+}
+
+// Settings configure the providers from flags, a config file and the
+// environment.
+type Settings struct {
+	// Provider is the default provider: extractive, openai or anthropic.
+	Provider string
+	// BaseURL overrides the provider's endpoint (an OpenAI- or
+	// Anthropic-compatible server).
+	BaseURL string
+	Timeout time.Duration
+	Retry   *Retry
+	Client  *http.Client
+	Models  *models.Table
+	// Extractive is the offline summariser; it is always configured.
+	Extractive pipeline.Summarizer
+	// Getenv reads API keys (OPENAI_API_KEY, ANTHROPIC_API_KEY); nil means
+	// os.Getenv.
+	Getenv func(string) string
+}
+
+// FromSettings builds a router with the extractive provider and the
+// configured default provider. A provider that needs a key (OpenAI's or
+// Anthropic's own endpoint) without one is an error now, not at the first
+// request.
+func FromSettings(s Settings) (*Router, error) {
+	getenv := s.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if s.Provider == "" {
+		s.Provider = "extractive"
+	}
+	if s.Extractive == nil {
+		return nil, errors.New("router: the extractive summariser is required")
+	}
+	providers := []Provider{named{"extractive", s.Extractive}}
+	client := s.Client
+	if client == nil {
+		client = &http.Client{}
+	}
+	switch s.Provider {
+	case "extractive":
+	case "openai":
+		p, err := NewOpenAI(s.BaseURL, getenv("OPENAI_API_KEY"), client, s.Models)
+		if err != nil {
+			return nil, err
+		}
+		providers = append(providers, p)
+	case "anthropic":
+		p, err := NewAnthropic(s.BaseURL, getenv("ANTHROPIC_API_KEY"), client)
+		if err != nil {
+			return nil, err
+		}
+		providers = append(providers, p)
+	default:
+		return nil, fmt.Errorf("%w: %q (want extractive, openai or anthropic)", ErrUnknownProvider, s.Provider)
+	}
+	var opts []Option
+	if s.Models != nil {
+		opts = append(opts, WithModels(s.Models))
+	}
+	if s.Timeout > 0 {
+		opts = append(opts, WithTimeout(s.Timeout))
+	}
+	if s.Retry != nil {
+		opts = append(opts, WithRetry(*s.Retry))
+	}
+	return New(s.Provider, providers, opts...)
+}
+
+// named gives a Summarizer a provider name.
+type named struct {
+	name string
+	pipeline.Summarizer
+}
+
+func (n named) Name() string { return n.name }
+
+func trimSlash(u string) string { return strings.TrimRight(u, "/") }
