@@ -320,7 +320,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	input = ClampToolOutputs(input, s.cfg.ToolOutputMaxTokens)
 	sumModel := firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, p.model)
 	inputLimit := firstPositive(req.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
-	sm, err := newSummariser(s.sum, p.counter, sumModel, s.cfg.SummaryProvider, s.cfg.MaxSummaryTokens, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
+	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider), s.cfg.MaxSummaryTokens, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
 	if err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
 	}

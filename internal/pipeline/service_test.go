@@ -361,6 +361,19 @@ func TestSummaryValidation(t *testing.T) {
 			t.Fatalf("want one reminder retry: calls %d", res.LLMCalls)
 		}
 	})
+	t.Run("empty answer never stored", func(t *testing.T) {
+		e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+		e.importSession(t, "s", 3000, chat(30))
+		rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+			return pipeline.SummaryResponse{Text: "  "}, nil, true
+		}
+		if _, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); !errors.Is(err, pipeline.ErrSummaryFailed) {
+			t.Fatalf("empty answer: %v", err)
+		}
+		if _, comps, _ := e.store.History(context.Background(), "s"); len(comps) != 0 {
+			t.Fatal("an empty answer was stored")
+		}
+	})
 	t.Run("refusal never stored", func(t *testing.T) {
 		e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
 		e.importSession(t, "s", 3000, chat(30))

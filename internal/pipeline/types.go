@@ -45,6 +45,8 @@ type Request struct {
 	MessageCount    int
 	// SummaryModel overrides the configured summary model for this request.
 	SummaryModel string
+	// SummaryProvider overrides the configured summary provider.
+	SummaryProvider string
 	// SummaryContextLimit overrides the summary model's input limit.
 	SummaryContextLimit int
 	// Focus is an optional topic for a manual compaction to keep in detail.
