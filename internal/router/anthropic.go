@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -75,19 +74,12 @@ func (a *Anthropic) Summarize(ctx context.Context, req pipeline.SummaryRequest) 
 	body := anthropicRequest{Model: req.Model, MaxTokens: req.MaxTokens, System: req.System,
 		Messages: []anthropicMessage{{Role: "user", Content: req.Prompt}}}
 	headers := map[string]string{"x-api-key": a.key, "anthropic-version": AnthropicVersion}
-	status, h, data, err := post(ctx, a.client, "anthropic", a.base+"/v1/messages", headers, body)
-	if err != nil {
+	var r anthropicResponse
+	if err := call(ctx, a.client, "anthropic", a.base+"/v1/messages", headers, body, &r); err != nil {
 		return pipeline.SummaryResponse{}, err
 	}
-	if status < 200 || status > 299 {
-		return pipeline.SummaryResponse{}, classify("anthropic", status, h, data)
-	}
-	var r anthropicResponse
-	if err := json.Unmarshal(data, &r); err != nil {
-		return pipeline.SummaryResponse{}, malformed("anthropic", status, data, err)
-	}
 	if r.Type != "message" {
-		return pipeline.SummaryResponse{}, malformed("anthropic", status, data, errors.New("type is not \"message\""))
+		return pipeline.SummaryResponse{}, malformed("anthropic", http.StatusOK, nil, errors.New("type is not \"message\""))
 	}
 	var sb strings.Builder
 	for _, c := range r.Content {

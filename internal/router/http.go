@@ -57,6 +57,23 @@ func post(ctx context.Context, client *http.Client, provider, url string, header
 	return resp.StatusCode, resp.Header, data, nil
 }
 
+// call posts body and decodes a 2xx answer into out. A non-2xx answer is
+// classified (classify), an undecodable one is a retryable malformed-answer
+// error.
+func call(ctx context.Context, client *http.Client, provider, url string, headers map[string]string, body, out any) error {
+	status, h, data, err := post(ctx, client, provider, url, headers, body)
+	if err != nil {
+		return err
+	}
+	if status < 200 || status > 299 {
+		return classify(provider, status, h, data)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return malformed(provider, status, data, err)
+	}
+	return nil
+}
+
 // errorBody is the union of the error shapes providers send: OpenAI's
 // {"error": {...}}, Anthropic's {"type": "error", "error": {...}}, vLLM's
 // flat {"object": "error", "message": ...}, llama.cpp's n_ctx.

@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -89,19 +88,12 @@ func (o *OpenAI) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 	if o.key != "" {
 		headers["Authorization"] = "Bearer " + o.key
 	}
-	status, h, data, err := post(ctx, o.client, "openai", o.base+"/chat/completions", headers, body)
-	if err != nil {
+	var r openAIResponse
+	if err := call(ctx, o.client, "openai", o.base+"/chat/completions", headers, body, &r); err != nil {
 		return pipeline.SummaryResponse{}, err
 	}
-	if status < 200 || status > 299 {
-		return pipeline.SummaryResponse{}, classify("openai", status, h, data)
-	}
-	var r openAIResponse
-	if err := json.Unmarshal(data, &r); err != nil {
-		return pipeline.SummaryResponse{}, malformed("openai", status, data, err)
-	}
 	if len(r.Choices) == 0 {
-		return pipeline.SummaryResponse{}, malformed("openai", status, data, errors.New("no choices"))
+		return pipeline.SummaryResponse{}, malformed("openai", http.StatusOK, nil, errors.New("no choices"))
 	}
 	c := r.Choices[0]
 	text := ""
