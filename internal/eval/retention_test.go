@@ -15,8 +15,8 @@ func TestMeasure(t *testing.T) {
 		QA: []transcript.QA{
 			{Question: "What did Caroline research?", Answer: "Adoption agencies", Evidence: []string{"D1:1"}, Category: 1},
 			{Question: "Where?", Answer: "Sweden", Evidence: []string{"D1:2"}, Category: 4},
-			{Question: "Later?", Answer: "camping", Evidence: []string{"D2:1"}, Category: 4},           // not summarised
-			{Question: "Adversarial", Answer: "x", Evidence: []string{"D1:1"}, Category: 5},             // category left out
+			{Question: "Later?", Answer: "camping", Evidence: []string{"D2:1"}, Category: 4},              // not summarised
+			{Question: "Adversarial", Answer: "x", Evidence: []string{"D1:1"}, Category: 5},               // category left out
 			{Question: "Irregular", Answer: "Sweden", Evidence: []string{"D1:2; D9:9", "D"}, Category: 2}, // irregular ids
 		},
 	}
