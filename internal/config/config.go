@@ -19,33 +19,11 @@ type File struct {
 	// Compaction overrides pipeline.DefaultConfig field by field.
 	Compaction json.RawMessage `json:"compaction,omitempty"`
 	// Provider is extractive, openai or anthropic; BaseURL its endpoint.
-	Provider string   `json:"provider,omitempty"`
-	BaseURL  string   `json:"base_url,omitempty"`
-	Timeout  Duration `json:"timeout,omitempty"`
+	Provider string            `json:"provider,omitempty"`
+	BaseURL  string            `json:"base_url,omitempty"`
+	Timeout  pipeline.Duration `json:"timeout,omitempty"`
 	// Models add to or replace entries of the shipped model table.
 	Models []models.Info `json:"models,omitempty"`
-}
-
-// Duration is a time.Duration written as a string ("90s") in JSON.
-type Duration time.Duration
-
-// UnmarshalJSON reads "90s" or a number of seconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return err
-		}
-		*d = Duration(v)
-		return nil
-	}
-	var secs float64
-	if err := json.Unmarshal(b, &secs); err != nil {
-		return fmt.Errorf("duration must be a string such as \"90s\" or a number of seconds")
-	}
-	*d = Duration(secs * float64(time.Second))
-	return nil
 }
 
 // Loaded is a config file applied to the defaults.

@@ -261,6 +261,24 @@ func (b *Breakers) RecordFailure(_ context.Context, sessionID, lastError string,
 	return br, opened, nil
 }
 
+// Probe implements pipeline.BreakerStore.
+func (b *Breakers) Probe(_ context.Context, sessionID string, cooldown time.Duration, now time.Time) (session.Breaker, bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	br, ok := b.m[sessionID]
+	if !ok || !br.Open() {
+		return session.Breaker{SessionID: sessionID, State: session.BreakerClosed}, false, nil
+	}
+	if !br.ProbeDue(cooldown, now) {
+		return br, false, nil
+	}
+	t := now.UTC()
+	br.ProbeAt = &t
+	br.Revision++
+	b.m[sessionID] = br
+	return br, true, nil
+}
+
 // Reset implements pipeline.BreakerStore.
 func (b *Breakers) Reset(_ context.Context, sessionID string, _ time.Time) (session.Breaker, error) {
 	b.mu.Lock()

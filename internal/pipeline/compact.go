@@ -167,7 +167,7 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 	if s.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.Timeout)
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.cfg.Timeout))
 		defer cancel()
 	}
 	unlock, err := s.lock(ctx, req.SessionID)
@@ -182,7 +182,15 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 	res.Failures = b.Failures
 	if b.Open() {
-		return fail(ReasonCircuitOpen, false, ErrCircuitOpen, "%d consecutive failures, last: %s; reset the breaker to compact again", b.Failures, b.LastError)
+		probe := false
+		if cd := time.Duration(s.cfg.BreakerCooldown); cd > 0 {
+			if b, probe, err = s.breakers.Probe(ctx, req.SessionID, cd, s.now()); err != nil {
+				return &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: breaker probe: %w", ErrPersistFailed, err)}
+			}
+		}
+		if !probe {
+			return fail(ReasonCircuitOpen, false, ErrCircuitOpen, "%d consecutive failures, last: %s; reset the breaker to compact again", b.Failures, b.LastError)
+		}
 	}
 
 	for attempt := 0; ; attempt++ {
@@ -196,9 +204,11 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 		err = fail(ReasonPersistFailed, true, ErrPersistFailed, "lost %d commit races in a row", s.cfg.CommitRetries+1)
 	}
 	if err == nil {
-		if b.Failures > 0 {
+		if b.Failures > 0 || b.Open() {
 			if _, rerr := s.breakers.Reset(ctx, req.SessionID, s.now()); rerr != nil {
 				s.log.LogAttrs(ctx, slog.LevelWarn, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
+			} else if b.Open() {
+				res.CircuitClosed = true // a half-open probe succeeded
 			}
 		}
 		res.Failures = 0

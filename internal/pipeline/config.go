@@ -5,6 +5,7 @@
 package pipeline
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -36,6 +37,11 @@ type Config struct {
 	EnableIncremental bool `json:"enable_incremental"`
 	// MaxFailures consecutive failed compactions open a session's breaker.
 	MaxFailures int `json:"max_failures"`
+	// BreakerCooldown, when set, lets one request through an open breaker
+	// per cooldown (half-open): success closes it, failure keeps it open.
+	// Zero (the default, as the design note says) keeps it open until an
+	// operator resets it.
+	BreakerCooldown Duration `json:"breaker_cooldown,omitempty"`
 	// HeadroomRatio is the share of the context window that summary plus
 	// raw tail aim for, as far as the pinned messages allow.
 	HeadroomRatio float64 `json:"headroom_ratio"`
@@ -55,7 +61,33 @@ type Config struct {
 	CommitRetries int `json:"commit_retries"`
 	// Timeout bounds one whole compaction; zero means only the caller's
 	// context bounds it.
-	Timeout time.Duration `json:"timeout,omitempty"`
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// Duration is a time.Duration that reads and writes JSON as a string such
+// as "90s" (a number is taken as seconds).
+type Duration time.Duration
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON reads "90s" or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return errors.New("a duration is a string such as \"90s\" or a number of seconds")
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
 }
 
 // DefaultConfig returns the defaults of the design note and SPEC §3 and §9.
@@ -108,7 +140,8 @@ func (c Config) Validate() error {
 	check(c.ToolOutputMaxTokens >= 50, "tool_output_max_tokens must be >= 50, got %d", c.ToolOutputMaxTokens)
 	check(c.MaxChunkDepth >= 1 && c.MaxChunkDepth <= 16, "max_chunk_depth must be in [1, 16], got %d", c.MaxChunkDepth)
 	check(c.CommitRetries >= 0, "commit_retries must be >= 0, got %d", c.CommitRetries)
-	check(c.Timeout >= 0, "timeout must be >= 0, got %s", c.Timeout)
+	check(c.Timeout >= 0, "timeout must be >= 0, got %s", time.Duration(c.Timeout))
+	check(c.BreakerCooldown >= 0, "breaker_cooldown must be >= 0, got %s", time.Duration(c.BreakerCooldown))
 	if len(errs) == 0 {
 		return nil
 	}

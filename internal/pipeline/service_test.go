@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -502,5 +503,52 @@ func TestPinnedTooBigFailsWithoutModelCall(t *testing.T) {
 	}
 	if rec.count.Load() != 0 {
 		t.Fatal("a hopeless compaction called the model")
+	}
+}
+
+// With breaker_cooldown, an open breaker lets one probe through per
+// cooldown: a failing probe keeps it open, a succeeding one closes it.
+func TestBreakerCooldownProbe(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.BreakerCooldown = pipeline.Duration(time.Minute)
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	rec := &recorder{next: extractive.New(counter(t))}
+	e := newEnv(t, rec, cfg)
+	svc, err := pipeline.New(e.store, e.breakers, rec, cfg, pipeline.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.importSession(t, "s", 3000, chat(30))
+	failing := true
+	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+		if failing {
+			return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
+		}
+		return pipeline.SummaryResponse{}, nil, false
+	}
+	req := pipeline.Request{ID: "r", SessionID: "s", Trigger: pipeline.TriggerOverBudget}
+	for range cfg.MaxFailures {
+		svc.Compact(context.Background(), req)
+	}
+	if _, err := svc.Compact(context.Background(), req); !errors.Is(err, pipeline.ErrCircuitOpen) {
+		t.Fatalf("inside the cooldown: %v", err)
+	}
+	calls := rec.count.Load()
+	now = now.Add(2 * time.Minute)
+	res, err := svc.Compact(context.Background(), req) // the probe fails
+	if !errors.Is(err, pipeline.ErrSummaryFailed) || rec.count.Load() == calls || res.CircuitOpened {
+		t.Fatalf("failed probe: %v %+v", err, res)
+	}
+	if _, err := svc.Compact(context.Background(), req); !errors.Is(err, pipeline.ErrCircuitOpen) {
+		t.Fatalf("right after a failed probe: %v", err)
+	}
+	failing = false
+	now = now.Add(2 * time.Minute)
+	res, err = svc.Compact(context.Background(), req)
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || !res.CircuitClosed {
+		t.Fatalf("successful probe: %v %+v", err, res)
+	}
+	if b, _ := e.breakers.Breaker(context.Background(), "s"); b.Open() || b.Failures != 0 {
+		t.Fatalf("breaker after a successful probe: %+v", b)
 	}
 }

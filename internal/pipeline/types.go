@@ -122,6 +122,9 @@ type Result struct {
 	// then holds its state for the CompactionCircuitOpened event.
 	CircuitOpened bool             `json:"-"`
 	Breaker       *session.Breaker `json:"-"`
+	// CircuitClosed is set when a half-open probe succeeded and closed the
+	// breaker (publish CompactionCircuitClosed).
+	CircuitClosed bool `json:"-"`
 }
 
 // SessionStore is what the pipeline needs from session storage.
@@ -157,6 +160,10 @@ type BreakerStore interface {
 	// Reset closes the breaker and clears its count. It returns the state
 	// before the reset (closed with no failures when none was stored).
 	Reset(ctx context.Context, sessionID string, now time.Time) (session.Breaker, error)
+	// Probe lets one request through an open breaker once cooldown has
+	// passed since it opened and since the last probe: it records the probe
+	// time and answers true to exactly one caller, across replicas.
+	Probe(ctx context.Context, sessionID string, cooldown time.Duration, now time.Time) (session.Breaker, bool, error)
 }
 
 // Task is what a summary call is for.

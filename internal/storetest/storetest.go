@@ -225,6 +225,46 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 			t.Fatalf("after reset: %+v", br)
 		}
 	})
+	t.Run("half-open probe", func(t *testing.T) {
+		b := newStore(t)
+		if _, ok, err := b.Probe(ctx, "p", time.Minute, now); err != nil || ok {
+			t.Fatalf("a closed breaker let a probe through: %v %v", ok, err)
+		}
+		for range 3 {
+			b.RecordFailure(ctx, "p", "x", 3, now)
+		}
+		if _, ok, _ := b.Probe(ctx, "p", time.Minute, now.Add(30*time.Second)); ok {
+			t.Fatal("probe before the cooldown")
+		}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		granted := 0
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, ok, err := b.Probe(ctx, "p", time.Minute, now.Add(61*time.Second))
+				if err != nil {
+					t.Error(err)
+				}
+				if ok {
+					mu.Lock()
+					granted++
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if granted != 1 {
+			t.Fatalf("%d probes granted at once, want 1", granted)
+		}
+		if _, ok, _ := b.Probe(ctx, "p", time.Minute, now.Add(122*time.Second)); !ok {
+			t.Fatal("no probe a cooldown after the last one")
+		}
+		if br, _ := b.Breaker(ctx, "p"); !br.Open() || br.ProbeAt == nil {
+			t.Fatalf("a probe must leave the breaker open until it succeeds: %+v", br)
+		}
+	})
 	t.Run("concurrent failures count once each", func(t *testing.T) {
 		b := newStore(t)
 		var wg sync.WaitGroup
