@@ -188,7 +188,7 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 				return &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: breaker probe: %w", ErrPersistFailed, err)}
 			}
 		}
-		if !probe {
+		if !probe && b.Open() { // (a reset may have closed it meanwhile)
 			return fail(ReasonCircuitOpen, false, ErrCircuitOpen, "%d consecutive failures, last: %s; reset the breaker to compact again", b.Failures, b.LastError)
 		}
 	}
