@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -82,7 +83,11 @@ func TestReplayRealData(t *testing.T) {
 			res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprint(ci), SessionID: id, Trigger: pipeline.TriggerOverBudget})
 			if err != nil {
 				stats[string(res.Reason)]++
-				t.Logf("%s @%d: %v", c.Name, limit, err)
+				// A session whose pinned prompt alone fills the window may be
+				// refused; nothing else may fail.
+				if !errors.Is(err, pipeline.ErrInsufficientProgress) {
+					t.Errorf("%s @%d: %v", c.Name, limit, err)
+				}
 				continue
 			}
 			stats[string(res.Outcome)]++
@@ -93,4 +98,7 @@ func TestReplayRealData(t *testing.T) {
 		}
 	}
 	t.Logf("outcomes: %v", stats)
+	if stats[string(pipeline.OutcomeCompacted)] < len(convs)/4 {
+		t.Fatalf("only %d compactions in %d runs", stats[string(pipeline.OutcomeCompacted)], len(convs)*len(limits))
+	}
 }
