@@ -29,6 +29,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"compact", "run the compaction pipeline on a conversation file, in-process", runCompact},
+		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
 		{"version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintln(stdout, version)
 			return err

@@ -120,3 +120,38 @@ func TestCompactFileConfig(t *testing.T) {
 		t.Fatalf("a missing key must fail at start-up: exit %d, %s", code, stderr)
 	}
 }
+
+func TestEval(t *testing.T) {
+	var fx struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	b, _ := os.ReadFile(fixture)
+	json.Unmarshal(b, &fx)
+	dir := t.TempDir()
+	tau := filepath.Join(dir, "agent_trajectories", "tau-bench")
+	os.MkdirAll(tau, 0o755)
+	os.WriteFile(filepath.Join(tau, "runs.json"), []byte(`[{"task_id":2,"trial":1,"traj":`+string(fx.Messages)+`}]`), 0o644)
+	code, out, stderr := runCLI(t, "eval", "--data", dir, "--limits", "6000", "--per-file")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 { // per file and overall, incremental and from scratch
+		t.Fatalf("%d lines:\n%s", len(lines), out)
+	}
+	var total struct {
+		Sessions    int     `json:"sessions"`
+		Compactions int     `json:"compactions"`
+		Ratio       float64 `json:"input_over_floor"`
+	}
+	json.Unmarshal([]byte(lines[1]), &total)
+	if total.Sessions != 1 || total.Compactions == 0 || total.Ratio <= 0 {
+		t.Fatalf("overall: %s", lines[1])
+	}
+	if code, _, stderr := runCLI(t, "eval", "--data", dir, "--limits", "x"); code != 2 || !strings.Contains(stderr, "limits") {
+		t.Fatalf("bad limits: exit %d %s", code, stderr)
+	}
+	if code, _, _ := runCLI(t, "eval", "--data", t.TempDir()); code != 1 {
+		t.Fatalf("empty data dir: exit %d", code)
+	}
+}

@@ -19,8 +19,8 @@ var Categories = map[int]bool{1: true, 2: true, 4: true}
 
 // Retention is the retention measure's counts.
 type Retention struct {
-	Eligible int // questions whose evidence lies wholly in the summarised range
-	Kept     int // of those, answers present in the compacted context
+	Eligible int `json:"eligible"` // questions whose evidence lies wholly in the summarised range
+	Kept     int `json:"kept"`     // of those, answers present in the compacted context
 }
 
 // Share returns Kept/Eligible (0 when nothing is eligible).

@@ -56,6 +56,34 @@ func SafeCuts(msgs []session.Message) []bool {
 	return safe
 }
 
+// ToolCall identifies one tool call: the message that made it and its id
+// (ids alone are not unique: real transcripts reuse them).
+type ToolCall struct {
+	MessageID string
+	CallID    string
+}
+
+// ToolPairs pairs every tool result in msgs with the latest call of its id
+// before it, the rule SafeCuts cuts by. It returns each paired result's
+// call (by result message id) and how many results each call has.
+func ToolPairs(msgs []session.Message) (callOf map[string]ToolCall, results map[ToolCall]int) {
+	callOf, results = map[string]ToolCall{}, map[ToolCall]int{}
+	latest := map[string]string{}
+	for i := range msgs {
+		for _, tc := range msgs[i].ToolCalls {
+			latest[tc.ID] = msgs[i].ID
+		}
+		if msgs[i].Role == session.RoleTool {
+			if m, ok := latest[msgs[i].ToolCallID]; ok {
+				c := ToolCall{MessageID: m, CallID: msgs[i].ToolCallID}
+				callOf[msgs[i].ID] = c
+				results[c]++
+			}
+		}
+	}
+	return callOf, results
+}
+
 // Select decides where the raw tail starts. It keeps the last
 // KeepRecentTurns turns raw; when that tail is over its budget (tokens or
 // messages), the cut moves forward to the first legal point from which the

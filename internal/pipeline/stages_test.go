@@ -295,3 +295,20 @@ func TestSafeCutsReusedCallID(t *testing.T) {
 		}
 	}
 }
+
+// A reused call id whose second call still waits for its result: keeping
+// that call raw is legal although a result with its id was summarised.
+func TestVerifyReusedCallID(t *testing.T) {
+	before := msgs("s u c t u c")
+	before[5].ToolCalls[0].ID = before[2].ToolCalls[0].ID
+	summary := session.Message{ID: "sum", Role: session.RoleUser, IsCompaction: true}
+	after := []session.Message{before[0], summary, before[4], before[5]}
+	if err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: after, Pinned: before[:1], AfterTokens: 10, Limit: 100, MaxSummaryTokens: 10}); err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	// Keeping the first call's result without the call is still refused.
+	bad := []session.Message{before[0], summary, before[3], before[4], before[5]}
+	if err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: bad, Pinned: before[:1], AfterTokens: 10, Limit: 100, MaxSummaryTokens: 10}); !errors.Is(err, pipeline.ErrInvariant) {
+		t.Fatalf("orphaned result accepted: %v", err)
+	}
+}

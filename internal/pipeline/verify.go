@@ -48,16 +48,27 @@ func Verify(in VerifyInput) error {
 		return fmt.Errorf("%w: context has %d compaction messages, want 1", ErrInvariant, compactions)
 	}
 
-	callsBefore, resultsBefore := pairs(in.Before)
-	callsAfter, resultsAfter := pairs(after)
-	for id := range resultsAfter {
-		if callsBefore[id] && !callsAfter[id] {
-			return fmt.Errorf("%w: tool result %s kept without its call", ErrInvariant, id)
+	// Pairs as they were before; orphans of the input stay as they were.
+	callOf, want := ToolPairs(in.Before)
+	inAfter := make(map[string]bool, len(after))
+	for i := range after {
+		inAfter[after[i].ID] = true
+	}
+	got := map[ToolCall]int{}
+	for i := range after {
+		if c, ok := callOf[after[i].ID]; ok {
+			if !inAfter[c.MessageID] {
+				return fmt.Errorf("%w: tool result %s kept without its call", ErrInvariant, c.CallID)
+			}
+			got[c]++
 		}
 	}
-	for id := range callsAfter {
-		if resultsBefore[id] && !resultsAfter[id] {
-			return fmt.Errorf("%w: tool call %s kept without its result", ErrInvariant, id)
+	for i := range after {
+		for _, tc := range after[i].ToolCalls {
+			c := ToolCall{MessageID: after[i].ID, CallID: tc.ID}
+			if got[c] != want[c] {
+				return fmt.Errorf("%w: tool call %s kept with %d of its %d results", ErrInvariant, tc.ID, got[c], want[c])
+			}
 		}
 	}
 	if in.SummaryTokens > in.MaxSummaryTokens {
@@ -67,19 +78,6 @@ func Verify(in VerifyInput) error {
 		return fmt.Errorf("%w: context would have %d tokens, over its limit %d", ErrInvariant, in.AfterTokens, in.Limit)
 	}
 	return nil
-}
-
-func pairs(msgs []session.Message) (calls, results map[string]bool) {
-	calls, results = map[string]bool{}, map[string]bool{}
-	for i := range msgs {
-		for _, tc := range msgs[i].ToolCalls {
-			calls[tc.ID] = true
-		}
-		if msgs[i].Role == session.RoleTool && msgs[i].ToolCallID != "" {
-			results[msgs[i].ToolCallID] = true
-		}
-	}
-	return calls, results
 }
 
 // ContextOf returns what the model sees for a loaded session: the pinned

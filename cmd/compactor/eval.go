@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// evalSummary is the overall line of `compactor eval`.
+type evalSummary struct {
+	Limit       int             `json:"context_limit"`
+	Incremental bool            `json:"incremental"`
+	Sessions    int             `json:"sessions"`
+	Compactions int             `json:"compactions"`
+	Failures    int             `json:"failures"`
+	LLMCalls    int             `json:"llm_calls"`
+	Tokens      int             `json:"tokens"`
+	InputTokens int             `json:"summary_input_tokens"`
+	CostRatio   float64         `json:"input_over_floor"`
+	TokensSaved int             `json:"tokens_saved"`
+	Retention   *eval.Retention `json:"locomo_retention,omitempty"`
+	Share       float64         `json:"locomo_retention_share,omitempty"`
+}
+
+func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	data := fs.String("data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
+	limits := fs.String("limits", "2000,4000", "comma-separated context `LIMITS` to replay at")
+	mode := fs.String("mode", "both", "`MODE`: incremental, scratch or both")
+	maxSummary := fs.Int("max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
+	perFile := fs.Bool("per-file", false, "print a report line per conversation too")
+	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both]")
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	var lims []int
+	for _, f := range strings.Split(*limits, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: --limits: %q is not a positive number", errUsage, f)
+		}
+		lims = append(lims, n)
+	}
+	modes := map[string][]bool{"incremental": {true}, "scratch": {false}, "both": {true, false}}[*mode]
+	if modes == nil {
+		return fmt.Errorf("%w: --mode must be incremental, scratch or both", errUsage)
+	}
+	convs, err := transcript.LoadDataDir(*data)
+	if err != nil {
+		return err
+	}
+	if len(convs) == 0 {
+		return fmt.Errorf("no conversations found under %s", *data)
+	}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return err
+	}
+	sum := extractive.New(counter)
+	enc := json.NewEncoder(stdout)
+	for _, limit := range lims {
+		for _, incremental := range modes {
+			cfg := pipeline.DefaultConfig()
+			cfg.EnableIncremental, cfg.MaxSummaryTokens = incremental, *maxSummary
+			if err := cfg.Validate(); err != nil {
+				return fmt.Errorf("%w: %v", errUsage, err)
+			}
+			total := evalSummary{Limit: limit, Incremental: incremental}
+			for _, c := range convs {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				rep, err := eval.Replay(ctx, c, counter, sum, cfg, limit)
+				if err != nil {
+					return err
+				}
+				if *perFile {
+					if err := enc.Encode(rep); err != nil {
+						return err
+					}
+				}
+				total.Sessions++
+				total.Compactions += rep.Compactions
+				total.Failures += rep.Failures
+				total.LLMCalls += rep.LLMCalls
+				total.Tokens += rep.Tokens
+				total.InputTokens += rep.InputTokens
+				total.TokensSaved += rep.TokensSaved
+				if rep.Retention != nil {
+					if total.Retention == nil {
+						total.Retention = &eval.Retention{}
+					}
+					*total.Retention = total.Retention.Add(*rep.Retention)
+				}
+			}
+			if total.Tokens > 0 {
+				total.CostRatio = float64(total.InputTokens) / float64(total.Tokens)
+			}
+			if total.Retention != nil {
+				total.Share = total.Retention.Share()
+			}
+			if err := enc.Encode(total); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

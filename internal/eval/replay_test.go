@@ -1,0 +1,89 @@
+package eval_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// TestReplayLoCoMo runs the runtime loop over LoCoMo conversations at a
+// 2,000-token limit, incremental and from scratch: invariants hold after
+// every compaction, and incremental compaction reads far fewer tokens.
+func TestReplayLoCoMo(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "shared", "data", "locomo", "locomo8.json")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("skipping: %s is absent", dir)
+	}
+	convs, err := transcript.LoadLoCoMo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, _ := tokens.ForEncoding("o200k_base")
+	sum := extractive.New(counter)
+	var inc, scratch eval.Report
+	for _, c := range convs[:2] {
+		for _, incremental := range []bool{true, false} {
+			cfg := pipeline.DefaultConfig()
+			cfg.EnableIncremental = incremental
+			rep, err := eval.Replay(context.Background(), c, counter, sum, cfg, 2000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Compactions == 0 || rep.Failures != 0 || rep.MaxTokens > 2000 {
+				t.Fatalf("%s incremental=%v: %+v", c.Name, incremental, rep)
+			}
+			t.Logf("%s incremental=%v: %d compactions, %d calls, input %d tokens = %.2f x the %d-token floor, retention %+v",
+				c.Name, incremental, rep.Compactions, rep.LLMCalls, rep.InputTokens, rep.CostRatio, rep.Tokens, *rep.Retention)
+			if incremental {
+				inc.InputTokens += rep.InputTokens
+				inc.Tokens += rep.Tokens
+			} else {
+				scratch.InputTokens += rep.InputTokens
+			}
+		}
+	}
+	if inc.InputTokens*3 > scratch.InputTokens {
+		t.Fatalf("incremental read %d tokens, from scratch %d: want at least 3x less", inc.InputTokens, scratch.InputTokens)
+	}
+}
+
+// TestReplayTauBenchReusedIDs replays the tau-bench runs whose tool-call ids
+// repeat (task 9 trial 2 calls update_reservation_flights twice with one id
+// while a call is pending): every compaction keeps its invariants.
+func TestReplayTauBenchReusedIDs(t *testing.T) {
+	path := filepath.Join("..", "..", "..", "shared", "data", "agent_trajectories", "tau-bench", "gpt-4o-airline-tasks0-39.json")
+	if _, err := os.Stat(path); err != nil {
+		t.Skipf("skipping: %s is absent", path)
+	}
+	convs, err := transcript.LoadTauBench(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, _ := tokens.ForEncoding("o200k_base")
+	n := 0
+	for _, c := range convs {
+		if c.Name != "tau-bench/task9-trial2" && c.Name != "tau-bench/task2-trial1" && c.Name != "tau-bench/task0-trial0" {
+			continue
+		}
+		n++
+		rep, err := eval.Replay(context.Background(), c, counter, extractive.New(counter), pipeline.DefaultConfig(), 4000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Replay fails on a broken invariant; a refused hopeless compaction
+		// (insufficient_progress) is counted, not an error.
+		if rep.Compactions == 0 {
+			t.Fatalf("%s: %+v", c.Name, rep)
+		}
+	}
+	if n != 3 {
+		t.Fatalf("found %d of the 3 runs", n)
+	}
+}
