@@ -13,7 +13,7 @@ build:
 # the heavy replays and evaluations in full without it. No network, no keys.
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty' ./internal/pipeline
+	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty|TestLargeSession' ./internal/pipeline ./internal/eval ./internal/kvstore
 
 test-race: test
 

@@ -159,6 +159,37 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 			t.Fatalf("%d compactions after conflicts, want 1", len(comps))
 		}
 	})
+	t.Run("concurrent appenders get distinct seqs", func(t *testing.T) {
+		s := newStore(t)
+		s.Create(ctx, session.Record{SessionID: "f"}, nil)
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 10 {
+					if _, err := s.Append(ctx, "f", session.Message{Role: session.RoleUser, Content: text(fmt.Sprintf("w%d-%d", w, i))}); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		all, _, err := s.History(ctx, "f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for i, m := range all {
+			if m.Seq != int64(i+1) || seen[m.Content.Text] {
+				t.Fatalf("message %d: seq %d, %q (duplicate %v)", i, m.Seq, m.Content.Text, seen[m.Content.Text])
+			}
+			seen[m.Content.Text] = true
+		}
+		if len(all) != 40 {
+			t.Fatalf("%d messages, want 40", len(all))
+		}
+	})
 	t.Run("appends racing a commit are kept", func(t *testing.T) {
 		s := newStore(t)
 		rec, _ := s.Create(ctx, session.Record{SessionID: "e"}, conversation(5))

@@ -1,0 +1,146 @@
+package kvstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Breakers is the breaker store on the compaction_breakers bucket, one key
+// per session; every change is a compare-and-set on the key's revision, so
+// replicas share one count and exactly one of them opens a breaker.
+type Breakers struct {
+	kv jetstream.KeyValue
+}
+
+// NewBreakers binds the provisioned breakers bucket.
+func NewBreakers(ctx context.Context, js jetstream.JetStream) (*Breakers, error) {
+	kv, err := js.KeyValue(ctx, BreakersBucket)
+	if err != nil {
+		return nil, fmt.Errorf("bind bucket %s: %w", BreakersBucket, err)
+	}
+	return &Breakers{kv: kv}, nil
+}
+
+func closed(sid string) session.Breaker {
+	return session.Breaker{SessionID: sid, State: session.BreakerClosed}
+}
+
+func (b *Breakers) get(ctx context.Context, sid string) (session.Breaker, error) {
+	if err := checkID(sid); err != nil {
+		return session.Breaker{}, err
+	}
+	e, err := b.kv.Get(ctx, sid)
+	if isNotFound(err) {
+		return closed(sid), nil
+	}
+	if err != nil {
+		return session.Breaker{}, err
+	}
+	var br session.Breaker
+	if err := json.Unmarshal(e.Value(), &br); err != nil {
+		return session.Breaker{}, fmt.Errorf("breaker %s: %w", sid, err)
+	}
+	br.Revision = e.Revision()
+	return br, nil
+}
+
+// update applies change with compare-and-set, re-reading on a lost race.
+func (b *Breakers) update(ctx context.Context, sid string, change func(*session.Breaker) bool) (session.Breaker, bool, error) {
+	for range casRetries {
+		br, err := b.get(ctx, sid)
+		if err != nil {
+			return session.Breaker{}, false, err
+		}
+		next := br
+		if !change(&next) {
+			return br, false, nil
+		}
+		v, _ := json.Marshal(next)
+		if br.Revision == 0 {
+			_, err = b.kv.Create(ctx, sid, v)
+		} else {
+			_, err = b.kv.Update(ctx, sid, v, br.Revision)
+		}
+		if err == nil {
+			return next, true, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+			return session.Breaker{}, false, err
+		}
+	}
+	return session.Breaker{}, false, fmt.Errorf("breaker %s: %w after %d tries", sid, session.ErrConflict, casRetries)
+}
+
+// Breaker implements pipeline.BreakerStore.
+func (b *Breakers) Breaker(ctx context.Context, sid string) (session.Breaker, error) {
+	return b.get(ctx, sid)
+}
+
+// RecordFailure implements pipeline.BreakerStore.
+func (b *Breakers) RecordFailure(ctx context.Context, sid, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
+	opened := false
+	br, _, err := b.update(ctx, sid, func(br *session.Breaker) bool {
+		br.Failures++
+		br.LastError = lastError
+		br.UpdatedAt = now.UTC()
+		opened = false
+		if !br.Open() && br.Failures >= maxFailures {
+			t := now.UTC()
+			br.State, br.OpenedAt, opened = session.BreakerOpen, &t, true
+		}
+		return true
+	})
+	return br, opened, err
+}
+
+// Probe implements pipeline.BreakerStore.
+func (b *Breakers) Probe(ctx context.Context, sid string, cooldown time.Duration, now time.Time) (session.Breaker, bool, error) {
+	return b.update(ctx, sid, func(br *session.Breaker) bool {
+		if !br.ProbeDue(cooldown, now) {
+			return false
+		}
+		t := now.UTC()
+		br.ProbeAt = &t
+		return true
+	})
+}
+
+// Reset implements pipeline.BreakerStore.
+func (b *Breakers) Reset(ctx context.Context, sid string, _ time.Time) (session.Breaker, error) {
+	br, err := b.get(ctx, sid)
+	if err != nil || br.Revision == 0 {
+		return br, err
+	}
+	if err := b.kv.Delete(ctx, sid); err != nil {
+		return session.Breaker{}, err
+	}
+	return br, nil
+}
+
+// List returns every stored breaker.
+func (b *Breakers) List(ctx context.Context) ([]session.Breaker, error) {
+	lister, err := b.kv.ListKeys(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []session.Breaker
+	for k := range lister.Keys() {
+		br, err := b.get(ctx, k)
+		if err != nil {
+			return nil, err
+		}
+		if br.Revision != 0 {
+			out = append(out, br)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].SessionID < out[j].SessionID })
+	return out, nil
+}

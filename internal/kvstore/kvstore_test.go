@@ -1,0 +1,177 @@
+package kvstore_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/storetest"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// jetStream starts an embedded nats-server with JetStream for one test and
+// returns a connection with the buckets provisioned.
+func jetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := kvstore.Provision(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := kvstore.Provision(ctx, js, 1); err != nil { // idempotent
+		t.Fatalf("second provision: %v", err)
+	}
+	return nc, js
+}
+
+func TestSessionStore(t *testing.T) {
+	storetest.RunSessionStore(t, func(t *testing.T) storetest.Store {
+		nc, js := jetStream(t)
+		s, err := kvstore.NewSessions(context.Background(), nc, js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}
+
+func TestBreakers(t *testing.T) {
+	storetest.RunBreakers(t, func(t *testing.T) storetest.Breakers {
+		_, js := jetStream(t)
+		b, err := kvstore.NewBreakers(context.Background(), js)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	})
+}
+
+// A session of 10,000 messages and 3 MB (1,200 under -race): no value near
+// max_payload, and the pipeline compacts it on the KV store.
+func TestLargeSessionCompacts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("large session")
+	}
+	nc, js := jetStream(t)
+	ctx := context.Background()
+	s, _ := kvstore.NewSessions(ctx, nc, js)
+	b, _ := kvstore.NewBreakers(ctx, js)
+	counter, _ := tokens.ForEncoding("o200k_base")
+	var msgs []session.Message
+	bytes := 0
+	pairs := 5000
+	if raceEnabled {
+		pairs = 600
+	}
+	for i := range pairs {
+		u := session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("step %d: check order ORD-%06d; %s", i, i, strings.Repeat("details ", 40)))}
+		a := session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("order ORD-%06d is shipped; %s", i, strings.Repeat("notes ", 40)))}
+		u.Tokens, a.Tokens = 90, 70 // counted as a runtime would before appending
+		msgs = append(msgs, u, a)
+		bytes += len(u.Content.Text) + len(a.Content.Text)
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "big", Model: "gpt-4o", ContextLimit: 8000}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := pipeline.New(s, b, extractive.New(counter), pipeline.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Compact(ctx, pipeline.Request{ID: "r", SessionID: "big", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.TokensAfter > 8000 {
+		t.Fatalf("%v %+v", err, res)
+	}
+	t.Logf("%d messages, %d KB: compacted %d -> %d tokens in %d ms, %d chunks", len(msgs), bytes>>10, res.TokensBefore, res.TokensAfter, res.DurationMS, res.Chunks)
+	sess, err := s.Load(ctx, "big", false)
+	if err != nil || len(sess.Messages) > 100 {
+		t.Fatalf("after compaction Load reads %d messages (%v), want the tail only", len(sess.Messages), err)
+	}
+}
+
+// Two replicas racing on one request over the KV store: one compaction,
+// one compacted answer and one already_compacted.
+func TestReplicasRaceOnKV(t *testing.T) {
+	nc, js := jetStream(t)
+	ctx := context.Background()
+	s, _ := kvstore.NewSessions(ctx, nc, js)
+	b, _ := kvstore.NewBreakers(ctx, js)
+	counter, _ := tokens.ForEncoding("o200k_base")
+	var msgs []session.Message
+	for i := range 60 {
+		msgs = append(msgs, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d about invoice INV-%d", i, i))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("invoice INV-%d totals $%d", i, 100+i))})
+	}
+	for i := range msgs {
+		counter.Ensure(&msgs[i])
+	}
+	s.Create(ctx, session.Record{SessionID: "race", Model: "gpt-4o", ContextLimit: 1500}, msgs)
+	var arrived sync.WaitGroup
+	arrived.Add(2)
+	sum := barrier{next: extractive.New(counter), wg: &arrived}
+	var wg sync.WaitGroup
+	outcomes := make(chan pipeline.Outcome, 2)
+	for range 2 {
+		svc, _ := pipeline.New(s, b, sum, pipeline.DefaultConfig())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := svc.Compact(ctx, pipeline.Request{ID: "same", SessionID: "race", Trigger: pipeline.TriggerOverBudget})
+			if err != nil {
+				t.Error(err)
+			}
+			outcomes <- res.Outcome
+		}()
+	}
+	wg.Wait()
+	close(outcomes)
+	got := map[pipeline.Outcome]int{}
+	for o := range outcomes {
+		got[o]++
+	}
+	if got[pipeline.OutcomeCompacted] != 1 || got[pipeline.OutcomeAlreadyCompacted] != 1 {
+		t.Fatalf("outcomes %v", got)
+	}
+	if _, comps, _ := s.History(ctx, "race"); len(comps) != 1 {
+		t.Fatalf("%d compactions", len(comps))
+	}
+}
+
+// barrier holds every summary call until two have arrived.
+type barrier struct {
+	next pipeline.Summarizer
+	wg   *sync.WaitGroup
+}
+
+func (b barrier) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	b.wg.Done()
+	b.wg.Wait()
+	return b.next.Summarize(ctx, r)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvstore_test
+
+const raceEnabled = false
