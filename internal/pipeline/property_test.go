@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -80,39 +81,6 @@ func genSession(t *rapid.T, calls *int) []session.Message {
 	return append(out, genTurns(t, 0, calls)...)
 }
 
-// checkPairs asserts no tool call is separated from its results: every
-// result in ctx whose call exists in the session has it in ctx before it,
-// and every call in ctx has all its session results in ctx.
-func checkPairs(t *rapid.T, all, ctx []session.Message) {
-	callAt := map[string]bool{}
-	results := map[string]int{}
-	for _, m := range all {
-		if m.Role == session.RoleTool {
-			results[m.ToolCallID]++
-		}
-	}
-	inCtx := map[string]int{}
-	for _, m := range ctx {
-		if m.IsCompaction {
-			continue
-		}
-		for _, tc := range m.ToolCalls {
-			callAt[tc.ID] = true
-		}
-		if m.Role == session.RoleTool {
-			if !callAt[m.ToolCallID] {
-				t.Fatalf("tool result %s in the context without its call before it", m.ToolCallID)
-			}
-			inCtx[m.ToolCallID]++
-		}
-	}
-	for id := range callAt {
-		if inCtx[id] != results[id] {
-			t.Fatalf("tool call %s in the context with %d of its %d results", id, inCtx[id], results[id])
-		}
-	}
-}
-
 func TestPropertyCompaction(t *testing.T) {
 	c := counter(t)
 	rapid.Check(t, func(t *rapid.T) {
@@ -168,12 +136,9 @@ func TestPropertyCompaction(t *testing.T) {
 				t.Fatalf("pinned message %d lost", i)
 			}
 		}
-		checkPairs(t, all, out)
-		if n := c.Count(sess.Summary.Compaction.SummaryText); n > cfg.MaxSummaryTokens {
-			t.Fatalf("summary %d tokens, over %d", n, cfg.MaxSummaryTokens)
-		}
-		if n := c.Context(out); n > limit {
-			t.Fatalf("context %d tokens, over the limit %d", n, limit)
+		// No call separated from its results, summary and context in budget.
+		if err := eval.CheckContext(all, out, c.Context(out), limit, c, cfg.MaxSummaryTokens); err != nil {
+			t.Fatal(err)
 		}
 		// The last K turns stay raw unless they alone overflow the headroom.
 		users := 0
@@ -236,7 +201,10 @@ func TestPropertyCompaction(t *testing.T) {
 		if res2.Outcome == pipeline.OutcomeCompacted {
 			sess2, _ := store.Load(ctx, "s", false)
 			all2, _, _ := store.History(ctx, "s")
-			checkPairs(t, all2, pipeline.ContextOf(sess2))
+			out2 := pipeline.ContextOf(sess2)
+			if err := eval.CheckContext(all2, out2, c.Context(out2), limit, c, cfg.MaxSummaryTokens); err != nil {
+				t.Fatalf("second compaction: %v", err)
+			}
 		}
 	})
 }

@@ -6,50 +6,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/transcript"
 )
-
-// checkInvariants asserts what every compacted context must satisfy.
-func checkInvariants(t testing.TB, name string, before, after []session.Message, limit, maxSummary int, e *env) {
-	t.Helper()
-	// pinned leading system messages of the original are still first
-	i := 0
-	for i < len(before) && before[i].Role == session.RoleSystem && !before[i].IsCompaction {
-		if i >= len(after) || after[i].ID != before[i].ID {
-			t.Fatalf("%s: pinned system message %d lost", name, i)
-		}
-		i++
-	}
-	calls := map[string]bool{}
-	for _, m := range after {
-		for _, tc := range m.ToolCalls {
-			calls[tc.ID] = true
-		}
-	}
-	origCalls := map[string]bool{}
-	for _, m := range before {
-		for _, tc := range m.ToolCalls {
-			origCalls[tc.ID] = true
-		}
-	}
-	for _, m := range after {
-		if m.Role == session.RoleTool && origCalls[m.ToolCallID] && !calls[m.ToolCallID] {
-			t.Fatalf("%s: tool result %s kept without its call", name, m.ToolCallID)
-		}
-	}
-	if n := e.counter.Context(after); n > limit {
-		t.Fatalf("%s: context has %d tokens, over limit %d", name, n, limit)
-	}
-	for _, m := range after {
-		if m.IsCompaction {
-			if n := e.counter.Count(m.Compaction.SummaryText); n > maxSummary {
-				t.Fatalf("%s: summary has %d tokens, over %d", name, n, maxSummary)
-			}
-		}
-	}
-}
 
 // TestReplayRealData compacts every conversation and trajectory of
 // ../shared/data under several context limits, checking the invariants.
@@ -79,7 +39,6 @@ func TestReplayRealData(t *testing.T) {
 		for ci, c := range convs {
 			id := fmt.Sprintf("%d-%s", limit, c.Name)
 			e.importSession(t, id, limit, c.Messages)
-			before := e.context(t, id)
 			res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprint(ci), SessionID: id, Trigger: pipeline.TriggerOverBudget})
 			if err != nil {
 				stats[string(res.Reason)]++
@@ -93,7 +52,10 @@ func TestReplayRealData(t *testing.T) {
 			stats[string(res.Outcome)]++
 			after := e.context(t, id)
 			if res.Outcome == pipeline.OutcomeCompacted {
-				checkInvariants(t, id, before, after, limit, cfg.MaxSummaryTokens, e)
+				all, _, _ := e.store.History(context.Background(), id)
+				if err := eval.CheckContext(all, after, e.counter.Context(after), limit, e.counter, cfg.MaxSummaryTokens); err != nil {
+					t.Fatalf("%s: %v", id, err)
+				}
 			}
 		}
 	}
