@@ -1,0 +1,123 @@
+package events_test
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/schemas"
+)
+
+func binary(typ, data string) (map[string][]string, []byte) {
+	return map[string][]string{
+		"Ce-Specversion": {"1.0"}, "CE-ID": {"evt-1"}, "ce-source": {"urn%3Aruntime%3Aa"}, "ce-type": {typ},
+		"ce-subject": {"sess-1"}, "ce-time": {"2026-12-02T12:00:00Z"}, "Content-Type": {"application/json"},
+	}, []byte(data)
+}
+
+func TestDecodeBinaryAndStructured(t *testing.T) {
+	h, body := binary("ContextOverBudget", `{"session_id":"sess-1","model":"gpt-4o","context_limit":8000,"requested_tokens":9100,"message_count":80}`)
+	req, ev, err := events.DecodeRequest(h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pipeline.Request{ID: "evt-1", SessionID: "sess-1", Trigger: pipeline.TriggerOverBudget, Model: "gpt-4o", ContextLimit: 8000, RequestedTokens: 9100, MessageCount: 80}
+	if req != want || ev.Source() != "urn:runtime:a" {
+		t.Fatalf("got %+v (source %q), want %+v", req, ev.Source(), want)
+	}
+	structured := `{"specversion":"1.0","id":"evt-2","source":"runtime","type":"context_overflow","subject":"sess-1","datacontenttype":"application/json",
+		"data":{"session_id":"sess-1","provider":"openai","error_code":"context_length_exceeded","error_message":"maximum context length is 8192 tokens"}}`
+	req, _, err = events.DecodeRequest(map[string][]string{"content-type": {"application/cloudevents+json"}}, []byte(structured))
+	if err != nil || req.Trigger != pipeline.TriggerOverflow || req.ID != "evt-2" || req.SessionID != "sess-1" {
+		t.Fatalf("structured: %+v %v", req, err)
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	ok := `{"session_id":"sess-1"}`
+	tests := []struct {
+		name string
+		h    map[string][]string
+		body string
+		want string
+	}{
+		{"not JSON", nil, "hello", "not a CloudEvent"},
+		{"structured not JSON", map[string][]string{"Content-Type": {"application/cloudevents+json"}}, "{", "structured event"},
+		{"missing id", map[string][]string{"ce-specversion": {"1.0"}, "ce-source": {"x"}, "ce-type": {"ContextOverBudget"}}, ok, "not a valid CloudEvent"},
+		{"wrong type", nil, ok, "type"},
+		{"missing session_id", nil, `{"model":"gpt-4o"}`, "session_id"},
+		{"bad session id", nil, `{"session_id":"a.b"}`, "session_id"},
+		{"invalid UTF-8", nil, "{\"session_id\":\"\xff\"}", "UTF-8"},
+		{"oversized", nil, `{"session_id":"s","focus":"` + strings.Repeat("x", events.MaxRequestBytes) + `"}`, "over"},
+		{"data not JSON", nil, `[1,2`, "data"},
+		{"subject mismatch", nil, `{"session_id":"other"}`, "subject"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h, body := binary("ContextOverBudget", tt.body)
+			switch tt.name {
+			case "wrong type":
+				h["ce-type"] = []string{"SomethingElse"}
+			case "not JSON":
+				h = map[string][]string{}
+			}
+			if tt.h != nil {
+				h = tt.h
+			}
+			_, _, err := events.DecodeRequest(h, body)
+			if !errors.Is(err, events.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestResultEventsRoundTrip(t *testing.T) {
+	res := &pipeline.Result{SessionID: "sess-1", RequestID: "evt-1", Trigger: pipeline.TriggerOverBudget, Outcome: pipeline.OutcomeNoop}
+	id := events.ResultID(res.RequestID, events.TypeCompactionCompleted)
+	if id != events.ResultID("evt-1", events.TypeCompactionCompleted) || id == events.ResultID("evt-2", events.TypeCompactionCompleted) ||
+		id == events.ResultID("evt-1", events.TypeCompactionFailed) {
+		t.Fatal("result ids must be deterministic per request and type")
+	}
+	ev, err := events.NewEvent(id, events.TypeCompactionCompleted, "compactor", res.SessionID, time.Now(), res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body := events.EncodeBinary(ev)
+	if h["Nats-Msg-Id"][0] != id || h["ce-type"][0] != "CompactionCompleted" || h["ce-subject"][0] != "sess-1" || h["Content-Type"][0] != "application/json" {
+		t.Fatalf("headers %v", h)
+	}
+	if err := schemas.Validate(schemas.CompactionCompleted, body); err != nil {
+		t.Fatal(err)
+	}
+	var back pipeline.Result
+	if json.Unmarshal(body, &back); back.Outcome != pipeline.OutcomeNoop {
+		t.Fatalf("body %s", body)
+	}
+}
+
+// FuzzDecodeRequest: any headers and body decode to a valid request or to an
+// ErrInvalid error; never a panic, never another error.
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add("1.0", "ContextOverBudget", "application/json", `{"session_id":"s1"}`)
+	f.Add("1.0", "context_overflow", "application/cloudevents+json", `{"specversion":"1.0","id":"x","source":"y","type":"context_overflow","data":{"session_id":"s"}}`)
+	f.Add("0.3", "x", "", "\xff")
+	f.Add("1.0", "ContextOverBudget", "text/plain", `{"session_id":""}`)
+	f.Fuzz(func(t *testing.T, spec, typ, ct, body string) {
+		h := map[string][]string{"ce-specversion": {spec}, "ce-id": {"i"}, "ce-source": {"s"}, "ce-type": {typ}, "Content-Type": {ct}}
+		req, _, err := events.DecodeRequest(h, []byte(body))
+		if err != nil {
+			if !errors.Is(err, events.ErrInvalid) {
+				t.Fatalf("error %v does not wrap ErrInvalid", err)
+			}
+			return
+		}
+		if err := req.Validate(); err != nil {
+			t.Fatalf("decoded an invalid request: %v", err)
+		}
+	})
+}
