@@ -1,0 +1,59 @@
+package consumer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/consumer"
+)
+
+func TestProvisionIdempotent(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("not ready")
+	}
+	defer s.Shutdown()
+	nc, _ := nats.Connect(s.ClientURL())
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	for range 2 {
+		if err := consumer.Provision(ctx, js, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, name := range []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream} {
+		if _, err := js.Stream(ctx, name); err != nil {
+			t.Errorf("stream %s: %v", name, err)
+		}
+	}
+	c, err := js.Consumer(ctx, consumer.RequestStream, consumer.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := c.CachedInfo().Config; cfg.AckPolicy != jetstream.AckExplicitPolicy || cfg.MaxDeliver != consumer.MaxDeliver {
+		t.Fatalf("consumer config %+v", cfg)
+	}
+	// A request is stored once however often it is published with its id.
+	for range 2 {
+		m := nats.NewMsg(consumer.OverBudget + "s1")
+		m.Header.Set("Nats-Msg-Id", "evt-1")
+		if _, err := js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, _ := js.Stream(ctx, consumer.RequestStream)
+	info, _ := st.Info(ctx)
+	if info.State.Msgs != 1 {
+		t.Fatalf("%d requests stored, want 1", info.State.Msgs)
+	}
+}
