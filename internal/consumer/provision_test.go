@@ -3,28 +3,16 @@ package consumer_test
 import (
 	"context"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/natstest"
 )
 
 func TestProvisionIdempotent(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("not ready")
-	}
-	defer s.Shutdown()
-	nc, _ := nats.Connect(s.ClientURL())
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	_, _, js := natstest.Start(t)
 	ctx := context.Background()
 	for range 2 {
 		if err := consumer.Provision(ctx, js, 1); err != nil {

@@ -80,22 +80,28 @@ func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Coun
 		} else if res.Outcome == pipeline.OutcomeCompacted {
 			rep.Compactions++
 			all, _, _ := store.History(ctx, id)
-			after, n, _ := contextOf(ctx, store, counter, id)
+			var after []session.Message
+			after, n, _ = contextOf(ctx, store, counter, id)
 			if err := CheckContext(all, after, n, limit, counter, cfg.MaxSummaryTokens); err != nil {
 				return rep, fmt.Errorf("%s after message %d: %w", c.Name, i, err)
 			}
 		}
-		_, n, _ = contextOf(ctx, store, counter, id)
+		// n is the context the runtime sends next: compacted, or as it was
+		// when the compaction did not happen.
 		rep.MaxTokens = max(rep.MaxTokens, n)
 	}
-	_, rep.FinalTokens, _ = contextOf(ctx, store, counter, id)
+	final, n, err := contextOf(ctx, store, counter, id)
+	if err != nil {
+		return rep, err
+	}
+	rep.FinalTokens = n
 	rep.TokensSaved = rep.Tokens - rep.FinalTokens
 	if rep.Tokens > 0 {
 		rep.CostRatio = float64(rep.InputTokens) / float64(rep.Tokens)
 	}
 	if len(c.QA) > 0 {
 		rec, _ := store.Record(ctx, id)
-		view, _, _ := contextOf(ctx, store, counter, id)
+		view := final
 		r := Measure(c, func(i int) bool { return int64(i+1) < rec.TailStartSeq }, ContextUnits(view))
 		rep.Retention = &r
 	}

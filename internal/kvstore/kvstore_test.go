@@ -6,42 +6,24 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/storetest"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
-// jetStream starts an embedded nats-server with JetStream for one test and
-// returns a connection with the buckets provisioned.
+// jetStream starts an embedded nats-server for one test and returns a
+// connection with the buckets provisioned.
 func jetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nc, js := natstest.Start(t)
 	ctx := context.Background()
 	if err := kvstore.Provision(ctx, js, 1); err != nil {
 		t.Fatal(err)

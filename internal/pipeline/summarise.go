@@ -92,6 +92,11 @@ func (s *summariser) run(ctx context.Context, msgs []session.Message) (string, e
 	if len(chunks) == 1 {
 		return s.summariseChunk(ctx, chunks[0])
 	}
+	return s.summariseAll(ctx, chunks)
+}
+
+// summariseAll summarises consecutive chunks and merges their summaries.
+func (s *summariser) summariseAll(ctx context.Context, chunks [][]session.Message) (string, error) {
 	parts := make([]string, 0, len(chunks))
 	for _, c := range chunks {
 		if err := ctx.Err(); err != nil {
@@ -184,18 +189,7 @@ func (s *summariser) summariseChunk(ctx context.Context, chunk []session.Message
 		sub := s.pack(chunk, s.budget)
 		if len(sub) > 1 || estimateTokens(sub[0]) < est {
 			s.chunks += len(sub) - 1
-			parts := make([]string, 0, len(sub))
-			for _, c := range sub {
-				if err := ctx.Err(); err != nil {
-					return "", err
-				}
-				part, err := s.summariseChunk(ctx, c)
-				if err != nil {
-					return "", err
-				}
-				parts = append(parts, part)
-			}
-			return s.reduce(ctx, parts)
+			return s.summariseAll(ctx, sub)
 		}
 	}
 	p := BuildPrompt(chunk, s.maxTokens, s.focus)
