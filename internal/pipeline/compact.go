@@ -256,6 +256,15 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		if m := p.sess.Summary.Compaction; m != nil {
 			res.IdempotencyKey = m.IdempotencyKey
 			res.SummaryModel = m.Model
+			if req.ID != "" && m.RequestID == req.ID {
+				// A redelivery of the request that made this compaction (its
+				// result was not published or not acknowledged): answer
+				// what it did, not what is left to do.
+				res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+				res.MessagesSummarised, res.TokensBefore, res.TokensAfter = m.Messages, m.TokensBefore, m.TokensAfter
+				res.SummaryTokens, res.Chunks, res.LLMCalls, res.Incremental = m.SummaryTokens, m.Chunks, m.LLMCalls, m.Incremental
+				return nil
+			}
 		}
 	}
 
@@ -358,7 +367,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	}
 
 	// prune + verify
-	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, summary: text, prev: p.sess.Summary,
+	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, requestID: req.ID, summary: text, prev: p.sess.Summary,
 		pinned: p.pinned, selected: selected, tail: tail, headSeq: rec.HeadSeq, model: res.SummaryModel,
 		incremental: incremental, now: s.now().UTC()})
 	// The message is the summary plus a one-line preamble and the overhead.

@@ -168,15 +168,21 @@ func TestPropertyCompaction(t *testing.T) {
 			}
 		}
 
-		// Compacting again with the same request changes nothing.
+		// The same request again (a redelivery) answers what it did and
+		// changes nothing; another request finds nothing new to compact.
 		recBefore, _ := store.Record(ctx, "s")
+		callsBefore := len(rec.requests())
 		again, err := svc.Compact(ctx, req)
-		if err != nil || again.Outcome == pipeline.OutcomeCompacted {
-			t.Fatalf("repeat compacted again: %v %+v", err, again)
+		if err != nil || again.Outcome != res.Outcome || again.CompactionMessageID != res.CompactionMessageID || again.TokensAfter != res.TokensAfter {
+			t.Fatalf("redelivered request answered differently: %v %+v, first %+v", err, again, res)
+		}
+		other, err := svc.Compact(ctx, pipeline.Request{ID: "r1b", SessionID: "s", Trigger: trigger})
+		if err != nil || other.Outcome == pipeline.OutcomeCompacted {
+			t.Fatalf("a second request compacted again: %v %+v", err, other)
 		}
 		recAfter, _ := store.Record(ctx, "s")
-		if recAfter.Revision != recBefore.Revision {
-			t.Fatal("a repeated request changed the session")
+		if recAfter.Revision != recBefore.Revision || len(rec.requests()) != callsBefore {
+			t.Fatal("a repeated request changed the session or called the model")
 		}
 
 		// Incremental: new turns, then only they reach the model.

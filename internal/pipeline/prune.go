@@ -46,6 +46,7 @@ func SummaryText(m *session.Message) string {
 type pruneInput struct {
 	sessionID   string
 	key         string
+	requestID   string
 	summary     string
 	prev        *session.Message
 	pinned      []session.Message
@@ -101,6 +102,7 @@ func prune(in pruneInput) (session.Message, session.Commit) {
 			Messages:       len(in.selected),
 			Model:          in.model,
 			IdempotencyKey: in.key,
+			RequestID:      in.requestID,
 			Incremental:    in.incremental,
 			Pinned:         pinned,
 			CreatedAt:      in.now,

@@ -70,9 +70,12 @@ func chat(turns int) []session.Message {
 	return out
 }
 
+var reqSeq int
+
 func compact(t testing.TB, e *env, id string, trig pipeline.Trigger) *pipeline.Result {
 	t.Helper()
-	res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "req-" + id, SessionID: id, Trigger: trig})
+	reqSeq++ // each call is a new request, as a runtime's would be
+	res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprintf("req-%s-%d", id, reqSeq), SessionID: id, Trigger: trig})
 	if err != nil {
 		t.Fatalf("Compact(%s): %v", id, err)
 	}

@@ -157,9 +157,12 @@ type CompactionMeta struct {
 	SummaryTokens  int    `json:"summary_tokens"`
 	Model          string `json:"summary_model"`
 	IdempotencyKey string `json:"idempotency_key"`
-	Incremental    bool   `json:"incremental"`
-	Chunks         int    `json:"chunks"`
-	LLMCalls       int    `json:"llm_calls"`
+	// RequestID is the request that made this compaction: a redelivery of
+	// it is answered from here, with the same outcome.
+	RequestID   string `json:"request_id,omitempty"`
+	Incremental bool   `json:"incremental"`
+	Chunks      int    `json:"chunks"`
+	LLMCalls    int    `json:"llm_calls"`
 	// Pinned lists the seqs of the messages kept verbatim ahead of the summary.
 	Pinned    []int64   `json:"pinned_seqs,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
