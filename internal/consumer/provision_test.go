@@ -8,6 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
 )
 
@@ -15,7 +16,7 @@ func TestProvisionIdempotent(t *testing.T) {
 	_, _, js := natstest.Start(t)
 	ctx := context.Background()
 	for range 2 {
-		if err := consumer.Provision(ctx, js, 1); err != nil {
+		if err := consumer.Provision(ctx, js, consumer.Settings{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -33,7 +34,7 @@ func TestProvisionIdempotent(t *testing.T) {
 	}
 	// A request is stored once however often it is published with its id.
 	for range 2 {
-		m := nats.NewMsg(consumer.OverBudget + "s1")
+		m := nats.NewMsg(events.OverBudgetPrefix + "s1")
 		m.Header.Set("Nats-Msg-Id", "evt-1")
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)

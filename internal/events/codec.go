@@ -17,8 +17,9 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// MaxRequestBytes bounds a request event's body.
-const MaxRequestBytes = 1 << 20
+// MaxRequestBytes bounds a request event's body: a request's data is a few
+// hundred bytes, so anything near this is not a request.
+const MaxRequestBytes = 64 << 10
 
 // ErrInvalid is wrapped by every decoding error: the request can never be
 // processed (it belongs in the dead-letter queue with the error's text as
@@ -168,11 +169,23 @@ func setAttr(ev *cloudevents.Event, name, val string) error {
 // resultNamespace roots the deterministic ids of result events.
 var resultNamespace = uuid.MustParse("2b0f1c8e-5d7a-4e55-9c1e-7d3f0a9b6c42")
 
-// ResultID is the id (and Nats-Msg-Id) of the event of type typ answering
-// request requestID: the same for a redelivered request, different for
-// another request.
-func ResultID(requestID, typ string) string {
-	return uuid.NewSHA1(resultNamespace, []byte(typ+"\x00"+requestID)).String()
+// ResultID is a deterministic event id (and Nats-Msg-Id) derived from a key
+// and an event type: the same for a redelivery, different for another key.
+func ResultID(key, typ string) string {
+	return uuid.NewSHA1(resultNamespace, []byte(typ+"\x00"+key)).String()
+}
+
+// RequestResultID is the id of the one result event answering request
+// requestID, CompactionCompleted or CompactionFailed alike: whichever is
+// published first, JetStream's dedup drops any other, so a request never
+// has two results.
+func RequestResultID(requestID string) string { return ResultID(requestID, "result") }
+
+// CircuitID is the id of the event of type typ (opened or closed) about
+// the breaker opening at openedAt: one event per opening however often it
+// is reported or reset.
+func CircuitID(sessionID string, openedAt time.Time, typ string) string {
+	return ResultID(sessionID+"@"+openedAt.UTC().Format(time.RFC3339Nano), typ)
 }
 
 // NewEvent builds a result event with the given deterministic id.

@@ -78,10 +78,15 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestResultEventsRoundTrip(t *testing.T) {
 	res := &pipeline.Result{SessionID: "sess-1", RequestID: "evt-1", Trigger: pipeline.TriggerOverBudget, Outcome: pipeline.OutcomeNoop}
-	id := events.ResultID(res.RequestID, events.TypeCompactionCompleted)
-	if id != events.ResultID("evt-1", events.TypeCompactionCompleted) || id == events.ResultID("evt-2", events.TypeCompactionCompleted) ||
-		id == events.ResultID("evt-1", events.TypeCompactionFailed) {
-		t.Fatal("result ids must be deterministic per request and type")
+	id := events.RequestResultID(res.RequestID)
+	if id != events.RequestResultID("evt-1") || id == events.RequestResultID("evt-2") ||
+		id == events.ResultID("evt-1", events.TypeCompactionCircuitOpened) {
+		t.Fatal("result ids must be deterministic per request, one for completed and failed alike")
+	}
+	opened := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	if events.CircuitID("s", opened, events.TypeCompactionCircuitClosed) != events.CircuitID("s", opened.In(time.FixedZone("x", 3600)), events.TypeCompactionCircuitClosed) ||
+		events.CircuitID("s", opened, events.TypeCompactionCircuitClosed) == events.CircuitID("s", opened.Add(time.Nanosecond), events.TypeCompactionCircuitClosed) {
+		t.Fatal("circuit ids must be one per breaker opening")
 	}
 	ev, err := events.NewEvent(id, events.TypeCompactionCompleted, "compactor", res.SessionID, time.Now(), res)
 	if err != nil {
@@ -120,4 +125,32 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("decoded an invalid request: %v", err)
 		}
 	})
+}
+
+func TestSubjects(t *testing.T) {
+	for _, tc := range []struct {
+		subject, typ, sid string
+		ok                bool
+	}{
+		{"agent.context.over_budget.s-1", events.TypeContextOverBudget, "s-1", true},
+		{"agent.context.overflow.abc_2", events.TypeContextOverflow, "abc_2", true},
+		{"agent.context.other.s", "", "", false},
+		{"compaction.completed.s", "", "", false},
+	} {
+		typ, sid, ok := events.RequestSubject(tc.subject)
+		if typ != tc.typ || sid != tc.sid || ok != tc.ok {
+			t.Errorf("RequestSubject(%q) = %q %q %v", tc.subject, typ, sid, ok)
+		}
+	}
+	if got := events.Subject(events.TypeCompactionCircuitOpened, "s"); got != "compaction.circuit_opened.s" {
+		t.Errorf("Subject = %q", got)
+	}
+	if events.Subject("Nope", "s") != "" {
+		t.Error("unknown type has a subject")
+	}
+	for id, want := range map[string]bool{"s-1_A": true, "": false, "a.b": false, "a b": false, strings.Repeat("x", 201): false, "é": false} {
+		if events.ValidSessionID(id) != want {
+			t.Errorf("ValidSessionID(%q) != %v", id, want)
+		}
+	}
 }

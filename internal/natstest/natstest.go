@@ -15,7 +15,17 @@ import (
 // Start returns a running server and a connection with a JetStream context.
 func Start(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	s := Server(t, t.TempDir(), -1)
+	nc, js := Connect(t, s)
+	return s, nc, js
+}
+
+// Server starts a server storing under dir, on port (-1: a free one). It
+// is shut down at the test's end if still running; Shutdown it earlier to
+// restart on the same dir.
+func Server(t testing.TB, dir string, port int) *server.Server {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,6 +34,12 @@ func Start(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 		t.Fatal("natstest: nats-server not ready in 10s")
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	return s
+}
+
+// Connect opens a connection to s, closed at the test's end.
+func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -33,5 +49,5 @@ func Start(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s, nc, js
+	return nc, js
 }

@@ -209,6 +209,8 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 				s.log.LogAttrs(ctx, slog.LevelWarn, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
 			} else if b.Open() {
 				res.CircuitClosed = true // a half-open probe succeeded
+				prev := b
+				res.Breaker = &prev
 			}
 		}
 		res.Failures = 0

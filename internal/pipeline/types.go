@@ -123,7 +123,8 @@ type Result struct {
 	CircuitOpened bool             `json:"-"`
 	Breaker       *session.Breaker `json:"-"`
 	// CircuitClosed is set when a half-open probe succeeded and closed the
-	// breaker (publish CompactionCircuitClosed).
+	// breaker (publish CompactionCircuitClosed); Breaker then holds its
+	// state while it was open.
 	CircuitClosed bool `json:"-"`
 }
 

@@ -1,0 +1,475 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
+)
+
+// Options tune a Consumer. The zero value works.
+type Options struct {
+	// Workers bounds the compactions running at once (default 8).
+	Workers int
+	// Source is the CloudEvents source of published events.
+	Source string
+	Logger *slog.Logger
+	// RetryDelay is how long a request that failed transiently waits
+	// before its next delivery, by deliveries so far (default: 1 s, 5 s,
+	// 30 s, 2 min, with jitter).
+	RetryDelay func(delivered uint64) time.Duration
+	// ShutdownGrace is how long running compactions may finish once Run's
+	// context is cancelled before they are cancelled and released to
+	// another replica (default 10 s).
+	ShutdownGrace time.Duration
+	// PullExpiry of the consumer's pull requests (default 5 s).
+	PullExpiry time.Duration
+}
+
+// Stats are a Consumer's counters since it started.
+type Stats struct {
+	Received     int64 `json:"received"`
+	Completed    int64 `json:"completed"`
+	Failed       int64 `json:"failed"`
+	Retried      int64 `json:"retried"`
+	DeadLettered int64 `json:"dead_lettered"`
+	Released     int64 `json:"released"`
+	InFlight     int64 `json:"in_flight"`
+}
+
+// Consumer runs the pipeline for the requests of the durable consumer
+// compactor on AGENT_CONTEXT. Work for one session runs one request at a
+// time, in delivery order; different sessions run in parallel up to
+// Options.Workers. Every request ends in exactly one of: a result event
+// then an ack; a delayed redelivery (transient failure, no event); a copy
+// in COMPACTION_DLQ then a termination (it can never be processed, or its
+// deliveries ran out, in which case a CompactionFailed is published too).
+type Consumer struct {
+	js    jetstream.JetStream
+	svc   *pipeline.Service
+	pub   *Publisher
+	opt   Options
+	log   *slog.Logger
+	maxNC int // the connection's max payload
+
+	ackWait    time.Duration
+	maxDeliver int
+
+	mu       sync.Mutex
+	queues   map[string][]*delivery // per session: the running one first
+	held     map[*delivery]struct{} // pulled and not yet answered
+	stopping bool
+
+	workers chan struct{} // compaction slots
+	slots   chan struct{} // bounds deliveries held
+	wg      sync.WaitGroup
+
+	received, completed, failed, retried, dead, released, inflight atomic.Int64
+}
+
+type delivery struct {
+	msg       jetstream.Msg
+	sessionID string // from the subject; data decides
+}
+
+// New returns a consumer running svc's pipeline on the requests of js,
+// publishing its events there.
+func New(nc *nats.Conn, js jetstream.JetStream, svc *pipeline.Service, opt Options) *Consumer {
+	if opt.Workers <= 0 {
+		opt.Workers = 8
+	}
+	if opt.RetryDelay == nil {
+		opt.RetryDelay = DefaultRetryDelay
+	}
+	if opt.ShutdownGrace <= 0 {
+		opt.ShutdownGrace = 10 * time.Second
+	}
+	if opt.PullExpiry <= 0 {
+		opt.PullExpiry = 5 * time.Second
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Consumer{js: js, svc: svc, pub: &Publisher{JS: js, Source: opt.Source}, opt: opt, log: log,
+		maxNC: int(nc.MaxPayload()), queues: map[string][]*delivery{}, held: map[*delivery]struct{}{},
+		workers: make(chan struct{}, opt.Workers), slots: make(chan struct{}, 2*opt.Workers)}
+}
+
+// DefaultRetryDelay spaces the redeliveries of transient failures: about
+// 1 s, 5 s, 30 s, then 2 min, each ±20 %.
+func DefaultRetryDelay(delivered uint64) time.Duration {
+	steps := []time.Duration{time.Second, 5 * time.Second, 30 * time.Second, 2 * time.Minute}
+	d := steps[min(int(max(delivered, 1))-1, len(steps)-1)]
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Stats returns the counters.
+func (c *Consumer) Stats() Stats {
+	return Stats{Received: c.received.Load(), Completed: c.completed.Load(), Failed: c.failed.Load(),
+		Retried: c.retried.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), InFlight: c.inflight.Load()}
+}
+
+// Run consumes until ctx is cancelled, then shuts down cleanly: it stops
+// pulling, releases requests not started (redelivered at once, to another
+// replica), lets running compactions finish within ShutdownGrace and
+// releases those that do not. It returns nil after a cancelled ctx, and an
+// error when consuming cannot go on (the connection closed, the consumer
+// deleted).
+func (c *Consumer) Run(ctx context.Context) error {
+	cons, err := c.js.Consumer(ctx, RequestStream, Durable)
+	if err != nil {
+		return fmt.Errorf("bind consumer %s on %s (provision first): %w", Durable, RequestStream, err)
+	}
+	cfg := cons.CachedInfo().Config
+	c.ackWait, c.maxDeliver = cfg.AckWait, cfg.MaxDeliver
+	it, err := cons.Messages(jetstream.PullMaxMessages(c.opt.Workers), jetstream.PullExpiry(c.opt.PullExpiry))
+	if err != nil {
+		return fmt.Errorf("consume %s: %w", Durable, err)
+	}
+
+	// Work runs under its own context: cancelled only when the grace
+	// period after ctx's cancellation is over.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	hbDone := make(chan struct{})
+	go c.heartbeat(work, hbDone)
+
+	pulled := make(chan error, 1)
+	go func() { pulled <- c.pull(ctx, work, it) }()
+	var perr error
+	select {
+	case <-ctx.Done():
+		it.Drain() // no more pulls; what is buffered comes out and is released
+		perr = <-pulled
+	case perr = <-pulled: // the connection is gone
+		it.Stop()
+	}
+
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() { c.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(c.opt.ShutdownGrace):
+		c.log.Warn("shutdown grace over: cancelling running compactions", slog.Int64("in_flight", c.inflight.Load()))
+		cancelWork()
+		<-done
+	}
+	cancelWork()
+	<-hbDone
+	return perr
+}
+
+// pull reads deliveries and hands them to their sessions' queues, holding
+// at most 2×Workers at once.
+func (c *Consumer) pull(ctx, work context.Context, it jetstream.MessagesContext) error {
+	for {
+		select {
+		case c.slots <- struct{}{}:
+		case <-ctx.Done():
+			c.releaseBuffered(it)
+			return nil
+		}
+		msg, err := it.Next()
+		if err != nil {
+			<-c.slots
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return nil
+			}
+			if ctx.Err() != nil {
+				c.releaseBuffered(it)
+				return nil
+			}
+			if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				return fmt.Errorf("consume %s: %w", Durable, err)
+			}
+			c.log.Warn("pull", slog.String("error", err.Error()))
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if ctx.Err() != nil { // drained after shutdown began: not started, so released
+			c.release(msg)
+			<-c.slots
+			continue
+		}
+		c.received.Add(1)
+		_, sid, _ := events.RequestSubject(msg.Subject())
+		d := &delivery{msg: msg, sessionID: sid}
+		c.mu.Lock()
+		q := c.queues[sid]
+		c.queues[sid] = append(q, d)
+		c.held[d] = struct{}{}
+		c.mu.Unlock()
+		if len(q) == 0 {
+			c.wg.Add(1)
+			go c.runSession(work, sid)
+		}
+	}
+}
+
+func (c *Consumer) releaseBuffered(it jetstream.MessagesContext) {
+	for {
+		msg, err := it.Next()
+		if err != nil {
+			return
+		}
+		c.release(msg)
+	}
+}
+
+// release hands a delivery back for immediate redelivery.
+func (c *Consumer) release(msg jetstream.Msg) {
+	c.released.Add(1)
+	if err := msg.Nak(); err != nil {
+		c.log.Warn("release", slog.String("error", err.Error()))
+	}
+}
+
+// runSession works through one session's queue, one delivery at a time.
+func (c *Consumer) runSession(work context.Context, sid string) {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		q := c.queues[sid]
+		if len(q) == 0 {
+			delete(c.queues, sid)
+			c.mu.Unlock()
+			return
+		}
+		d, stopping := q[0], c.stopping
+		c.mu.Unlock()
+		if stopping {
+			c.release(d.msg)
+		} else {
+			select {
+			case c.workers <- struct{}{}:
+				c.inflight.Add(1)
+				c.handle(work, d)
+				c.inflight.Add(-1)
+				<-c.workers
+			case <-work.Done():
+				c.release(d.msg)
+			}
+		}
+		c.mu.Lock()
+		c.queues[sid] = c.queues[sid][1:]
+		delete(c.held, d)
+		c.mu.Unlock()
+		<-c.slots
+	}
+}
+
+// heartbeat keeps every held delivery alive (running or waiting behind its
+// session's running one) with InProgress at a third of AckWait.
+func (c *Consumer) heartbeat(work context.Context, done chan<- struct{}) {
+	defer close(done)
+	every := max(c.ackWait/3, 100*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-work.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		held := make([]*delivery, 0, len(c.held))
+		for d := range c.held {
+			held = append(held, d)
+		}
+		c.mu.Unlock()
+		for _, d := range held {
+			_ = d.msg.InProgress() // an answered one says already acked
+		}
+	}
+}
+
+// handle answers one delivery.
+func (c *Consumer) handle(ctx context.Context, d *delivery) {
+	msg := d.msg
+	md, err := msg.Metadata()
+	if err != nil {
+		c.log.Error("delivery without metadata", slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
+		_ = msg.Term()
+		return
+	}
+	req, _, err := events.DecodeRequest(msg.Headers(), msg.Data())
+	if err == nil {
+		err = checkSubject(msg.Subject(), req)
+	}
+	if err != nil {
+		c.deadLetter(ctx, d, md, "", err.Error())
+		return
+	}
+	log := c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
+
+	res, cerr := c.svc.Compact(ctx, req)
+	if cerr != nil && ctx.Err() != nil {
+		// Shutting down: the work is not this replica's any more.
+		log.Info("released at shutdown", slog.String("error", cerr.Error()))
+		c.release(msg)
+		return
+	}
+	if cerr != nil && res.Retryable {
+		if res.CircuitOpened {
+			if err := c.pub.CircuitOpened(ctx, res); err != nil {
+				log.Warn("publish circuit opened", slog.String("error", err.Error()))
+			}
+		}
+		if c.maxDeliver <= 0 || int(md.NumDelivered) < c.maxDeliver {
+			delay := c.opt.RetryDelay(md.NumDelivered)
+			log.Warn("transient failure, retrying", slog.String("reason", string(res.Reason)), slog.String("error", res.Error), slog.Duration("delay", delay))
+			c.retried.Add(1)
+			if err := msg.NakWithDelay(delay); err != nil {
+				log.Warn("nak", slog.String("error", err.Error()))
+			}
+			return
+		}
+		// The last delivery: answer the runtime and keep the request.
+		res.Error = fmt.Sprintf("gave up after %d deliveries: %s", md.NumDelivered, res.Error)
+		if err := c.pub.Outcome(ctx, res); err != nil {
+			c.retryPublish(log, msg, err)
+			return
+		}
+		c.failed.Add(1)
+		c.deadLetter(ctx, d, md, req.ID, fmt.Sprintf("max deliveries (%d): %s: %s", md.NumDelivered, res.Reason, res.Error))
+		return
+	}
+	if err := c.pub.Result(ctx, res); err != nil {
+		c.retryPublish(log, msg, err)
+		return
+	}
+	if res.Failed {
+		c.failed.Add(1)
+		if res.Reason == pipeline.ReasonInvalidRequest {
+			c.deadLetter(ctx, d, md, req.ID, res.Error)
+			return
+		}
+	} else {
+		c.completed.Add(1)
+	}
+	c.ack(log, msg)
+}
+
+// retryPublish redelivers a request whose result could not be published:
+// the compaction is committed, so the redelivery answers from it.
+func (c *Consumer) retryPublish(log *slog.Logger, msg jetstream.Msg, err error) {
+	log.Warn("result not published, redelivering", slog.String("error", err.Error()))
+	c.retried.Add(1)
+	if err := msg.NakWithDelay(time.Second); err != nil {
+		log.Warn("nak", slog.String("error", err.Error()))
+	}
+}
+
+func (c *Consumer) ack(log *slog.Logger, msg jetstream.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	// The server confirms the ack; if the confirmation is lost, the
+	// redelivery answers from the stored compaction and the result's id
+	// makes its publish a duplicate.
+	if err := msg.DoubleAck(ctx); err != nil {
+		log.Warn("ack", slog.String("error", err.Error()))
+	}
+}
+
+// checkSubject requires the subject to agree with the event: its type and
+// session id.
+func checkSubject(subject string, req pipeline.Request) error {
+	typ, sid, ok := events.RequestSubject(subject)
+	if !ok {
+		return fmt.Errorf("%w: subject %q is not agent.context.over_budget.<session_id> or agent.context.overflow.<session_id>", events.ErrInvalid, subject)
+	}
+	want := pipeline.TriggerOverBudget
+	if typ == events.TypeContextOverflow {
+		want = pipeline.TriggerOverflow
+	}
+	if req.Trigger != want {
+		return fmt.Errorf("%w: subject %q is for %s events, got a %s request", events.ErrInvalid, subject, typ, req.Trigger)
+	}
+	if sid != req.SessionID {
+		return fmt.Errorf("%w: subject's session %q differs from data.session_id %q", events.ErrInvalid, sid, req.SessionID)
+	}
+	return nil
+}
+
+// DLQ headers on a dead letter (beside the original's own headers).
+const (
+	HeaderReason     = "Compactor-Dlq-Reason"
+	HeaderSubject    = "Compactor-Dlq-Subject"
+	HeaderStreamSeq  = "Compactor-Dlq-Stream-Seq"
+	HeaderDeliveries = "Compactor-Dlq-Deliveries"
+	HeaderRequestID  = "Compactor-Dlq-Request-Id"
+	HeaderTruncated  = "Compactor-Dlq-Truncated"
+)
+
+// deadLetter copies a request that will never be processed to
+// compaction.dlq.<session_id> with the reason, then terminates it. When
+// the copy cannot be written the request is redelivered instead: nothing
+// is lost.
+func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, requestID, reason string) {
+	msg := d.msg
+	sid := d.sessionID
+	if !events.ValidSessionID(sid) {
+		sid = "_invalid"
+	}
+	out := nats.NewMsg(events.DLQPrefix + sid)
+	for k, v := range msg.Headers() {
+		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
+			out.Header[k] = v
+		}
+	}
+	out.Header.Set(HeaderReason, headerValue(reason))
+	out.Header.Set(HeaderSubject, headerValue(msg.Subject()))
+	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
+	out.Header.Set(HeaderDeliveries, strconv.FormatUint(md.NumDelivered, 10))
+	if requestID != "" {
+		out.Header.Set(HeaderRequestID, headerValue(requestID))
+	}
+	out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d", md.Stream, md.Sequence.Stream))
+	out.Data = msg.Data()
+	if room := c.maxNC - 8<<10; len(out.Data) > room { // headers and framing
+		out.Header.Set(HeaderTruncated, strconv.Itoa(len(out.Data)))
+		out.Data = out.Data[:max(room, 0)]
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if _, err := c.js.PublishMsg(pctx, out); err != nil {
+		c.log.Error("dead letter not written, redelivering", slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	c.dead.Add(1)
+	c.log.Warn("dead-lettered", slog.String("subject", msg.Subject()), slog.Uint64("stream_seq", md.Sequence.Stream), slog.String("reason", reason))
+	if err := msg.TermWithReason(headerValue(reason)); err != nil {
+		c.log.Warn("term", slog.String("error", err.Error()))
+	}
+}
+
+// headerValue makes text safe as one header value: one line, at most 1 KB.
+func headerValue(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r < 0x20 && r != '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 1024 {
+		s = s[:1024]
+	}
+	return s
+}
