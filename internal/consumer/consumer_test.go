@@ -442,5 +442,3 @@ func TestShutdownReleasesQueuedWork(t *testing.T) {
 		t.Logf("released work took %v to come back (AckWait %v)", time.Since(start), testAckWait)
 	}
 }
-
-
