@@ -29,16 +29,19 @@ type Publisher struct {
 	Now    func() time.Time
 }
 
-func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data any) error {
-	now := time.Now
+func (p *Publisher) now() time.Time {
 	if p.Now != nil {
-		now = p.Now
+		return p.Now()
 	}
+	return time.Now()
+}
+
+func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data any) error {
 	src := p.Source
 	if src == "" {
 		src = DefaultSource
 	}
-	ev, err := events.NewEvent(id, typ, src, sessionID, now(), data)
+	ev, err := events.NewEvent(id, typ, src, sessionID, p.now(), data)
 	if err != nil {
 		return fmt.Errorf("build %s event: %w", typ, err)
 	}
@@ -98,11 +101,7 @@ func (p *Publisher) CircuitClosed(ctx context.Context, prev session.Breaker, by 
 	if prev.OpenedAt != nil {
 		opened = *prev.OpenedAt
 	}
-	now := time.Now
-	if p.Now != nil {
-		now = p.Now
-	}
-	d := events.CircuitClosed{SessionID: prev.SessionID, Failures: prev.Failures, ClosedAt: now().UTC(), By: by}
+	d := events.CircuitClosed{SessionID: prev.SessionID, Failures: prev.Failures, ClosedAt: p.now().UTC(), By: by}
 	return p.publish(ctx, events.CircuitID(prev.SessionID, opened, events.TypeCompactionCircuitClosed),
 		events.TypeCompactionCircuitClosed, prev.SessionID, d)
 }
