@@ -9,14 +9,14 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/compactor/compactor/internal/config"
-	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/client"
+	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
@@ -30,49 +30,40 @@ type compactOutput struct {
 }
 
 func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	// The config file gives the defaults the flags then override.
-	conf, err := config.Load(configPath(args))
-	if err != nil {
-		return err
-	}
 	fs := flag.NewFlagSet("compact", flag.ContinueOnError)
-	cfg := conf.Compaction
-	fs.String("config", "", "config `FILE` (JSON: compaction settings, provider, base_url, timeout, models); flags win over it")
-	file := fs.String("file", "", "conversation `FILE`: a JSON array of chat messages, an object with \"messages\", or JSON lines ('-' for stdin)")
-	model := fs.String("model", "gpt-4o", "the session's `MODEL` (sets the token encoding and the default context limit)")
-	limit := fs.Int("context-limit", 0, "context limit in `TOKENS` (default: the model's window)")
-	trigger := fs.String("trigger", string(pipeline.TriggerOverBudget), "`TRIGGER`: over_budget, overflow or manual")
-	focus := fs.String("focus", "", "a `TOPIC` to keep in full detail")
-	provider := fs.String("provider", conf.Provider, "summary `PROVIDER`: extractive (offline), openai (and compatible servers) or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY")
-	baseURL := fs.String("base-url", conf.BaseURL, "the provider's endpoint `URL`, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's own API)")
-	callTimeout := fs.Duration("timeout", conf.Timeout, "limit of one summary model call")
-	fs.IntVar(&cfg.KeepRecentTurns, "keep-recent-turns", cfg.KeepRecentTurns, "turns kept raw")
-	fs.IntVar(&cfg.MaxSummaryTokens, "max-summary-tokens", cfg.MaxSummaryTokens, "summary budget in tokens")
-	fs.IntVar(&cfg.MaxMessages, "max-messages", cfg.MaxMessages, "compact when the context has more messages (0: never)")
-	fs.StringVar(&cfg.SummaryModel, "summary-model", cfg.SummaryModel, "summary `MODEL` (default: the session's model)")
-	fs.IntVar(&cfg.SummaryContextLimit, "summary-context-limit", cfg.SummaryContextLimit, "the summary model's input limit in `TOKENS` (default: from the model table)")
-	fs.Float64Var(&cfg.HeadroomRatio, "headroom", cfg.HeadroomRatio, "share of the window that summary plus raw tail aim for")
-	fs.BoolVar(&cfg.KeepFirstUserMessage, "keep-first-user-message", cfg.KeepFirstUserMessage, "pin the first user message (the task)")
-	fs.IntVar(&cfg.ToolOutputMaxTokens, "tool-output-max-tokens", cfg.ToolOutputMaxTokens, "clamp each tool output in the summary prompt to this many tokens")
-	fs.BoolVar(&cfg.EnableIncremental, "incremental", cfg.EnableIncremental, "summarise only what is new since the last compaction")
-	pos, err := parseFlags(fs, args, stdout, "compact --file FILE [flags]")
+	pf, err := addPipelineFlags(fs, args, "with an ID: how long to wait for the result (default 2m); with --file: limit of one summary model call (default 1m, or the config file's timeout)")
 	if err != nil {
 		return err
 	}
-	if err := noArgs(pos); err != nil {
-		return fmt.Errorf("%w (compacting a stored session by id needs the service; use --file FILE here)", err)
-	}
-	if *file == "" {
-		return fmt.Errorf("%w: --file is required", errUsage)
-	}
-	if *callTimeout <= 0 {
-		return fmt.Errorf("%w: --timeout must be positive", errUsage)
+	nf := addNATSFlags(fs, defaultNATSURL)
+	file := fs.String("file", "", "conversation `FILE` to compact in-process, no server: a JSON array of chat messages, an object with \"messages\", or JSON lines ('-' for stdin)")
+	model := fs.String("model", "", "the session's `MODEL` (sets the token encoding and the default context limit; default: gpt-4o, or the stored session's)")
+	limit := fs.Int("context-limit", 0, "context limit in `TOKENS` (default: the model's window, or the stored session's limit)")
+	trigger := fs.String("trigger", string(pipeline.TriggerOverBudget), "`TRIGGER`: over_budget or overflow (and manual with --file)")
+	focus := fs.String("focus", "", "a `TOPIC` to keep in full detail")
+	pos, err := parseFlags(fs, args, stdout, "compact ID [--trigger over_budget|overflow] [--timeout D]\n       compactor compact --file FILE [flags]")
+	if err != nil {
+		return err
 	}
 	if *limit < 0 {
 		return fmt.Errorf("%w: --context-limit must be >= 0", errUsage)
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := pf.validate(); err != nil {
+		return err
+	}
+	switch {
+	case *file != "" && len(pos) > 0:
+		return fmt.Errorf("%w: give a session ID or --file, not both", errUsage)
+	case len(pos) > 1:
+		return fmt.Errorf("%w: one session ID at a time, got %d", errUsage, len(pos))
+	case len(pos) == 1:
+		return compactStored(ctx, nf, pos[0], *trigger, *pf.timeout, events.RequestData{SessionID: pos[0], Model: *model,
+			ContextLimit: *limit, Focus: *focus, SummaryModel: pf.cfg.SummaryModel, SummaryContextLimit: pf.cfg.SummaryContextLimit}, stdout)
+	case *file == "":
+		return fmt.Errorf("%w: give a stored session's ID, or --file FILE", errUsage)
+	}
+	if *model == "" {
+		*model = "gpt-4o"
 	}
 
 	var data []byte
@@ -89,7 +80,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return fmt.Errorf("%s: %w", *file, err)
 	}
 
-	counter, err := tokens.ForEncoding(conf.Models.Lookup(*model).Encoding)
+	counter, err := tokens.ForEncoding(pf.conf.Models.Lookup(*model).Encoding)
 	if err != nil {
 		return err
 	}
@@ -101,15 +92,11 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if _, err := store.Create(ctx, session.Record{SessionID: id, Model: *model, ContextLimit: *limit}, msgs); err != nil {
 		return err
 	}
-	if cfg.SummaryProvider == "" && *provider != "extractive" {
-		cfg.SummaryProvider = *provider
-	}
-	sum, err := router.FromSettings(router.Settings{Provider: *provider, BaseURL: *baseURL, Timeout: *callTimeout,
-		Models: conf.Models, Extractive: extractive.New(counter)})
+	sum, err := pf.summarizer(counter)
 	if err != nil {
 		return err
 	}
-	svc, err := pipeline.New(store, breakers, sum, cfg, pipeline.WithModels(conf.Models))
+	svc, err := pipeline.New(store, breakers, sum, pf.cfg, pipeline.WithModels(pf.conf.Models))
 	if err != nil {
 		return err
 	}
@@ -123,9 +110,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	out := compactOutput{Result: res, Context: pipeline.ContextOf(sess)}
 	out.Tokens = counter.Context(out.Context)
-	enc := json.NewEncoder(stdout)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(out); err != nil {
+	if err := printJSON(stdout, out); err != nil {
 		return err
 	}
 	if cerr != nil {
@@ -133,6 +118,56 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return errFailed
 	}
 	return nil
+}
+
+// compactStored publishes a request event for a stored session and prints
+// its result event's data: exit 0 when completed, 1 when failed.
+func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait time.Duration, data events.RequestData, stdout io.Writer) error {
+	typ := map[string]string{string(pipeline.TriggerOverBudget): events.TypeContextOverBudget, string(pipeline.TriggerOverflow): events.TypeContextOverflow}[trigger]
+	if typ == "" {
+		return fmt.Errorf("%w: --trigger %q: a stored session takes over_budget or overflow", errUsage, trigger)
+	}
+	if !events.ValidSessionID(sid) {
+		return fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, sid)
+	}
+	if wait <= 0 {
+		wait = 2 * time.Minute
+	}
+	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if typ == events.TypeContextOverflow {
+		data.ErrorCode, data.ErrorMessage = "manual", "requested with compactor compact --trigger overflow"
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	res, err := client.Compact(ctx, nc, js, client.Request{Type: typ, Data: data})
+	if err != nil {
+		if errors.Is(err, client.ErrNoResult) {
+			return fmt.Errorf("%w after %v: is `compactor serve` running against this server?", err, wait)
+		}
+		return err
+	}
+	var pretty any
+	if err := json.Unmarshal(res.Data, &pretty); err != nil {
+		return fmt.Errorf("result event %s: %w", res.ID, err)
+	}
+	if err := printJSON(stdout, pretty); err != nil {
+		return err
+	}
+	if res.Failed() {
+		return errFailed
+	}
+	return nil
+}
+
+// printJSON writes v indented.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // configPath finds --config in args before the flags are parsed, since the

@@ -28,7 +28,12 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"compact", "run the compaction pipeline on a conversation file, in-process", runCompact},
+		{"serve", "run the service (an embedded NATS server unless --nats-url)", runServe},
+		{"session", "import, show and read the context of stored sessions", runSession},
+		{"compact", "compact a stored session through the service, or a conversation --file in-process", runCompact},
+		{"breaker", "list, show and reset sessions' circuit breakers", runBreaker},
+		{"demo", "everything on one machine: a real conversation compacted as it grows, before and after", runDemo},
+		{"provision", "create the streams, buckets and consumer on a NATS server (as an admin)", runProvision},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
 		{"version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintln(stdout, version)

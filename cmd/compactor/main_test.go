@@ -64,14 +64,24 @@ func TestCompactFileErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no file", []string{"compact"}, 2, "--file is required"},
+		{"no file", []string{"compact"}, 2, "give a stored session's ID, or --file FILE"},
 		{"missing file", []string{"compact", "--file", "/nonexistent.json"}, 1, "no such file"},
 		{"bad message", []string{"compact", "--file", bad}, 1, `role "robot"`},
 		{"bad flag", []string{"compact", "--keep-recent-turns", "x"}, 2, "invalid value"},
 		{"bad config", []string{"compact", "--file", fixture, "--max-summary-tokens", "5"}, 2, "max_summary_tokens"},
 		{"bad trigger", []string{"compact", "--file", fixture, "--trigger", "soon"}, 2, "trigger"},
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
-		{"stray argument", []string{"compact", "abc", "--file", fixture}, 2, "unexpected argument"},
+		{"id and file", []string{"compact", "abc", "--file", fixture}, 2, "not both"},
+		{"two ids", []string{"compact", "a", "b"}, 2, "one session ID"},
+		{"bad id", []string{"compact", "a.b"}, 2, "session ID"},
+		{"manual trigger by id", []string{"compact", "abc", "--trigger", "manual"}, 2, "over_budget or overflow"},
+		{"session without verb", []string{"session"}, 2, "needs a verb"},
+		{"session bad verb", []string{"session", "frob"}, 2, "unknown session verb"},
+		{"import without file", []string{"session", "import"}, 2, "conversation FILE"},
+		{"breaker show without id", []string{"breaker", "show"}, 2, "one session ID"},
+		{"serve stray argument", []string{"serve", "x"}, 2, "unexpected argument"},
+		{"serve bad log level", []string{"serve", "--log-level", "loud", "--nats-url", "nats://127.0.0.1:1"}, 2, "log-level"},
+		{"no server", []string{"breaker", "list", "--nats-url", "nats://127.0.0.1:1"}, 1, "is `compactor serve` or nats-server running"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,6 +36,9 @@ type Options struct {
 	ShutdownGrace time.Duration
 	// PullExpiry of the consumer's pull requests (default 5 s).
 	PullExpiry time.Duration
+	// Observe, when set, is called with every request's result (not with
+	// work released at shutdown), for metrics.
+	Observe func(*pipeline.Result)
 }
 
 // Stats are a Consumer's counters since it started.
@@ -324,6 +327,9 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		log.Info("released at shutdown", slog.String("error", cerr.Error()))
 		c.release(msg)
 		return
+	}
+	if c.opt.Observe != nil {
+		c.opt.Observe(res)
 	}
 	if cerr != nil && res.Retryable {
 		if res.CircuitOpened {

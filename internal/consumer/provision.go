@@ -5,7 +5,9 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -49,9 +51,12 @@ type Settings struct {
 	MaxDeliver int
 }
 
-// Provision creates or updates the three streams and the durable consumer
-// (idempotent). Redeliveries are spaced by the service (NakWithDelay), not
-// by a server BackOff, which would skew client delays.
+// Provision makes the three streams and the durable consumer match set
+// (idempotent). It reads first and writes only what is missing or differs,
+// so a service whose user may only read stream and consumer info starts
+// against assets an administrator provisioned. Redeliveries are spaced by
+// the service (NakWithDelay), not by a server BackOff, which would skew
+// client delays.
 func Provision(ctx context.Context, js jetstream.JetStream, set Settings) error {
 	replicas := max(set.Replicas, 1)
 	ackWait, maxDeliver := set.AckWait, set.MaxDeliver
@@ -68,20 +73,60 @@ func Provision(ctx context.Context, js jetstream.JetStream, set Settings) error 
 	}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = replicas, jetstream.FileStorage
-		if _, err := js.CreateOrUpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("provision stream %s: %w", cfg.Name, err)
+		if err := ensureStream(ctx, js, cfg); err != nil {
+			return err
 		}
 	}
-	_, err := js.CreateOrUpdateConsumer(ctx, RequestStream, jetstream.ConsumerConfig{
+	want := jetstream.ConsumerConfig{
 		Durable:       Durable,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       ackWait,
 		MaxDeliver:    maxDeliver,
 		MaxAckPending: 1000,
 		Replicas:      replicas,
-	})
-	if err != nil {
+	}
+	c, err := js.Consumer(ctx, RequestStream, Durable)
+	if err == nil {
+		have := c.CachedInfo().Config
+		if have.AckPolicy == want.AckPolicy && have.AckWait == want.AckWait && have.MaxDeliver == want.MaxDeliver &&
+			have.MaxAckPending == want.MaxAckPending && max(have.Replicas, 1) == want.Replicas && len(have.BackOff) == 0 {
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("provision consumer %s: %w", Durable, err)
+	}
+	if _, err := js.CreateOrUpdateConsumer(ctx, RequestStream, want); err != nil {
+		return fmt.Errorf("provision consumer %s: %w", Durable, err)
+	}
+	return nil
+}
+
+// ensureStream creates the stream, or updates it where it differs from
+// want in the fields the service relies on.
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) error {
+	st, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("provision stream %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("provision stream %s: %w", want.Name, err)
+	}
+	have := st.CachedInfo().Config
+	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Duplicates == want.Duplicates &&
+		have.MaxAge == want.MaxAge && max(have.Replicas, 1) == want.Replicas && have.Storage == want.Storage {
+		return nil
+	}
+	if have.Retention != want.Retention || have.Storage != want.Storage {
+		return fmt.Errorf("provision stream %s: it exists with retention %v and storage %v, want %v and %v (these cannot change: delete it or fix it by hand)",
+			want.Name, have.Retention, have.Storage, want.Retention, want.Storage)
+	}
+	upd := have
+	upd.Subjects, upd.Duplicates, upd.MaxAge, upd.Replicas = want.Subjects, want.Duplicates, want.MaxAge, want.Replicas
+	if _, err := js.UpdateStream(ctx, upd); err != nil {
+		return fmt.Errorf("provision stream %s: update: %w", want.Name, err)
 	}
 	return nil
 }

@@ -65,27 +65,36 @@ func notFound(what string, err error) error {
 	return fmt.Errorf("%s: %w (%v)", what, session.ErrNotFound, err)
 }
 
-// Provision creates the buckets if they are missing (idempotent), with
-// replicas copies each, and enables atomic batches on the sessions bucket.
+// Provision creates the buckets if they are missing, or updates their
+// replicas, and enables atomic batches on the sessions bucket (idempotent).
+// It reads first and writes only what differs, so a service whose user may
+// only read stream info starts against buckets an administrator made.
 func Provision(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if replicas < 1 {
 		replicas = 1
 	}
 	for _, b := range []string{SessionsBucket, BreakersBucket} {
-		_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 1, Replicas: replicas, Storage: jetstream.FileStorage})
-		if err != nil {
+		st, err := js.Stream(ctx, "KV_"+b)
+		switch {
+		case errors.Is(err, jetstream.ErrStreamNotFound):
+			st = nil
+		case err != nil:
 			return fmt.Errorf("provision bucket %s: %w", b, err)
 		}
-	}
-	st, err := js.Stream(ctx, "KV_"+SessionsBucket)
-	if err != nil {
-		return fmt.Errorf("provision: %w", err)
-	}
-	cfg := st.CachedInfo().Config
-	if !cfg.AllowAtomicPublish {
-		cfg.AllowAtomicPublish = true
-		if _, err := js.UpdateStream(ctx, cfg); err != nil {
-			return fmt.Errorf("provision: enable atomic batches on KV_%s: %w", SessionsBucket, err)
+		if st == nil || max(st.CachedInfo().Config.Replicas, 1) != replicas {
+			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 1, Replicas: replicas, Storage: jetstream.FileStorage})
+			if err != nil {
+				return fmt.Errorf("provision bucket %s: %w", b, err)
+			}
+			if st, err = js.Stream(ctx, "KV_"+b); err != nil {
+				return fmt.Errorf("provision bucket %s: %w", b, err)
+			}
+		}
+		if cfg := st.CachedInfo().Config; b == SessionsBucket && !cfg.AllowAtomicPublish {
+			cfg.AllowAtomicPublish = true
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("provision: enable atomic batches on KV_%s: %w", SessionsBucket, err)
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,222 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/client"
+	"github.com/compactor/compactor/internal/demo"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// runDemo runs the whole system on one machine: an embedded server, the
+// service, and a runtime loop that replays the bundled tau-bench run one
+// message at a time, requesting a compaction (a ContextOverBudget event)
+// whenever the context is over the limit.
+func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	sf, err := addServeFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	limit := fs.Int("context-limit", 6000, "the session's context limit in `TOKENS`")
+	file := fs.String("file", "", "replay this conversation `FILE` instead of the bundled one")
+	verbose := fs.Bool("verbose", false, "show the service's logs")
+	// The demo's own defaults: a throwaway store, any free port, no metrics.
+	fs.Lookup("data-dir").DefValue, fs.Lookup("nats-port").DefValue, fs.Lookup("metrics-addr").DefValue = "", "-1", ""
+	_ = fs.Set("data-dir", "")
+	_ = fs.Set("nats-port", "-1")
+	_ = fs.Set("metrics-addr", "")
+	fs.Lookup("data-dir").Usage = "embedded server: JetStream store `DIR` (default: a temporary one, removed after)"
+	pos, err := parseFlags(fs, args, stdout, "demo [--context-limit N] [--file FILE] [--provider P ...]")
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *limit < 500 {
+		return fmt.Errorf("%w: --context-limit must be >= 500", errUsage)
+	}
+	if err := sf.pf.validate(); err != nil {
+		return err
+	}
+	data, name := demo.Trajectory, demo.Name+" (tau-bench, MIT licence © 2024 Sierra)"
+	if *file != "" {
+		if data, err = os.ReadFile(*file); err != nil {
+			return err
+		}
+		name = *file
+	}
+	msgs, err := transcript.Parse(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if *sf.dataDir == "" && *sf.nats.url == "" {
+		dir, err := os.MkdirTemp("", "compactor-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		*sf.dataDir = dir
+	}
+	log := slog.New(slog.DiscardHandler)
+	if *verbose {
+		if log, err = newLogger(stderr, *sf.logFormat, *sf.logLevel); err != nil {
+			return err
+		}
+	}
+
+	// The service runs until the replay is over.
+	svcCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	ready := make(chan string, 1)
+	served := make(chan error, 1)
+	go func() { served <- serve(svcCtx, sf, log, func(url string) { ready <- url }) }()
+	var url string
+	select {
+	case url = <-ready:
+	case err := <-served:
+		return fmt.Errorf("start the service: %w", err)
+	case <-time.After(time.Minute):
+		return errors.New("the service did not start within a minute")
+	}
+	err = replay(ctx, url, *sf.nats.creds, name, msgs, *limit, sf.pf, stdout)
+	stop()
+	if serr := <-served; serr != nil && err == nil {
+		err = serr
+	}
+	return err
+}
+
+func replay(ctx context.Context, url, creds, name string, msgs []session.Message, limit int, pf *pipelineFlags, w io.Writer) error {
+	nc, js, err := dial(ctx, url, creds, "compactor-demo", nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sessions, _, err := stores(ctx, nc, js)
+	if err != nil {
+		return err
+	}
+	table := pf.conf.Models
+	sid := "demo-" + uuid.NewString()[:8]
+	first := 1
+	for first < len(msgs) && msgs[first-1].Role == session.RoleSystem {
+		first++
+	}
+	imp, err := api.CreateSession(ctx, sessions, table, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, msgs[:first])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "compactor demo: %s\n", name)
+	fmt.Fprintf(w, "  %d messages, replayed one by one into session %s (model %s, context limit %d tokens)\n", len(msgs), sid, imp.Model, limit)
+	fmt.Fprintf(w, "  summary provider: %s; NATS at %s\n\n", *pf.provider, redact(url))
+
+	total := imp.Tokens
+	type row struct {
+		at     int
+		result map[string]any
+		failed bool
+	}
+	var rows []row
+	for i := first; i <= len(msgs); i++ {
+		if i > first {
+			stored, err := api.AppendMessages(ctx, sessions, table, sid, []session.Message{msgs[i-1]})
+			if err != nil {
+				return err
+			}
+			total += stored[0].Tokens
+		}
+		view, err := api.Context(ctx, sessions, table, sid)
+		if err != nil {
+			return err
+		}
+		if view.Tokens <= limit || (i < len(msgs) && msgs[i-1].Role == session.RoleAssistant && len(msgs[i-1].ToolCalls) > 0) {
+			continue // fits, or the model is mid tool call: the runtime checks before its next model call
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		res, err := client.Compact(rctx, nc, js, client.Request{Source: "urn:compactor:demo",
+			Data: events.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: limit, RequestedTokens: view.Tokens, MessageCount: len(view.Messages)}})
+		cancel()
+		if err != nil {
+			return err
+		}
+		var d map[string]any
+		if err := json.Unmarshal(res.Data, &d); err != nil {
+			return err
+		}
+		rows = append(rows, row{at: i, result: d, failed: res.Failed()})
+		if res.Failed() {
+			fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → CompactionFailed: %v: %v\n", i, view.Tokens, limit, d["reason"], d["error"])
+			continue
+		}
+		fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → %v: %v messages summarised, %v → %v tokens (summary %v, %v model call(s), %v ms)\n",
+			i, view.Tokens, limit, d["outcome"], d["messages_summarised"], d["tokens_before"], d["tokens_after"], d["summary_tokens"], d["llm_calls"], d["duration_ms"])
+	}
+	view, err := api.Context(ctx, sessions, table, sid)
+	if err != nil {
+		return err
+	}
+	compacted := 0
+	for _, r := range rows {
+		if !r.failed && r.result["outcome"] == string(pipeline.OutcomeCompacted) {
+			compacted++
+		}
+	}
+	fmt.Fprintf(w, "\nBefore: the whole conversation is %d messages, %d tokens: over the %d-token limit.\n", len(msgs), total, limit)
+	fmt.Fprintf(w, "After %d compaction(s): the model sees %d messages, %d tokens (%.0f %% fewer); every original message is still stored.\n\n",
+		compacted, len(view.Messages), view.Tokens, 100*(1-float64(view.Tokens)/float64(max(total, 1))))
+	fmt.Fprintln(w, "The context now:")
+	for _, m := range view.Messages {
+		fmt.Fprintf(w, "  [%3d] %-9s %5d tokens  %s\n", m.Seq, roleLabel(m), m.Tokens, preview(m))
+	}
+	for _, m := range view.Messages {
+		if m.IsCompaction {
+			fmt.Fprintf(w, "\nThe summary (compaction %s):\n%s\n", m.ID, indent(pipeline.SummaryText(&m), "  "))
+		}
+	}
+	fmt.Fprintf(w, "\nSee it yourself while a server runs: compactor session context %s; compactor session show %s\n", sid, sid)
+	return nil
+}
+
+func roleLabel(m session.Message) string {
+	if m.IsCompaction {
+		return "summary"
+	}
+	return string(m.Role)
+}
+
+// preview is a message's first line, cut to 70 characters.
+func preview(m session.Message) string {
+	text := m.Text()
+	if m.IsCompaction {
+		text = "covers messages up to " + fmt.Sprint(m.Seq)
+	}
+	if text == "" && len(m.ToolCalls) > 0 {
+		text = "calls " + m.ToolCalls[0].Function.Name + "(" + m.ToolCalls[0].Function.Arguments + ")"
+	}
+	text = strings.Join(strings.Fields(text), " ")
+	if r := []rune(text); len(r) > 70 {
+		text = string(r[:69]) + "…"
+	}
+	return text
+}
+
+func indent(s, pre string) string {
+	return pre + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n"+pre)
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/kvstore"
+)
+
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// natsFlags say how to reach NATS. Credentials go in the URL
+// (nats://user:password@host:port) or in a creds file.
+type natsFlags struct {
+	url   *string
+	creds *string
+}
+
+func addNATSFlags(fs *flag.FlagSet, def string) *natsFlags {
+	usage := "NATS server `URL` (user:password@ in it for nats.conf users)"
+	if def == "" {
+		usage += " (default: run an embedded server)"
+	}
+	return &natsFlags{
+		url:   fs.String("nats-url", def, usage),
+		creds: fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and nkey seed)"),
+	}
+}
+
+// connect opens a connection for a command. Errors say what to check.
+func (n *natsFlags) connect(ctx context.Context, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	return dial(ctx, *n.url, *n.creds, name, log, extra...)
+}
+
+func dial(ctx context.Context, url, creds, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	opts := []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	if log != nil {
+		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			// Permission violations arrive here; the request itself only times out.
+			log.Warn("nats", slog.String("subject", subj), slog.String("error", err.Error()))
+		}))
+	}
+	opts = append(opts, extra...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is `compactor serve` or nats-server running? see --nats-url)", url, err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+// stores binds the provisioned buckets.
+func stores(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*kvstore.Sessions, *kvstore.Breakers, error) {
+	s, err := kvstore.NewSessions(ctx, nc, js)
+	if err == nil {
+		var b *kvstore.Breakers
+		if b, err = kvstore.NewBreakers(ctx, js); err == nil {
+			return s, b, nil
+		}
+	}
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		err = fmt.Errorf("%w (run `compactor serve` or `compactor provision` against this server first)", err)
+	}
+	return nil, nil, err
+}

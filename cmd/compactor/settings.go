@@ -1,0 +1,100 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/compactor/compactor/internal/config"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/router"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// pipelineFlags are the compaction and provider settings shared by serve,
+// demo and compact --file: the config file gives the defaults, the flags
+// override them.
+type pipelineFlags struct {
+	conf     config.Loaded
+	cfg      pipeline.Config
+	provider *string
+	baseURL  *string
+	timeout  *time.Duration
+}
+
+// addPipelineFlags reads --config from args (it sets the flags' defaults)
+// and defines the flags on fs. timeoutUsage describes --timeout (compact by
+// id uses it for the wait; elsewhere it limits one summary call).
+func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pipelineFlags, error) {
+	conf, err := config.Load(configPath(args))
+	if err != nil {
+		return nil, err
+	}
+	p := &pipelineFlags{conf: conf, cfg: conf.Compaction}
+	cfg := &p.cfg
+	fs.String("config", "", "config `FILE` (JSON: compaction settings, provider, base_url, timeout, models); flags win over it")
+	p.provider = fs.String("provider", conf.Provider, "summary `PROVIDER`: extractive (offline), openai (and compatible servers) or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY")
+	p.baseURL = fs.String("base-url", conf.BaseURL, "the provider's endpoint `URL`, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's own API)")
+	if timeoutUsage == "" {
+		timeoutUsage = fmt.Sprintf("limit of one summary model call (default %v, or the config file's timeout)", conf.Timeout)
+	}
+	p.timeout = fs.Duration("timeout", 0, timeoutUsage)
+	fs.IntVar(&cfg.KeepRecentTurns, "keep-recent-turns", cfg.KeepRecentTurns, "turns kept raw")
+	fs.IntVar(&cfg.MaxSummaryTokens, "max-summary-tokens", cfg.MaxSummaryTokens, "summary budget in tokens")
+	fs.IntVar(&cfg.MaxMessages, "max-messages", cfg.MaxMessages, "compact when the context has more messages (0: never)")
+	fs.StringVar(&cfg.SummaryModel, "summary-model", cfg.SummaryModel, "summary `MODEL` (default: the session's model)")
+	fs.IntVar(&cfg.SummaryContextLimit, "summary-context-limit", cfg.SummaryContextLimit, "the summary model's input limit in `TOKENS` (default: from the model table)")
+	fs.Float64Var(&cfg.HeadroomRatio, "headroom", cfg.HeadroomRatio, "share of the window that summary plus raw tail aim for")
+	fs.BoolVar(&cfg.KeepFirstUserMessage, "keep-first-user-message", cfg.KeepFirstUserMessage, "pin the first user message (the task)")
+	fs.IntVar(&cfg.ToolOutputMaxTokens, "tool-output-max-tokens", cfg.ToolOutputMaxTokens, "clamp each tool output in the summary prompt to this many tokens")
+	fs.BoolVar(&cfg.EnableIncremental, "incremental", cfg.EnableIncremental, "summarise only what is new since the last compaction")
+	fs.IntVar(&cfg.MaxFailures, "max-failures", cfg.MaxFailures, "failed compactions in a row that open a session's breaker")
+	fs.Var((*durationFlag)(&cfg.BreakerCooldown), "breaker-cooldown", "let one probe through an open breaker per `DURATION` (0: only an operator reset closes it)")
+	return p, nil
+}
+
+// callTimeout is the limit of one summary call.
+func (p *pipelineFlags) callTimeout() time.Duration {
+	if *p.timeout > 0 {
+		return *p.timeout
+	}
+	return p.conf.Timeout
+}
+
+// validate checks the parsed settings; errors are usage errors.
+func (p *pipelineFlags) validate() error {
+	if *p.timeout < 0 {
+		return fmt.Errorf("%w: timeouts must be positive", errUsage)
+	}
+	if p.cfg.SummaryProvider == "" && *p.provider != "extractive" {
+		p.cfg.SummaryProvider = *p.provider
+	}
+	if err := p.cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+// summarizer builds the model router; counter sizes the extractive
+// summariser's budget. A provider without its key is an error now.
+func (p *pipelineFlags) summarizer(counter *tokens.Counter) (*router.Router, error) {
+	return router.FromSettings(router.Settings{Provider: *p.provider, BaseURL: *p.baseURL, Timeout: p.callTimeout(),
+		Models: p.conf.Models, Extractive: extractive.New(counter)})
+}
+
+// durationFlag is a pipeline.Duration as a flag.
+type durationFlag pipeline.Duration
+
+func (d *durationFlag) String() string { return time.Duration(*d).String() }
+func (d *durationFlag) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v < 0 {
+		return fmt.Errorf("must be >= 0")
+	}
+	*d = durationFlag(v)
+	return nil
+}

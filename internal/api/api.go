@@ -1,0 +1,441 @@
+// Package api is the NATS micro service "compactor": request/reply
+// endpoints for runtimes (a synchronous compaction, creating and appending
+// to sessions without knowing the KV layout, reading the context) and for
+// operators (breakers). It is discoverable with `nats micro ls|info|stats`.
+// State lives in KV, so any number of instances may serve; each request is
+// answered by one of them (queue group).
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// Service name and subjects of the endpoints (SPEC §8; the session and
+// breaker.list endpoints are additions).
+const (
+	Name             = "compactor"
+	SubjectCompact   = "compactor.compact"
+	SubjectBreaker   = "compactor.breaker.get"
+	SubjectReset     = "compactor.breaker.reset"
+	SubjectBreakers  = "compactor.breaker.list"
+	SubjectCreate    = "compactor.session.create"
+	SubjectAppend    = "compactor.session.append"
+	SubjectContext   = "compactor.session.context"
+	defaultTimeout   = 5 * time.Minute
+	defaultWorkers   = 8
+	maxRequestMsgLen = 999
+)
+
+// Deps are what the endpoints use.
+type Deps struct {
+	Pipeline  *pipeline.Service
+	Publisher *consumer.Publisher
+	Sessions  *kvstore.Sessions
+	Breakers  *kvstore.Breakers
+	Models    *models.Table
+	Logger    *slog.Logger
+	// Version is the service's SemVer version.
+	Version string
+	// Workers bounds synchronous compactions running at once (default 8);
+	// more wait, and the caller's request times out if they wait too long.
+	Workers int
+	// Timeout bounds one synchronous compaction (default 5 min).
+	Timeout time.Duration
+	// Observe, when set, sees every compaction's result (metrics).
+	Observe func(*pipeline.Result)
+	// Stats, when set, adds its value to the service's stats.
+	Stats func() any
+}
+
+// Server answers the endpoints.
+type Server struct {
+	d     Deps
+	log   *slog.Logger
+	sem   chan struct{}
+	ctx   context.Context
+	micro micro.Service
+	wg    sync.WaitGroup
+}
+
+// Start registers the service on nc and serves until ctx is cancelled or
+// Stop is called. Compactions answered synchronously run under ctx's values
+// but not its cancellation, so a shutdown lets them finish.
+func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
+	if d.Pipeline == nil || d.Publisher == nil || d.Sessions == nil || d.Breakers == nil {
+		return nil, errors.New("api: pipeline, publisher, sessions and breakers are required")
+	}
+	if d.Models == nil {
+		d.Models = models.Default()
+	}
+	if d.Workers <= 0 {
+		d.Workers = defaultWorkers
+	}
+	if d.Timeout <= 0 {
+		d.Timeout = defaultTimeout
+	}
+	if d.Version == "" {
+		d.Version = "0.0.0"
+	}
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{d: d, log: log, sem: make(chan struct{}, d.Workers), ctx: context.WithoutCancel(ctx)}
+	cfg := micro.Config{Name: Name, Version: d.Version,
+		Description: "Keeps LLM agent sessions inside their model's context window",
+		Metadata:    map[string]string{"requests": consumer.RequestStream, "results": consumer.ResultStream},
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			log.Warn("micro service error", slog.String("subject", e.Subject), slog.String("error", e.Description))
+		}}
+	if d.Stats != nil {
+		cfg.StatsHandler = func(*micro.Endpoint) any { return d.Stats() }
+	}
+	svc, err := micro.AddService(nc, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("api: add service: %w", err)
+	}
+	s.micro = svc
+	for _, e := range []struct {
+		name, subject, desc string
+		h                   micro.HandlerFunc
+	}{
+		{"compact", SubjectCompact, "compact a session now and answer its result (the data of CompactionCompleted, or an error carrying CompactionFailed's); the result event is published too", s.compact},
+		{"breaker_get", SubjectBreaker, "a session's circuit breaker: {\"session_id\"}", s.breakerGet},
+		{"breaker_reset", SubjectReset, "close a session's breaker; publishes CompactionCircuitClosed when it was open", s.breakerReset},
+		{"breaker_list", SubjectBreakers, "every stored breaker", s.breakerList},
+		{"session_create", SubjectCreate, "store a new session: {\"session_id\", \"model\", \"context_limit\", \"messages\"}", s.sessionCreate},
+		{"session_append", SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\"}", s.sessionAppend},
+		{"session_context", SubjectContext, "what the model sees now: pinned + summary + raw tail, with tokens", s.sessionContext},
+	} {
+		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject),
+			micro.WithEndpointMetadata(map[string]string{"description": e.desc})); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		_ = svc.Stop()
+	}()
+	return s, nil
+}
+
+// Stop stops answering (drains the endpoints), then waits for the
+// synchronous compactions already running to finish and answer.
+func (s *Server) Stop() error {
+	err := s.micro.Stop()
+	s.wg.Wait()
+	return err
+}
+
+// Info is the micro service's info.
+func (s *Server) Info() micro.Info { return s.micro.Info() }
+
+// CompactRequest is the body of a compact request: the data of a request
+// event, plus the request's id (default: a new UUID; reuse one to make a
+// retry idempotent) and its trigger (default over_budget).
+type CompactRequest struct {
+	events.RequestData
+	RequestID string           `json:"request_id,omitempty"`
+	Trigger   pipeline.Trigger `json:"trigger,omitempty"`
+}
+
+type sessionRef struct {
+	SessionID string `json:"session_id"`
+}
+
+// errorCode maps an error to a micro error code: 400 for a bad request, 404
+// for an unknown session, 409 for a taken id, 503 for what a retry may fix,
+// 500 otherwise.
+func errorCode(err error) string {
+	switch {
+	case errors.Is(err, errBadRequest), errors.Is(err, session.ErrInvalid), errors.Is(err, pipeline.ErrInvalidRequest), errors.Is(err, transcript.ErrFormat):
+		return "400"
+	case errors.Is(err, session.ErrNotFound):
+		return "404"
+	case errors.Is(err, session.ErrExists):
+		return "409"
+	case errors.Is(err, session.ErrConflict):
+		return "503"
+	}
+	return "500"
+}
+
+var errBadRequest = errors.New("bad request")
+
+func (s *Server) fail(r micro.Request, err error) {
+	if rerr := r.Error(errorCode(err), err.Error(), nil); rerr != nil {
+		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", rerr.Error()))
+	}
+}
+
+func (s *Server) respond(r micro.Request, v any) {
+	if err := r.RespondJSON(v); err != nil {
+		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
+	}
+}
+
+func decode(r micro.Request, v any) error {
+	if len(r.Data()) == 0 {
+		return fmt.Errorf("%w: empty body, want a JSON object", errBadRequest)
+	}
+	if err := json.Unmarshal(r.Data(), v); err != nil {
+		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+	}
+	return nil
+}
+
+func (s *Server) sessionID(r micro.Request) (string, error) {
+	var ref sessionRef
+	if err := decode(r, &ref); err != nil {
+		return "", err
+	}
+	if !events.ValidSessionID(ref.SessionID) {
+		return "", fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, ref.SessionID)
+	}
+	return ref.SessionID, nil
+}
+
+// opContext bounds a short store operation.
+func (s *Server) opContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.ctx, 30*time.Second)
+}
+
+// compact runs in its own goroutine (bounded by Workers) so that a long
+// compaction does not hold up the endpoint's other requests.
+func (s *Server) compact(r micro.Request) {
+	var req CompactRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if req.Trigger == "" {
+		req.Trigger = pipeline.TriggerOverBudget
+	}
+	if req.RequestID == "" {
+		req.RequestID = uuid.NewString()
+	}
+	if !events.ValidSessionID(req.SessionID) {
+		s.fail(r, fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, req.SessionID))
+		return
+	}
+	s.sem <- struct{}{}
+	s.wg.Add(1)
+	go func() {
+		defer func() { <-s.sem; s.wg.Done() }()
+		ctx, cancel := context.WithTimeout(s.ctx, s.d.Timeout)
+		defer cancel()
+		preq := pipeline.Request{ID: req.RequestID, SessionID: req.SessionID, Trigger: req.Trigger, Model: req.Model,
+			ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens, MessageCount: req.MessageCount,
+			SummaryModel: req.SummaryModel, SummaryContextLimit: req.SummaryContextLimit, Focus: req.Focus}
+		res, cerr := s.d.Pipeline.Compact(ctx, preq)
+		if s.d.Observe != nil {
+			s.d.Observe(res)
+		}
+		if err := s.d.Publisher.Result(ctx, res); err != nil {
+			s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
+		}
+		if cerr == nil {
+			s.respond(r, res)
+			return
+		}
+		body, _ := json.Marshal(events.FailedData(res))
+		code := "500"
+		switch {
+		case res.Reason == pipeline.ReasonInvalidRequest:
+			code = "400"
+		case res.Reason == pipeline.ReasonSessionNotFound:
+			code = "404"
+		case res.Retryable || res.Reason == pipeline.ReasonCircuitOpen:
+			code = "503"
+		}
+		if err := r.Error(code, string(res.Reason)+": "+res.Error, body); err != nil {
+			s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
+		}
+	}()
+}
+
+func (s *Server) breakerGet(r micro.Request) {
+	sid, err := s.sessionID(r)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	b, err := s.d.Breakers.Breaker(ctx, sid)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.respond(r, b)
+}
+
+// ResetAnswer is what a breaker reset answers.
+type ResetAnswer struct {
+	SessionID string `json:"session_id"`
+	// WasOpen says the breaker was open (CompactionCircuitClosed was
+	// published).
+	WasOpen  bool            `json:"was_open"`
+	Previous session.Breaker `json:"previous"`
+}
+
+func (s *Server) breakerReset(r micro.Request) {
+	sid, err := s.sessionID(r)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	prev, err := consumer.ResetBreaker(ctx, s.d.Pipeline, s.d.Publisher, sid)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.log.Info("breaker reset by request", slog.String("session_id", sid), slog.Bool("was_open", prev.Open()))
+	s.respond(r, ResetAnswer{SessionID: sid, WasOpen: prev.Open(), Previous: prev})
+}
+
+func (s *Server) breakerList(r micro.Request) {
+	ctx, cancel := s.opContext()
+	defer cancel()
+	list, err := s.d.Breakers.List(ctx)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	if list == nil {
+		list = []session.Breaker{}
+	}
+	s.respond(r, list)
+}
+
+// CreateBody is the body of session.create.
+type CreateBody struct {
+	SessionID    string          `json:"session_id,omitempty"`
+	Model        string          `json:"model,omitempty"`
+	ContextLimit int             `json:"context_limit,omitempty"`
+	Messages     json.RawMessage `json:"messages"`
+}
+
+func parseMessages(raw json.RawMessage, allowEmpty bool) ([]session.Message, error) {
+	if len(raw) == 0 || string(raw) == "null" || string(raw) == "[]" {
+		if allowEmpty {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%w: messages is required", errBadRequest)
+	}
+	msgs, err := transcript.Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) > maxRequestMsgLen {
+		return nil, fmt.Errorf("%w: %d messages in one request, at most %d: send the rest with session.append", errBadRequest, len(msgs), maxRequestMsgLen)
+	}
+	return msgs, nil
+}
+
+func (s *Server) sessionCreate(r micro.Request) {
+	var b CreateBody
+	if err := decode(r, &b); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if b.SessionID != "" && !events.ValidSessionID(b.SessionID) {
+		s.fail(r, fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, b.SessionID))
+		return
+	}
+	msgs, err := parseMessages(b.Messages, true)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	out, err := CreateSession(ctx, s.d.Sessions, s.d.Models, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.respond(r, out)
+}
+
+// AppendBody is the body of session.append.
+type AppendBody struct {
+	SessionID string          `json:"session_id"`
+	Messages  json.RawMessage `json:"messages"`
+}
+
+// Appended is what session.append answers.
+type Appended struct {
+	SessionID string   `json:"session_id"`
+	IDs       []string `json:"ids"`
+	FirstSeq  int64    `json:"first_seq"`
+	LastSeq   int64    `json:"last_seq"`
+	Tokens    int      `json:"tokens"`
+}
+
+func (s *Server) sessionAppend(r micro.Request) {
+	var b AppendBody
+	if err := decode(r, &b); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if !events.ValidSessionID(b.SessionID) {
+		s.fail(r, fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, b.SessionID))
+		return
+	}
+	msgs, err := parseMessages(b.Messages, false)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	stored, err := AppendMessages(ctx, s.d.Sessions, s.d.Models, b.SessionID, msgs)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	out := Appended{SessionID: b.SessionID, FirstSeq: stored[0].Seq, LastSeq: stored[len(stored)-1].Seq}
+	for _, m := range stored {
+		out.IDs = append(out.IDs, m.ID)
+		out.Tokens += m.Tokens
+	}
+	s.respond(r, out)
+}
+
+func (s *Server) sessionContext(r micro.Request) {
+	sid, err := s.sessionID(r)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	ctx, cancel := s.opContext()
+	defer cancel()
+	v, err := Context(ctx, s.d.Sessions, s.d.Models, sid)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.respond(r, v)
+}

@@ -1,0 +1,130 @@
+// Package metrics exposes the service's work to Prometheus: what the result
+// events say one by one (outcomes, failures, tokens, model calls, time),
+// here in aggregate, plus the consumer's delivery counters.
+package metrics
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/pipeline"
+)
+
+const ns = "compactor"
+
+// Metrics holds the service's collectors on their own registry. It is safe
+// for concurrent use.
+type Metrics struct {
+	reg         *prometheus.Registry
+	completed   *prometheus.CounterVec
+	failed      *prometheus.CounterVec
+	opened      prometheus.Counter
+	duration    *prometheus.HistogramVec
+	tokensIn    prometheus.Counter
+	tokensOut   prometheus.Counter
+	summarised  prometheus.Counter
+	summaryIn   prometheus.Counter
+	summaryOut  prometheus.Counter
+	llmCalls    prometheus.Counter
+	summaryToks prometheus.Histogram
+}
+
+// New registers the collectors. stats, when not nil, is read at every
+// scrape for the consumer's delivery counters.
+func New(stats func() consumer.Stats) *Metrics {
+	reg := prometheus.NewRegistry()
+	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	m := &Metrics{
+		reg: reg,
+		completed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_completed_total",
+			Help: "Requests answered with CompactionCompleted, by outcome and trigger."}, []string{"outcome", "trigger"}),
+		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_failed_total",
+			Help: "Requests that failed, by reason and whether a retry may pass (a retryable failure is redelivered; only its last delivery answers CompactionFailed)."}, []string{"reason", "retryable"}),
+		opened: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "circuits_opened_total",
+			Help: "Session breakers opened (one CompactionCircuitOpened each)."}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
+			Help:    "Time to answer one request, model calls included, by outcome (failed for failures).",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}}, []string{"outcome"}),
+		tokensIn: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "context_tokens_before_total",
+			Help: "Context tokens before compaction, summed over compactions."}),
+		tokensOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "context_tokens_after_total",
+			Help: "Context tokens after compaction, summed over compactions."}),
+		summarised: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "messages_summarised_total",
+			Help: "Messages folded into summaries."}),
+		summaryIn: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "summary_input_tokens_total",
+			Help: "Input tokens sent to summary models (provider usage where reported)."}),
+		summaryOut: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "summary_output_tokens_total",
+			Help: "Output tokens written by summary models."}),
+		llmCalls: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "summary_calls_total",
+			Help: "Calls to summary models."}),
+		summaryToks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "summary_tokens",
+			Help: "Tokens of the summary in force after a compaction.", Buckets: prometheus.ExponentialBuckets(64, 2, 8)}),
+	}
+	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
+		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		f(c)
+	}
+	if stats != nil {
+		for _, d := range []struct {
+			name, help string
+			get        func(consumer.Stats) int64
+			gauge      bool
+		}{
+			{"deliveries_received_total", "Request deliveries pulled from AGENT_CONTEXT.", func(s consumer.Stats) int64 { return s.Received }, false},
+			{"deliveries_retried_total", "Deliveries handed back with a delay after a transient failure.", func(s consumer.Stats) int64 { return s.Retried }, false},
+			{"deliveries_dead_lettered_total", "Requests copied to COMPACTION_DLQ and terminated.", func(s consumer.Stats) int64 { return s.DeadLettered }, false},
+			{"deliveries_released_total", "Deliveries handed back at shutdown for another replica.", func(s consumer.Stats) int64 { return s.Released }, false},
+			{"compactions_in_flight", "Requests being worked on now.", func(s consumer.Stats) int64 { return s.InFlight }, true},
+		} {
+			get := d.get
+			val := func() float64 { return float64(get(stats())) }
+			if d.gauge {
+				f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
+			} else {
+				f(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
+			}
+		}
+	}
+	return m
+}
+
+// Observe counts one request's result.
+func (m *Metrics) Observe(res *pipeline.Result) {
+	secs := float64(res.DurationMS) / 1000
+	if res.CircuitOpened {
+		m.opened.Inc()
+	}
+	m.llmCalls.Add(float64(res.LLMCalls))
+	m.summaryIn.Add(float64(res.InputTokens))
+	m.summaryOut.Add(float64(res.OutputTokens))
+	if res.Failed {
+		retryable := "false"
+		if res.Retryable {
+			retryable = "true"
+		}
+		m.failed.WithLabelValues(string(res.Reason), retryable).Inc()
+		m.duration.WithLabelValues("failed").Observe(secs)
+		return
+	}
+	m.completed.WithLabelValues(string(res.Outcome), string(res.Trigger)).Inc()
+	m.duration.WithLabelValues(string(res.Outcome)).Observe(secs)
+	if res.Outcome == pipeline.OutcomeCompacted {
+		m.tokensIn.Add(float64(res.TokensBefore))
+		m.tokensOut.Add(float64(res.TokensAfter))
+		m.summarised.Add(float64(res.MessagesSummarised))
+		m.summaryToks.Observe(float64(res.SummaryTokens))
+	}
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry returns the registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
