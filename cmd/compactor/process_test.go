@@ -1,0 +1,229 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/natstest"
+)
+
+// TestMain lets the test binary run as the compactor command itself, so
+// the process tests start, kill and restart a real `compactor serve`.
+func TestMain(m *testing.M) {
+	if os.Getenv("COMPACTOR_TEST_RUN_MAIN") == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// process is `compactor serve` in a child process.
+type process struct {
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	done chan struct{}
+}
+
+func startProcess(t *testing.T, url string, args ...string) *process {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &process{logs: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(exe, append([]string{"serve", "--nats-url", url, "--metrics-addr", "", "--ack-wait", "2s"}, args...)...)
+	p.cmd.Env = append(os.Environ(), "COMPACTOR_TEST_RUN_MAIN=1")
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if strings.Contains(p.logs.String(), `msg=serving`) {
+			if _, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond); err == nil {
+				return p
+			}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("compactor serve exited before serving:\n%s", p.logs.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("compactor serve not serving within 60s:\n%s", p.logs.String())
+		}
+	}
+}
+
+// signal sends sig and waits for the exit; it returns the exit code.
+func (p *process) signal(t *testing.T, sig os.Signal, within time.Duration) int {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(within):
+		t.Fatalf("no exit within %v of %v:\n%s", within, sig, p.logs.String())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// publishRequest publishes a ContextOverBudget request with its id as
+// Nats-Msg-Id.
+func publishRequest(t *testing.T, js jetstream.JetStream, id, sid string) {
+	t.Helper()
+	ev, err := events.NewEvent(id, events.TypeContextOverBudget, "urn:test-runtime", sid, time.Now(), events.RequestData{SessionID: sid, Model: "gpt-4o"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, body := events.EncodeBinary(ev)
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: events.Subject(events.TypeContextOverBudget, sid), Header: h, Data: body}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitResults waits until the result stream holds n result events for
+// request id, then checks no more come.
+func waitResults(t *testing.T, js jetstream.JetStream, id string, n int, within time.Duration) []map[string]any {
+	t.Helper()
+	find := func() []map[string]any {
+		var out []map[string]any
+		types, data := streamData(t, js, consumer.ResultStream)
+		for i := range types {
+			if data[i]["request_id"] == id && (types[i] == events.TypeCompactionCompleted || types[i] == events.TypeCompactionFailed) {
+				out = append(out, data[i])
+			}
+		}
+		return out
+	}
+	deadline := time.Now().Add(within)
+	for len(find()) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d result events for %s within %v, want %d", len(find()), id, within, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond) // a duplicate would show by now
+	return find()
+}
+
+func pending(t *testing.T, js jetstream.JetStream) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), consumer.RequestStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+// TestProcessKilledMidCompaction: `compactor serve` is killed with SIGKILL
+// while its model call is in flight; a new process picks the request up
+// after the ack wait and it completes exactly once: one result event, one
+// compaction message, nothing left pending.
+func TestProcessKilledMidCompaction(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	srv := natstest.Server(t, t.TempDir(), -1)
+	url := srv.ClientURL()
+	model, base := newScriptedModel(t, "block")
+	args := []string{"--provider", "openai", "--base-url", base, "--summary-model", "gpt-4o-mini"}
+	first := startProcess(t, url, args...)
+	if cli(t, url, nil, "session", "import", fixture, "--session-id", "k1", "--context-limit", "6000") != 0 {
+		t.Fatal("import failed")
+	}
+	_, js := natstest.Connect(t, srv)
+	publishRequest(t, js, "req-kill", "k1")
+	select {
+	case <-model.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the model was never called:\n%s", first.logs.String())
+	}
+	first.signal(t, syscall.SIGKILL, 10*time.Second)
+	if got := waitResults(t, js, "req-kill", 0, 0); len(got) != 0 {
+		t.Fatalf("a result before the restart: %v", got)
+	}
+
+	model.mode.Store("ok")
+	second := startProcess(t, url, args...)
+	got := waitResults(t, js, "req-kill", 1, 60*time.Second)
+	if len(got) != 1 || got[0]["outcome"] != "compacted" {
+		t.Fatalf("results %v\n%s", got, second.logs.String())
+	}
+	_, comps, err := kvSessions(t, srv).History(context.Background(), "k1")
+	if err != nil || len(comps) != 1 {
+		t.Fatalf("%d compaction messages (%v), want 1", len(comps), err)
+	}
+	if n := pending(t, js); n != 0 {
+		t.Fatalf("%d requests still pending", n)
+	}
+	if code := second.signal(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, second.logs.String())
+	}
+}
+
+// TestProcessSIGTERMReleasesWork: SIGTERM while a compaction is stuck in its
+// model call: past the shutdown grace the process releases the request and
+// exits 0; the request is still pending, and the next process completes it
+// once.
+func TestProcessSIGTERMReleasesWork(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	srv := natstest.Server(t, t.TempDir(), -1)
+	url := srv.ClientURL()
+	model, base := newScriptedModel(t, "block")
+	args := []string{"--provider", "openai", "--base-url", base, "--summary-model", "gpt-4o-mini", "--shutdown-grace", "1s"}
+	first := startProcess(t, url, args...)
+	if cli(t, url, nil, "session", "import", fixture, "--session-id", "g1", "--context-limit", "6000") != 0 {
+		t.Fatal("import failed")
+	}
+	_, js := natstest.Connect(t, srv)
+	publishRequest(t, js, "req-term", "g1")
+	select {
+	case <-model.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the model was never called:\n%s", first.logs.String())
+	}
+	if code := first.signal(t, syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, first.logs.String())
+	}
+	if !strings.Contains(first.logs.String(), "released at shutdown") {
+		t.Fatalf("the running request was not released:\n%s", first.logs.String())
+	}
+	if n := pending(t, js); n != 1 {
+		t.Fatalf("%d requests pending after the release, want 1", n)
+	}
+	model.mode.Store("ok")
+	startProcess(t, url, args...)
+	got := waitResults(t, js, "req-term", 1, 30*time.Second)
+	if len(got) != 1 || got[0]["outcome"] != "compacted" {
+		t.Fatalf("results %v", got)
+	}
+}
