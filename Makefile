@@ -4,7 +4,7 @@ BIN     := bin/compactor
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench lint fmt tidy run clean
+.PHONY: build test test-race test-short bench lint fmt tidy run demo clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/compactor
@@ -34,10 +34,15 @@ fmt:
 tidy:
 	$(GO) mod tidy
 
-# Compacts the bundled tau-bench trajectory at a 6,000-token limit and
-# prints the result and the context the model would see.
+# Runs the service: an embedded NATS server with JetStream on
+# 127.0.0.1:4222 storing under ./data, the extractive summariser, /metrics
+# on 127.0.0.1:9464. Ctrl-C stops it cleanly.
 run: build
-	$(BIN) compact --file testdata/tau-bench-airline-task2.json --context-limit 6000
+	$(BIN) serve
+
+# The whole system on one machine, with a real conversation.
+demo: build
+	$(BIN) demo
 
 clean:
 	rm -rf bin

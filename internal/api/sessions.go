@@ -55,10 +55,10 @@ func CreateSession(ctx context.Context, store *kvstore.Sessions, table *models.T
 	if err != nil {
 		return Imported{}, err
 	}
-	total := 0
 	for i := range msgs {
-		total += c.Ensure(&msgs[i])
+		c.Ensure(&msgs[i])
 	}
+	total := c.Context(msgs) // as the context is counted: with the reply priming
 	if _, err := store.Create(ctx, rec, msgs); err != nil {
 		return Imported{}, err
 	}

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
+)
+
+// roleConn connects as a nats.conf user and collects its async errors
+// (permission violations arrive there).
+type roleConn struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	errs chan error
+}
+
+func connectAs(t *testing.T, url string) *roleConn {
+	t.Helper()
+	r := &roleConn{errs: make(chan error, 100)}
+	nc, err := nats.Connect(url, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { r.errs <- err }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	r.nc = nc
+	r.js, _ = jetstream.New(nc)
+	return r
+}
+
+// deniedPublish checks that publishing to subject is a permission violation.
+func (r *roleConn) deniedPublish(t *testing.T, subject string) {
+	t.Helper()
+	r.nc.Publish(subject, []byte("{}"))
+	r.expectViolation(t, "Publish", subject)
+}
+
+func (r *roleConn) deniedSubscribe(t *testing.T, subject string) {
+	t.Helper()
+	if _, err := r.nc.SubscribeSync(subject); err != nil {
+		t.Fatal(err)
+	}
+	r.expectViolation(t, "Subscription", subject)
+}
+
+func (r *roleConn) expectViolation(t *testing.T, kind, subject string) {
+	t.Helper()
+	r.nc.Flush()
+	deadline := time.After(3 * time.Second)
+	for {
+		select {
+		case err := <-r.errs:
+			if strings.Contains(err.Error(), "Permissions Violation for "+kind) && strings.Contains(err.Error(), subject) {
+				return
+			}
+		case <-deadline:
+			t.Fatalf("%s to %q was allowed", kind, subject)
+		}
+	}
+}
+
+// TestNATSConfRoles runs a server on the repository's nats.conf and checks
+// each role: admin provisions; the compactor serves without provisioning
+// rights; a runtime imports, requests and reads; an observer reads events
+// and nothing else.
+func TestNATSConfRoles(t *testing.T) {
+	opts, err := server.ProcessConfigFile("../../nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Port, opts.StoreDir, opts.NoLog, opts.NoSigs = -1, t.TempDir(), true, true
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	port := srv.Addr().(*net.TCPAddr).Port
+	as := func(user string) string { return fmt.Sprintf("nats://%s:%s-secret@127.0.0.1:%d", user, user, port) }
+
+	// Without credentials nothing works.
+	if _, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err == nil {
+		t.Fatal("an anonymous client connected")
+	}
+	if code := cli(t, as("admin"), nil, "provision"); code != 0 {
+		t.Fatal("admin could not provision")
+	}
+
+	// The compactor user may not create streams, but serves what admin made.
+	comp := connectAs(t, as("compactor"))
+	comp.deniedPublish(t, "$JS.API.STREAM.CREATE.EVIL")
+	comp.deniedPublish(t, "$JS.API.STREAM.DELETE."+consumer.RequestStream)
+	startServe(t, as("admin"), "--nats-url", as("compactor"))
+
+	// A runtime: import, compact over events, read the context and history,
+	// use the session endpoints.
+	rt := as("runtime")
+	if cli(t, rt, nil, "session", "import", fixture, "--session-id", "r1", "--context-limit", "6000") != 0 {
+		t.Fatal("runtime could not import")
+	}
+	observer := connectAs(t, as("observer"))
+	seen, err := observer.nc.SubscribeSync("compaction.completed.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	observer.nc.Flush()
+	var res map[string]any
+	if code := cli(t, rt, &res, "compact", "r1", "--timeout", "30s"); code != 0 || res["outcome"] != "compacted" {
+		t.Fatalf("runtime compact: exit %d %v", code, res)
+	}
+	var view api.ContextView
+	if cli(t, rt, &view, "session", "context", "r1") != 0 || !view.Messages[1].IsCompaction {
+		t.Fatal("runtime could not read the context")
+	}
+	var hist sessionHistory
+	if cli(t, rt, &hist, "session", "show", "r1") != 0 || len(hist.Compactions) != 1 {
+		t.Fatal("runtime could not read the history")
+	}
+	runtime := connectAs(t, rt)
+	if m, err := runtime.nc.Request(api.SubjectContext, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+		t.Fatalf("runtime session.context: %v", err)
+	}
+	runtime.deniedPublish(t, api.SubjectReset)
+	runtime.deniedPublish(t, "$KV.compaction_breakers.r1")
+	runtime.deniedPublish(t, "compaction.completed.r1") // cannot forge results
+	runtime.deniedSubscribe(t, "agent.context.>")
+
+	// The observer saw the result and can list services, and nothing else.
+	m, err := seen.NextMsg(5 * time.Second)
+	if err != nil || m.Header.Get("ce-type") != events.TypeCompactionCompleted {
+		t.Fatalf("observer did not see the result: %v", err)
+	}
+	if _, err := observer.nc.Request("$SRV.PING."+api.Name, nil, 2*time.Second); err != nil {
+		t.Fatalf("observer cannot ping the service: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	oc, err := observer.js.OrderedConsumer(ctx, consumer.ResultStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"compaction.completed.r1"}})
+	if err != nil {
+		t.Fatalf("observer cannot read the result stream: %v", err)
+	}
+	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
+		t.Fatalf("observer reading the result stream: %v", err)
+	}
+	observer.deniedPublish(t, events.OverBudgetPrefix+"r1")
+	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.r1.rec")
+	observer.deniedPublish(t, api.SubjectCompact)
+	observer.deniedSubscribe(t, "compactor.>")
+}
