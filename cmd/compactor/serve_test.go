@@ -57,16 +57,30 @@ type served struct {
 // service answers a ping.
 func startServe(t *testing.T, url string, args ...string) *served {
 	t.Helper()
+	return startServeAt(t, url, append([]string{"--nats-url", url}, args...)...)
+}
+
+// startServeAt runs serve with args and waits until its micro service
+// answers a ping on url.
+func startServeAt(t *testing.T, url string, args ...string) *served {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &served{cancel: cancel, done: make(chan int, 1), logs: &syncBuffer{}}
-	args = append([]string{"serve", "--nats-url", url, "--metrics-addr", ""}, args...)
+	args = append([]string{"serve", "--metrics-addr", ""}, args...)
 	go func() { s.done <- run(ctx, args, io.Discard, s.logs) }()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
+	var nc *nats.Conn
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		var err error
+		if nc, err = nats.Connect(url); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no server at %s: %v\n%s", url, err, s.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	defer nc.Close()
-	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if _, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond); err == nil {
 			break

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+func TestDemo(t *testing.T) {
+	code, out, stderr := runCLI(t, "demo")
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+	for _, want := range []string{"tau-bench", "→ compacted", "Before: the whole conversation is 62 messages", "The context now:", "## Goal"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "CompactionFailed") {
+		t.Fatalf("a compaction failed in the demo:\n%s", out)
+	}
+}
+
+// TestServeEmbeddedRestart: serve with its embedded server on a data dir;
+// what it stored is there after a restart on the same dir.
+func TestServeEmbeddedRestart(t *testing.T) {
+	dir := t.TempDir()
+	port := strconv.Itoa(freePort(t))
+	url := "nats://127.0.0.1:" + port
+	first := startEmbedded(t, url, "--data-dir", dir, "--nats-port", port)
+	if cli(t, url, nil, "session", "import", fixture, "--session-id", "e1", "--context-limit", "6000") != 0 {
+		t.Fatal("import failed")
+	}
+	var res map[string]any
+	if cli(t, url, &res, "compact", "e1") != 0 || res["outcome"] != "compacted" {
+		t.Fatalf("compact: %v", res)
+	}
+	// A second serve on the same port fails with a clear message.
+	if code, _, stderr := runCLI(t, "serve", "--data-dir", t.TempDir(), "--nats-port", port, "--metrics-addr", ""); code != 1 || !strings.Contains(stderr, "is taken") {
+		t.Fatalf("second serve on a taken port: exit %d: %s", code, stderr)
+	}
+	first.stop(t)
+
+	startEmbedded(t, url, "--data-dir", dir, "--nats-port", port)
+	var hist sessionHistory
+	if cli(t, url, &hist, "session", "show", "e1") != 0 || len(hist.Messages) != 62 || len(hist.Compactions) != 1 {
+		t.Fatalf("after the restart: %d messages, %d compactions", len(hist.Messages), len(hist.Compactions))
+	}
+}
+
+// startEmbedded runs serve with its own embedded server; url is where
+// that server will listen.
+func startEmbedded(t *testing.T, url string, args ...string) *served {
+	t.Helper()
+	// startServe passes --nats-url; an empty one selects the embedded server.
+	s := startServeAt(t, url, append([]string{"--nats-url", ""}, args...)...)
+	return s
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
