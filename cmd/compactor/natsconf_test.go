@@ -157,6 +157,7 @@ func TestNATSConfRoles(t *testing.T) {
 	}
 	observer.deniedPublish(t, events.OverBudgetPrefix+"r1")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.r1.rec")
+	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions")
 	observer.deniedPublish(t, api.SubjectCompact)
 	observer.deniedSubscribe(t, "compactor.>")
 }

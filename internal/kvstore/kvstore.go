@@ -104,6 +104,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, replicas int) error 
 // several processes.
 type Sessions struct {
 	nc  *nats.Conn
+	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	now func() time.Time
 }
@@ -114,7 +115,7 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
 	}
-	return &Sessions{nc: nc, kv: kv, now: time.Now}, nil
+	return &Sessions{nc: nc, js: js, kv: kv, now: time.Now}, nil
 }
 
 type item struct {
@@ -289,15 +290,7 @@ func (s *Sessions) message(ctx context.Context, sid string, seq int64) (session.
 }
 
 func (s *Sessions) messages(ctx context.Context, sid string, seqs []int64) ([]session.Message, error) {
-	out := make([]session.Message, 0, len(seqs))
-	for _, seq := range seqs {
-		m, err := s.message(ctx, sid, seq)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, m)
-	}
-	return out, nil
+	return s.messagesBatch(ctx, sid, seqs)
 }
 
 func seqRange(from, to int64) []int64 {
@@ -321,7 +314,10 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 	out := &session.Session{Record: rec}
 	if rec.CompactionID == "" {
 		out.Messages, err = s.messages(ctx, sid, seqRange(1, rec.HeadSeq))
-		return out, err
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
 	c, err := s.Compaction(ctx, sid, rec.CompactionID)
 	if err != nil {
@@ -415,20 +411,38 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) error {
 }
 
 // mark sets summarised_by on the covered messages. The marks are advisory
-// (the record is the truth), so they are plain writes.
+// (the record is the truth), so they are plain writes: read in batches,
+// written pipelined, every write's ack checked.
 func (s *Sessions) mark(ctx context.Context, sid string, seqs []int64, id string) error {
-	for _, seq := range seqs {
-		m, err := s.message(ctx, sid, seq)
+	for len(seqs) > 0 {
+		n := min(len(seqs), multiGetMax)
+		msgs, err := s.messagesBatch(ctx, sid, seqs[:n])
 		if err != nil {
 			return err
 		}
-		if m.SummarisedBy == id {
-			continue
+		seqs = seqs[n:]
+		var acks []jetstream.PubAckFuture
+		for i := range msgs {
+			m := &msgs[i]
+			if m.SummarisedBy == id {
+				continue
+			}
+			m.SummarisedBy = id
+			b, _ := json.Marshal(m)
+			f, err := s.js.PublishAsync(subject(SessionsBucket, msgKey(sid, m.Seq)), b)
+			if err != nil {
+				return fmt.Errorf("mark message %d: %w", m.Seq, err)
+			}
+			acks = append(acks, f)
 		}
-		m.SummarisedBy = id
-		b, _ := json.Marshal(m)
-		if _, err := s.kv.Put(ctx, msgKey(sid, seq), b); err != nil {
-			return fmt.Errorf("mark message %d: %w", seq, err)
+		for _, f := range acks {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("mark message: %w", err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	return nil

@@ -391,6 +391,11 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	}
 	if err := s.commit(ctx, commit); errors.Is(err, errWonByOther) {
 		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		if s.madeBy(ctx, req.SessionID, msg.ID, req.ID) {
+			// Another delivery of this very request won the race: the
+			// request compacted, whichever delivery answers.
+			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+		}
 		res.CompactionMessageID, res.TailStartID, res.Summary = msg.ID, commit.TailStartID, text
 		res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(selected), afterTokens, summaryTokens
 		return nil
@@ -441,6 +446,16 @@ func (s *Service) commit(ctx context.Context, c session.Commit) error {
 	return fail(ReasonPersistFailed, true, ErrPersistFailed, "commit compaction %s: %v", c.Compaction.ID, err)
 }
 
+// madeBy reports whether the stored compaction id was made by request
+// reqID (a read error answers false: already_compacted is still true).
+func (s *Service) madeBy(ctx context.Context, sessionID, id, reqID string) bool {
+	if reqID == "" {
+		return false
+	}
+	m, err := s.store.Compaction(context.WithoutCancel(ctx), sessionID, id)
+	return err == nil && m.Compaction != nil && m.Compaction.RequestID == reqID
+}
+
 // resume answers a request whose compaction already exists under its key:
 // committed, it is already_compacted; written but not committed (the writer
 // crashed, or is committing right now), it is committed here.
@@ -462,6 +477,9 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC()))
 	if errors.Is(err, errWonByOther) {
 		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		if res.RequestID != "" && m.Compaction.RequestID == res.RequestID {
+			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+		}
 		return nil
 	}
 	if err != nil {
