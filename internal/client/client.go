@@ -81,7 +81,9 @@ func Compact(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, req Req
 		}
 		subs = append(subs, sub)
 	}
-	if err := nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
 		return Result{}, fmt.Errorf("subscribe to results: %w", err)
 	}
 	ev, err := events.NewEvent(req.ID, req.Type, req.Source, sid, time.Now(), req.Data)

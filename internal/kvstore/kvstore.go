@@ -4,11 +4,12 @@
 // Layout of the sessions bucket, one value per key so that no value nears
 // max_payload whatever the session's size: "<sid>.rec" (the record),
 // "<sid>.m.<seq>" (one message each, seq zero-padded), "<sid>.c.<id>"
-// (compaction messages, append-only). Every change that spans keys — an
-// append (messages + record) and a compaction's commit (compaction message
-// + record) — is one JetStream atomic batch whose record write carries the
-// expected revision, so it applies whole or not at all and loses no
-// concurrent write.
+// (compaction messages, append-only). An append (messages + record) is one
+// JetStream atomic batch whose record write carries the expected revision,
+// so it applies whole or not at all and loses no concurrent write. A
+// compaction's commit writes its message, then the record with
+// compare-and-set: the record is the commit point, and a message written
+// without it is finished by the pipeline on the next request.
 package kvstore
 
 import (
@@ -363,19 +364,31 @@ func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Mes
 	return &m, nil
 }
 
-// Commit implements pipeline.SessionStore: the summarised marks first
-// (advisory), then the compaction message and the record in one atomic
-// batch. A head that moved (an append) is merged; a compaction that moved is
-// session.ErrConflict.
+// Commit implements pipeline.SessionStore: the compaction message (created
+// under its id; an existing one is fine), then the record with
+// compare-and-set: the commit point. Stored messages are never rewritten:
+// which compaction summarised a message follows from the record's
+// compaction chain (History fills summarised_by from it). A head that moved (an append) is merged; a compaction that moved
+// is session.ErrConflict. A crash between the message and the record
+// leaves a compaction the pipeline finishes on the next request for the
+// same key. (Two plain writes: an atomic batch on an R1 file stream stages
+// on disk and costs about 100 times a write, and the record write is the
+// only one that must be atomic.)
 func (s *Sessions) Commit(ctx context.Context, c session.Commit) error {
 	if err := checkID(c.SessionID); err != nil {
 		return err
 	}
 	id := c.Compaction.ID
+	created := false
 	for attempt := 0; attempt < casRetries; attempt++ {
-		rec, err := s.record(ctx, c.SessionID)
-		if err != nil {
-			return err
+		var rec session.Record
+		if attempt == 0 && c.Base != nil && c.Base.SessionID == c.SessionID && c.Base.Revision > 0 {
+			rec = *c.Base // planned on it: try it; a stale one only costs a retry
+		} else {
+			var err error
+			if rec, err = s.record(ctx, c.SessionID); err != nil {
+				return err
+			}
 		}
 		if rec.CompactionID != c.PrevCompactionID {
 			return fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, rec.CompactionID, session.ErrConflict)
@@ -383,17 +396,12 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) error {
 		if c.TailStartSeq < 1 || c.TailStartSeq > rec.HeadSeq+1 {
 			return fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, rec.HeadSeq+1)
 		}
-		if attempt == 0 {
-			if err := s.mark(ctx, c.SessionID, c.Summarised, id); err != nil {
-				return err
-			}
-		}
-		items := []item{}
-		if _, err := s.kv.Get(ctx, compKey(c.SessionID, id)); isNotFound(err) {
+		if !created {
 			b, _ := json.Marshal(c.Compaction)
-			items = append(items, item{key: compKey(c.SessionID, id), value: b, expect: rev(0)})
-		} else if err != nil {
-			return err
+			if _, err := s.kv.Create(ctx, compKey(c.SessionID, id), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+				return fmt.Errorf("write compaction %s: %w", id, err)
+			}
+			created = true
 		}
 		base := rec.Revision
 		rec.PinnedSeqs = slices.Clone(c.Pinned)
@@ -401,51 +409,15 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) error {
 		rec.Compactions++
 		rec.UpdatedAt = c.Now
 		b, _ := json.Marshal(rec)
-		items = append(items, item{key: recKey(c.SessionID), value: b, expect: rev(base)})
-		err = s.batch(ctx, items)
-		if err == nil || !errors.Is(err, session.ErrConflict) {
-			return err
+		_, err := s.kv.Update(ctx, recKey(c.SessionID), b, base)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("commit compaction %s: %w", id, err)
 		}
 	}
 	return fmt.Errorf("commit to %s: %w after %d tries", c.SessionID, session.ErrConflict, casRetries)
-}
-
-// mark sets summarised_by on the covered messages. The marks are advisory
-// (the record is the truth), so they are plain writes: read in batches,
-// written pipelined, every write's ack checked.
-func (s *Sessions) mark(ctx context.Context, sid string, seqs []int64, id string) error {
-	for len(seqs) > 0 {
-		n := min(len(seqs), multiGetMax)
-		msgs, err := s.messagesBatch(ctx, sid, seqs[:n])
-		if err != nil {
-			return err
-		}
-		seqs = seqs[n:]
-		var acks []jetstream.PubAckFuture
-		for i := range msgs {
-			m := &msgs[i]
-			if m.SummarisedBy == id {
-				continue
-			}
-			m.SummarisedBy = id
-			b, _ := json.Marshal(m)
-			f, err := s.js.PublishAsync(subject(SessionsBucket, msgKey(sid, m.Seq)), b)
-			if err != nil {
-				return fmt.Errorf("mark message %d: %w", m.Seq, err)
-			}
-			acks = append(acks, f)
-		}
-		for _, f := range acks {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("mark message: %w", err)
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-	}
-	return nil
 }
 
 // Record returns the session's record.
@@ -457,7 +429,9 @@ func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, erro
 }
 
 // History returns every message and every stored compaction of a session
-// (compactions oldest first).
+// (compactions oldest first). Each message covered by a committed
+// compaction (the record's chain) has summarised_by set to it; a
+// compaction written but never committed marks nothing.
 func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, []session.Message, error) {
 	rec, err := s.Record(ctx, sid)
 	if err != nil {
@@ -471,18 +445,46 @@ func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, 
 	if err != nil {
 		return nil, nil, err
 	}
-	var comps []session.Message
+	var keys []string
 	for k := range lister.Keys() {
-		e, err := s.kv.Get(ctx, k)
-		if err != nil {
-			return nil, nil, err
+		keys = append(keys, k)
+	}
+	vals, err := s.getMany(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	comps := make([]session.Message, 0, len(vals))
+	byID := map[string]*session.Message{}
+	for _, k := range keys {
+		v, ok := vals[k]
+		if !ok {
+			continue
 		}
 		var m session.Message
-		if err := json.Unmarshal(e.Value(), &m); err != nil {
-			return nil, nil, err
+		if err := json.Unmarshal(v, &m); err != nil {
+			return nil, nil, fmt.Errorf("compaction %s: %w", k, err)
 		}
 		comps = append(comps, m)
 	}
 	sort.Slice(comps, func(i, j int) bool { return comps[i].Seq < comps[j].Seq })
+	for i := range comps {
+		byID[comps[i].ID] = &comps[i]
+	}
+	pinned := map[int64]bool{}
+	for _, seq := range rec.PinnedSeqs {
+		pinned[seq] = true
+	}
+	for id, steps := rec.CompactionID, 0; id != "" && steps <= len(comps); steps++ {
+		c := byID[id]
+		if c == nil || c.Compaction == nil {
+			break
+		}
+		for seq := c.Compaction.FromSeq; seq <= c.Compaction.ToSeq && seq <= int64(len(msgs)); seq++ {
+			if seq >= 1 && !pinned[seq] {
+				msgs[seq-1].SummarisedBy = id
+			}
+		}
+		id = c.Compaction.Previous
+	}
 	return msgs, comps, nil
 }

@@ -98,8 +98,8 @@ func TestLargeSessionCompacts(t *testing.T) {
 	}
 }
 
-// Two replicas racing on one request over the KV store: one compaction,
-// one compacted answer and one already_compacted.
+// Two replicas racing on one session with two requests over the KV store:
+// one compaction, one compacted answer and one already_compacted.
 func TestReplicasRaceOnKV(t *testing.T) {
 	nc, js := jetStream(t)
 	ctx := context.Background()
@@ -120,12 +120,12 @@ func TestReplicasRaceOnKV(t *testing.T) {
 	sum := barrier{next: extractive.New(counter), wg: &arrived}
 	var wg sync.WaitGroup
 	outcomes := make(chan pipeline.Outcome, 2)
-	for range 2 {
+	for _, id := range []string{"a", "b"} {
 		svc, _ := pipeline.New(s, b, sum, pipeline.DefaultConfig())
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			res, err := svc.Compact(ctx, pipeline.Request{ID: "same", SessionID: "race", Trigger: pipeline.TriggerOverBudget})
+			res, err := svc.Compact(ctx, pipeline.Request{ID: id, SessionID: "race", Trigger: pipeline.TriggerOverBudget})
 			if err != nil {
 				t.Error(err)
 			}

@@ -382,6 +382,8 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	meta.TokensBefore, meta.TokensAfter, meta.SummaryTokens = res.TokensBefore, afterTokens, summaryTokens
 	meta.Chunks, meta.LLMCalls = sm.chunks, sm.calls
 	commit.Compaction = msg
+	base := *rec
+	commit.Base = &base
 	if err := Verify(VerifyInput{Before: p.before, After: after, Pinned: p.pinned, AfterTokens: afterTokens,
 		Limit: p.limit, SummaryTokens: summaryTokens, MaxSummaryTokens: s.cfg.MaxSummaryTokens}); err != nil {
 		return &Error{Reason: ReasonInvariantViolated, Err: err}

@@ -131,8 +131,8 @@ type Message struct {
 	IsCompaction bool            `json:"is_compaction,omitempty"`
 	Compaction   *CompactionMeta `json:"compaction,omitempty"`
 	// SummarisedBy is the id of the compaction message that covers this
-	// message. It is written before the record moves its tail, so only a
-	// value that the record's compaction chain confirms is authoritative.
+	// message, as the record's compaction chain says (stores derive it on
+	// reading the history, or write it before the record moves its tail).
 	SummarisedBy string `json:"summarised_by,omitempty"`
 }
 
@@ -217,4 +217,9 @@ type Commit struct {
 	TailStartID  string
 	TailStartSeq int64
 	Now          time.Time
+
+	// Base is an optional hint that saves a store a read: the record the
+	// compaction was planned on (with its revision), from which a store may
+	// try its compare-and-set before re-reading.
+	Base *Record
 }

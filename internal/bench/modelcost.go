@@ -1,0 +1,82 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// CostRow is one LoCoMo conversation replayed at one limit: summary-model
+// input tokens, incremental and from scratch, against the floor of reading
+// each of the conversation's tokens once.
+type CostRow struct {
+	Conversation      string  `json:"conversation"`
+	Messages          int     `json:"messages"`
+	Tokens            int     `json:"tokens"` // the floor
+	Limit             int     `json:"context_limit"`
+	IncrementalInput  int     `json:"incremental_input_tokens"`
+	ScratchInput      int     `json:"scratch_input_tokens"`
+	IncrementalRatio  float64 `json:"incremental_over_floor"`
+	ScratchRatio      float64 `json:"scratch_over_floor"`
+	IncrementalCompac int     `json:"incremental_compactions"`
+	ScratchCompac     int     `json:"scratch_compactions"`
+	IncrementalKept   float64 `json:"incremental_retention"`
+	ScratchKept       float64 `json:"scratch_retention"`
+}
+
+// modelCost replays every LoCoMo conversation of data through the runtime
+// loop (eval.Replay: messages arrive one by one, a compaction whenever the
+// context is over the limit, invariants checked after each).
+func modelCost(ctx context.Context, data string, limits []int, progress io.Writer) ([]CostRow, string, error) {
+	path := filepath.Join(data, "locomo", "locomo8.json")
+	if data == "" {
+		return nil, "skipped: no data folder given (--data)", nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Sprintf("skipped: %s is absent", path), nil
+	}
+	convs, err := transcript.LoadLoCoMo(path)
+	if err != nil {
+		return nil, "", err
+	}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil, "", err
+	}
+	sum := extractive.New(counter)
+	var rows []CostRow
+	for _, limit := range limits {
+		for _, c := range convs {
+			row := CostRow{Conversation: c.Name, Messages: len(c.Messages), Limit: limit}
+			for _, incremental := range []bool{true, false} {
+				cfg := pipeline.DefaultConfig()
+				cfg.EnableIncremental = incremental
+				rep, err := eval.Replay(ctx, c, counter, sum, cfg, limit)
+				if err != nil {
+					return nil, "", fmt.Errorf("%s at %d: %w", c.Name, limit, err)
+				}
+				row.Tokens = rep.Tokens
+				kept := 0.0
+				if rep.Retention != nil {
+					kept = rep.Retention.Share()
+				}
+				if incremental {
+					row.IncrementalInput, row.IncrementalRatio, row.IncrementalCompac, row.IncrementalKept = rep.InputTokens, rep.CostRatio, rep.Compactions, kept
+				} else {
+					row.ScratchInput, row.ScratchRatio, row.ScratchCompac, row.ScratchKept = rep.InputTokens, rep.CostRatio, rep.Compactions, kept
+				}
+			}
+			fmt.Fprintf(progress, "model cost %s at %d: incremental %.2f×, from scratch %.2f× the floor\n", c.Name, limit, row.IncrementalRatio, row.ScratchRatio)
+			rows = append(rows, row)
+		}
+	}
+	return rows, "", nil
+}
