@@ -345,7 +345,22 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
 	}
-	text, err := sm.run(ctx, input)
+	var text string
+	if incremental {
+		// The delta gets the room the summary in force leaves (at least a
+		// quarter of the budget), so the joined summary mostly fits and
+		// condensing, which re-reads the whole summary, stays rare.
+		have := 0
+		if m := p.sess.Summary.Compaction; m != nil && m.SummaryTokens > 0 {
+			have = m.SummaryTokens
+		} else {
+			have = p.counter.Count(SummaryText(p.sess.Summary))
+		}
+		room := s.cfg.MaxSummaryTokens - have
+		text, err = sm.within(max(room, s.cfg.MaxSummaryTokens/4), func() (string, error) { return sm.run(ctx, input) })
+	} else {
+		text, err = sm.run(ctx, input)
+	}
 	strategy := "single"
 	if sm.chunks > 1 {
 		strategy = "chunked"
@@ -355,7 +370,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		delta, _ := summary.Parse(text)
 		text = summary.Merge(prev, delta).Render()
 		if sm.count(text) > s.cfg.MaxSummaryTokens {
-			text, err = sm.condense(ctx, text)
+			text, err = sm.condense(ctx, text, int(s.cfg.CondenseRatio*float64(s.cfg.MaxSummaryTokens)))
 		}
 		strategy = "incremental"
 	}

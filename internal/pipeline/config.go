@@ -48,6 +48,11 @@ type Config struct {
 	// MinReduction is the share of the context's tokens a compaction must
 	// remove; less counts as a failure, never a silent loop.
 	MinReduction float64 `json:"min_reduction"`
+	// CondenseRatio is the share of max_summary_tokens an incremental
+	// summary is condensed to when it grows over the budget, so the next
+	// deltas fit without another condensing call (1: condense to the
+	// budget itself, and so again at almost every compaction).
+	CondenseRatio float64 `json:"condense_ratio"`
 	// KeepFirstUserMessage pins the first user message (the task) next to
 	// the leading system messages.
 	KeepFirstUserMessage bool `json:"keep_first_user_message"`
@@ -100,6 +105,7 @@ func DefaultConfig() Config {
 		MaxFailures:         3,
 		HeadroomRatio:       0.6,
 		MinReduction:        0.10,
+		CondenseRatio:       0.75,
 		ToolOutputMaxTokens: 2000,
 		MaxChunkDepth:       6,
 		CommitRetries:       3,
@@ -137,6 +143,7 @@ func (c Config) Validate() error {
 	check(c.MaxFailures >= 1, "max_failures must be >= 1, got %d", c.MaxFailures)
 	check(c.HeadroomRatio > 0 && c.HeadroomRatio <= 1, "headroom_ratio must be in (0, 1], got %g", c.HeadroomRatio)
 	check(c.MinReduction >= 0 && c.MinReduction < 1, "min_reduction must be in [0, 1), got %g", c.MinReduction)
+	check(c.CondenseRatio >= 0.2 && c.CondenseRatio <= 1, "condense_ratio must be in [0.2, 1], got %g", c.CondenseRatio)
 	check(c.ToolOutputMaxTokens >= 50, "tool_output_max_tokens must be >= 50, got %d", c.ToolOutputMaxTokens)
 	check(c.MaxChunkDepth >= 1 && c.MaxChunkDepth <= 16, "max_chunk_depth must be in [1, 16], got %d", c.MaxChunkDepth)
 	check(c.CommitRetries >= 0, "commit_retries must be >= 0, got %d", c.CommitRetries)

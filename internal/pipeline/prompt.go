@@ -33,7 +33,7 @@ func SystemPrompt() string { return systemPrompt }
 // text, its tool calls and, for a tool result, the call it answers. Markup
 // that could close the transcript early is escaped.
 func renderMessage(sb *strings.Builder, m *session.Message) {
-	fmt.Fprintf(sb, "<message seq=\"%d\" role=\"%s\"", m.Seq, m.Role)
+	fmt.Fprintf(sb, "<message role=\"%s\"", m.Role)
 	if m.Name != "" {
 		fmt.Fprintf(sb, " name=\"%s\"", escapeAttr(m.Name))
 	}

@@ -172,6 +172,9 @@ func (s *summariser) splitMessage(m session.Message, budget int) []session.Messa
 		if i > 0 {
 			piece.ToolCalls = nil // the calls go with the first piece only
 		}
+		if strings.TrimSpace(p) == "" && len(piece.ToolCalls) == 0 && (len(out) > 0 || i < len(pieces)-1) {
+			continue // a run of blank lines: nothing to summarise, and a chunk of it alone has no summary
+		}
 		piece.Tokens = s.counter.Message(&piece)
 		out = append(out, piece)
 	}
@@ -318,9 +321,21 @@ func (s *summariser) merge(ctx context.Context, task Task, parts []string) (stri
 	return s.call(ctx, task, p, msgs, est)
 }
 
-// condense shortens a summary that grew over the budget.
-func (s *summariser) condense(ctx context.Context, text string) (string, error) {
-	out, err := s.merge(ctx, TaskCondense, []string{text})
+// within runs f with the answer budget lowered to target tokens (when it
+// is below the budget).
+func (s *summariser) within(target int, f func() (string, error)) (string, error) {
+	if target > 0 && target < s.maxTokens {
+		full := s.maxTokens
+		s.maxTokens = target
+		defer func() { s.maxTokens = full }()
+	}
+	return f()
+}
+
+// condense shortens a summary that grew over the budget to target tokens
+// (at most the budget).
+func (s *summariser) condense(ctx context.Context, text string, target int) (string, error) {
+	out, err := s.within(target, func() (string, error) { return s.merge(ctx, TaskCondense, []string{text}) })
 	if errors.Is(err, ErrContextLength) {
 		return "", fail(ReasonSummaryFailed, false, ErrSummaryFailed, "summary model rejected condensing a summary as too long: %v", err)
 	}
