@@ -8,15 +8,12 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"runtime"
 	"runtime/metrics"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +38,8 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
 )
+
+var _ pipeline.Summarizer = (*timedSummarizer)(nil)
 
 // Options size a run. The zero value runs the issue's figures.
 type Options struct {
@@ -113,9 +112,19 @@ type env struct {
 type timedSummarizer struct {
 	next  pipeline.Summarizer
 	nanos atomic.Int64
+	// instant answers a fixed summary in the template at once: a model
+	// that costs nothing, to measure the service's own capacity.
+	instant atomic.Bool
 }
 
+// instantSummary is what the instant model answers.
+const instantSummary = "## Goal\n- downgrade the user's reservations to economy\n## User instructions\n- (none)\n## Decisions\n- reservations updated\n" +
+	"## Facts and identifiers\n- user omar_davis_3817\n## Files and artifacts\n- (none)\n## Errors and fixes\n- (none)\n## Open tasks\n- (none)\n"
+
 func (t *timedSummarizer) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	if t.instant.Load() {
+		return pipeline.SummaryResponse{Text: instantSummary, Model: "instant"}, nil
+	}
 	start := time.Now()
 	res, err := t.next.Summarize(ctx, r)
 	t.nanos.Add(int64(time.Since(start)))
@@ -379,19 +388,27 @@ func (e *env) overhead(ctx context.Context, n, iters int, progress io.Writer) (O
 	return row, nil
 }
 
-// ThroughputRow is compactions per second at one concurrency.
+// ThroughputRow is compactions per second at one concurrency: the
+// service with the extractive model, with an instant model (the service's
+// own capacity), and the floor.
 type ThroughputRow struct {
-	Concurrency int     `json:"concurrency"`
-	Requests    int     `json:"requests"`
-	Service     float64 `json:"service_per_s"`
-	Floor       float64 `json:"floor_per_s"`
-	Ratio       float64 `json:"service_over_floor"`
+	Concurrency  int     `json:"concurrency"`
+	Requests     int     `json:"requests"`
+	Service      float64 `json:"service_per_s"`
+	Instant      float64 `json:"service_instant_model_per_s"`
+	Floor        float64 `json:"floor_per_s"`
+	Ratio        float64 `json:"service_over_floor"`
+	InstantRatio float64 `json:"instant_over_floor"`
 }
 
 func (e *env) throughput(ctx context.Context, conc, requests int, progress io.Writer) (ThroughputRow, error) {
 	row := ThroughputRow{Concurrency: conc, Requests: requests}
 	const n = 50
 	svcIDs, err := e.createSessions(ctx, fmt.Sprintf("tsvc%d", conc), n, requests)
+	if err != nil {
+		return row, err
+	}
+	instIDs, err := e.createSessions(ctx, fmt.Sprintf("tinst%d", conc), n, requests)
 	if err != nil {
 		return row, err
 	}
@@ -429,11 +446,18 @@ func (e *env) throughput(ctx context.Context, conc, requests int, progress io.Wr
 	if row.Service, err = drive(svcIDs, e.compactService); err != nil {
 		return row, err
 	}
+	e.model.instant.Store(true)
+	row.Instant, err = drive(instIDs, e.compactService)
+	e.model.instant.Store(false)
+	if err != nil {
+		return row, err
+	}
 	if row.Floor, err = drive(floorIDs, e.compactFloor); err != nil {
 		return row, err
 	}
-	row.Ratio = row.Service / row.Floor
-	fmt.Fprintf(progress, "throughput ×%-2d: service %.0f/s, floor %.0f/s: %.2f\n", conc, row.Service, row.Floor, row.Ratio)
+	row.Ratio, row.InstantRatio = row.Service/row.Floor, row.Instant/row.Floor
+	fmt.Fprintf(progress, "throughput ×%-2d: service %.0f/s (instant model %.0f/s), floor %.0f/s: %.2f (%.2f)\n",
+		conc, row.Service, row.Instant, row.Floor, row.Ratio, row.InstantRatio)
 	return row, nil
 }
 
@@ -613,8 +637,3 @@ func machine() Machine {
 	}
 	return m
 }
-
-var errNoData = errors.New("no LoCoMo data")
-
-var _ = sort.Ints
-var _ = slog.Default

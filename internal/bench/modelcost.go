@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
@@ -30,6 +31,33 @@ type CostRow struct {
 	ScratchCompac     int     `json:"scratch_compactions"`
 	IncrementalKept   float64 `json:"incremental_retention"`
 	ScratchKept       float64 `json:"scratch_retention"`
+	// Retention counts, to add up: eligible answers, and those kept.
+	Eligible        int `json:"eligible"`
+	IncrementalHits int `json:"incremental_kept"`
+	ScratchHits     int `json:"scratch_kept"`
+}
+
+// promptCounter makes the summariser report the tokens a model would be
+// charged for each call: its instruction and prompt as rendered, counted
+// with tiktoken (the pipeline's own figure is a conservative estimate).
+type promptCounter struct {
+	next    pipeline.Summarizer
+	counter *tokens.Counter
+	sys     sync.Map
+}
+
+func (p *promptCounter) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	res, err := p.next.Summarize(ctx, r)
+	if err == nil {
+		n, ok := p.sys.Load(r.System)
+		if !ok {
+			n = p.counter.Count(r.System)
+			p.sys.Store(r.System, n)
+		}
+		// as OpenAI counts a two-message request: 4 per message, 3 priming
+		res.InputTokens = n.(int) + p.counter.Count(r.Prompt) + 11
+	}
+	return res, err
 }
 
 // modelCost replays every LoCoMo conversation of data through the runtime
@@ -51,7 +79,7 @@ func modelCost(ctx context.Context, data string, limits []int, progress io.Write
 	if err != nil {
 		return nil, "", err
 	}
-	sum := extractive.New(counter)
+	sum := &promptCounter{next: extractive.New(counter), counter: counter}
 	var rows []CostRow
 	for _, limit := range limits {
 		for _, c := range convs {
@@ -64,14 +92,16 @@ func modelCost(ctx context.Context, data string, limits []int, progress io.Write
 					return nil, "", fmt.Errorf("%s at %d: %w", c.Name, limit, err)
 				}
 				row.Tokens = rep.Tokens
-				kept := 0.0
+				var ret eval.Retention
 				if rep.Retention != nil {
-					kept = rep.Retention.Share()
+					ret = *rep.Retention
 				}
 				if incremental {
-					row.IncrementalInput, row.IncrementalRatio, row.IncrementalCompac, row.IncrementalKept = rep.InputTokens, rep.CostRatio, rep.Compactions, kept
+					row.IncrementalInput, row.IncrementalRatio, row.IncrementalCompac, row.IncrementalKept = rep.InputTokens, rep.CostRatio, rep.Compactions, ret.Share()
+					row.IncrementalHits, row.Eligible = ret.Kept, ret.Eligible
 				} else {
-					row.ScratchInput, row.ScratchRatio, row.ScratchCompac, row.ScratchKept = rep.InputTokens, rep.CostRatio, rep.Compactions, kept
+					row.ScratchInput, row.ScratchRatio, row.ScratchCompac, row.ScratchKept = rep.InputTokens, rep.CostRatio, rep.Compactions, ret.Share()
+					row.ScratchHits = ret.Kept
 				}
 			}
 			fmt.Fprintf(progress, "model cost %s at %d: incremental %.2f×, from scratch %.2f× the floor\n", c.Name, limit, row.IncrementalRatio, row.ScratchRatio)

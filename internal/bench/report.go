@@ -1,7 +1,304 @@
 package bench
 
-// Markdown renders the report (placeholder until the tables are written).
-func (r *Report) Markdown(chart string) string { return "" }
+import (
+	"fmt"
+	"html"
+	"math"
+	"sort"
+	"strings"
+)
 
-// SVG renders the chart.
-func (r *Report) SVG() string { return "" }
+// Markdown renders the report as docs/BENCHMARKS.md; chart is the SVG's
+// file name beside it.
+func (r *Report) Markdown(chart string) string {
+	var b strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	w("# Benchmarks\n\n")
+	w("Written by `make bench` (`%s`) on %s in %.0f s. Do not edit: run it again.\n\n", r.Command, r.Started.Format("2006-01-02 15:04 UTC"), r.Seconds)
+	m := r.Machine
+	w("Machine: %s, %d cores, %s memory, %s, %s. One process holds an embedded nats-server (JetStream, file storage, R1), "+
+		"the service as `serve` wires it (8 workers, the durable consumer, KV stores), the floor and the clients.\n\n", m.CPU, m.Cores, m.Memory, m.Go, m.OS)
+	w("![Overhead and model cost against session length](%s)\n\n", chart)
+
+	w("## 1. Overhead per compaction\n\n")
+	w("A runtime publishes a `ContextOverBudget` event for a session that has outgrown its %d-token window and waits for the "+
+		"`CompactionCompleted` event. *End to end* is that wait; *model* is the time inside the summariser (the offline `extractive` one); "+
+		"*overhead* is end to end less model: everything the service adds. The *floor* is a minimal program doing only the JetStream work "+
+		"one compaction needs, driven by the same client the same way: pull the request, read the session's record and messages in one "+
+		"batched direct get, create the compaction message and compare-and-set the record, publish the result, double-ack. Service and "+
+		"floor requests alternate, each on a fresh session of real text (the bundled tau-bench run, cycled to length).\n\n", benchLimit)
+	w("| messages | tokens | samples | end to end p50 / p99 (ms) | model p50 (ms) | overhead p50 / p99 (ms) | floor p50 / p99 (ms) | overhead ÷ floor p50 / p99 |\n")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, o := range r.Overhead {
+		w("| %d | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | **%.1f×** / %.1f× |\n", o.Messages, o.Tokens, o.Samples,
+			o.EndToEnd.P50, o.EndToEnd.P99, o.Model.P50, o.Overhead.P50, o.Overhead.P99, o.Floor.P50, o.Floor.P99, o.RatioP50, o.RatioP99)
+	}
+	w("\n## 2. Throughput\n\n")
+	w("Compactions per second of 50-message sessions with 1, 8 and 64 runtimes each waiting for its result before the next request. " +
+		"The service runs with the extractive model (whose CPU time is most of a compaction here) and with an *instant* model that answers " +
+		"a fixed summary at once, which isolates the service's own capacity; the floor runs 8 workers like the service.\n\n")
+	w("| concurrency | requests | service, extractive (/s) | service, instant model (/s) | floor (/s) | extractive ÷ floor | instant ÷ floor |\n")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, t := range r.Throughput {
+		w("| %d | %d | %.0f | %.0f | %.0f | %.2f | **%.2f** |\n", t.Concurrency, t.Requests, t.Service, t.Instant, t.Floor, t.Ratio, t.InstantRatio)
+	}
+	w("\n## 3. Model cost\n\n")
+	if len(r.ModelCost) == 0 {
+		w("%s.\n", r.CostNote)
+	} else {
+		w("Each LoCoMo conversation replayed through the runtime loop (`compactor eval`'s: messages arrive one by one; whenever the " +
+			"context is over the limit the runtime requests a compaction; the context's invariants are checked after each). The floor is " +
+			"reading each of the conversation's tokens once; the figures are the summary model's input tokens over it, incremental " +
+			"(`enable_incremental`, the default: only what is new since the last compaction, then a merge) and from scratch (everything " +
+			"summarised so far, every time). Retention is the LoCoMo measure of the core issue: the share of answers whose evidence was " +
+			"summarised that the final context still holds.\n\n")
+		w("| limit | conversation | messages | tokens (floor) | incremental input | ÷ floor | compactions | retention | from scratch input | ÷ floor | compactions | retention |\n")
+		w("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		type total struct{ tokens, inc, scr, incC, scrC, elig, incK, scrK int }
+		totals := map[int]*total{}
+		var limits []int
+		for _, c := range r.ModelCost {
+			w("| %d | %s | %d | %d | %d | %.2f× | %d | %.1f %% | %d | %.2f× | %d | %.1f %% |\n", c.Limit, c.Conversation, c.Messages, c.Tokens,
+				c.IncrementalInput, c.IncrementalRatio, c.IncrementalCompac, 100*c.IncrementalKept, c.ScratchInput, c.ScratchRatio, c.ScratchCompac, 100*c.ScratchKept)
+			t := totals[c.Limit]
+			if t == nil {
+				t = &total{}
+				totals[c.Limit] = t
+				limits = append(limits, c.Limit)
+			}
+			t.tokens += c.Tokens
+			t.inc += c.IncrementalInput
+			t.scr += c.ScratchInput
+			t.incC += c.IncrementalCompac
+			t.scrC += c.ScratchCompac
+			t.elig += c.Eligible
+			t.incK += c.IncrementalHits
+			t.scrK += c.ScratchHits
+		}
+		sort.Ints(limits)
+		for _, l := range limits {
+			t := totals[l]
+			share := func(k int) float64 { return 100 * float64(k) / float64(max(t.elig, 1)) }
+			w("| %d | **all** | | %d | %d | **%.2f×** | %d | %.1f %% | %d | **%.2f×** | %d | %.1f %% |\n", l, t.tokens, t.inc, float64(t.inc)/float64(t.tokens), t.incC,
+				share(t.incK), t.scr, float64(t.scr)/float64(t.tokens), t.scrC, share(t.scrK))
+		}
+	}
+	w("\n## 4. Scale\n\n")
+	w("One compaction of a long session on the KV store (its first: everything before the tail is summarised, chunked to the summary " +
+		"model's window and merged), with the heap sampled every millisecond while it runs (peak above the heap before it).\n\n")
+	w("| messages | tokens | text (KB) | time (ms) | model (ms) | model calls | peak heap (MB) |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range r.Scale {
+		w("| %d | %d | %d | %.0f | %.0f | %d | %.1f |\n", s.Messages, s.Tokens, s.Bytes>>10, s.Millis, s.ModelMs, s.LLMCalls, s.PeakHeapMB)
+	}
+	if n := len(r.Scale); n >= 2 {
+		a, z := r.Scale[0], r.Scale[n-1]
+		w("\nFrom %d to %d messages (%.1f× the tokens): time %.1f×, peak heap %.1f× — %s.\n", a.Messages, z.Messages,
+			float64(z.Tokens)/float64(a.Tokens), z.Millis/a.Millis, z.PeakHeapMB/math.Max(a.PeakHeapMB, 0.1), linearity(float64(z.Tokens)/float64(a.Tokens), z.Millis/a.Millis))
+	}
+	w("\n## Against the thresholds\n\n")
+	for _, f := range r.Flags() {
+		w("- %s\n", f)
+	}
+	return b.String()
+}
+
+func linearity(growth, cost float64) string {
+	if cost <= 1.25*growth {
+		return "linear"
+	}
+	return "super-linear"
+}
+
+// Flags lists each figure against the issue's thresholds: overhead at most
+// 2× the floor, throughput at least half of it, incremental model cost at
+// most 1.5× reading each token once, linear scaling.
+func (r *Report) Flags() []string {
+	var out []string
+	mark := func(ok bool) string {
+		if ok {
+			return "within"
+		}
+		return "**over**"
+	}
+	for _, o := range r.Overhead {
+		out = append(out, fmt.Sprintf("Overhead at %d messages: %.1f× the floor (p50): %s 2×.", o.Messages, o.RatioP50, mark(o.RatioP50 <= 2)))
+	}
+	for _, t := range r.Throughput {
+		out = append(out, fmt.Sprintf("Throughput ×%d: the service's own capacity (instant model) is %.2f of the floor's, %.2f with the extractive model: %s half.",
+			t.Concurrency, t.InstantRatio, t.Ratio, map[bool]string{true: "at or above", false: "**below**"}[t.InstantRatio >= 0.5]))
+	}
+	limits := map[int][2]int{}
+	for _, c := range r.ModelCost {
+		v := limits[c.Limit]
+		limits[c.Limit] = [2]int{v[0] + c.Tokens, v[1] + c.IncrementalInput}
+	}
+	keys := make([]int, 0, len(limits))
+	for k := range limits {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	for _, l := range keys {
+		v := limits[l]
+		ratio := float64(v[1]) / float64(max(v[0], 1))
+		out = append(out, fmt.Sprintf("Incremental model cost at %d tokens: %.2f× reading each token once: %s 1.5×.", l, ratio, mark(ratio <= 1.5)))
+	}
+	if n := len(r.Scale); n >= 2 {
+		a, z := r.Scale[0], r.Scale[n-1]
+		g := float64(z.Tokens) / float64(a.Tokens)
+		out = append(out, fmt.Sprintf("Scale %d → %d messages: time %.1f× for %.1f× the tokens: %s.", a.Messages, z.Messages, z.Millis/a.Millis, g, linearity(g, z.Millis/a.Millis)))
+	}
+	return out
+}
+
+// series is one line of a chart.
+type series struct {
+	name   string
+	color  string
+	dashed bool
+	pts    [][2]float64
+}
+
+// SVG draws two panels: time per compaction against session length, and
+// model input over the floor against conversation length.
+func (r *Report) SVG() string {
+	var b strings.Builder
+	const W, H = 960, 400
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", W, H, W, H)
+	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", W, H)
+	var left []series
+	e2e := series{name: "service, end to end", color: "#1f77b4"}
+	over := series{name: "service overhead (less the model)", color: "#d62728"}
+	floor := series{name: "JetStream floor", color: "#2ca02c", dashed: true}
+	for _, o := range r.Overhead {
+		e2e.pts = append(e2e.pts, [2]float64{float64(o.Messages), o.EndToEnd.P50})
+		over.pts = append(over.pts, [2]float64{float64(o.Messages), o.Overhead.P50})
+		floor.pts = append(floor.pts, [2]float64{float64(o.Messages), o.Floor.P50})
+	}
+	left = append(left, e2e, over, floor)
+	panel(&b, 70, 40, 380, 290, "Time per compaction (p50)", "session length (messages)", "ms", left, 0)
+
+	colors := map[string]string{"incremental": "#1f77b4", "scratch": "#ff7f0e"}
+	byKey := map[string]*series{}
+	var keys []string
+	for _, c := range r.ModelCost {
+		for _, mode := range []string{"incremental", "scratch"} {
+			k := fmt.Sprintf("%s, limit %d", mode, c.Limit)
+			s := byKey[k]
+			if s == nil {
+				s = &series{name: k, color: colors[mode], dashed: c.Limit != r.ModelCost[0].Limit}
+				byKey[k] = s
+				keys = append(keys, k)
+			}
+			y := c.IncrementalRatio
+			if mode == "scratch" {
+				y = c.ScratchRatio
+			}
+			s.pts = append(s.pts, [2]float64{float64(c.Tokens), y})
+		}
+	}
+	var right []series
+	for _, k := range keys {
+		s := byKey[k]
+		sort.Slice(s.pts, func(i, j int) bool { return s.pts[i][0] < s.pts[j][0] })
+		right = append(right, *s)
+	}
+	if len(right) == 0 {
+		fmt.Fprintf(&b, `<text x="720" y="180" text-anchor="middle">model cost: %s</text>`+"\n", html.EscapeString(r.CostNote))
+	} else {
+		panel(&b, 560, 40, 380, 290, "Summary-model input ÷ reading each token once", "conversation length (tokens)", "× floor", right, 1)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}
+
+// panel draws a log-log chart of series at (x0, y0) sized w×h; hline, when
+// positive, draws a reference line at that y.
+func panel(b *strings.Builder, x0, y0, w, h float64, title, xlabel, ylabel string, ss []series, hline float64) {
+	minX, maxX, minY, maxY := math.Inf(1), math.Inf(-1), math.Inf(1), math.Inf(-1)
+	for _, s := range ss {
+		for _, p := range s.pts {
+			if p[0] <= 0 || p[1] <= 0 {
+				continue
+			}
+			minX, maxX = math.Min(minX, p[0]), math.Max(maxX, p[0])
+			minY, maxY = math.Min(minY, p[1]), math.Max(maxY, p[1])
+		}
+	}
+	if hline > 0 {
+		minY, maxY = math.Min(minY, hline), math.Max(maxY, hline)
+	}
+	if math.IsInf(minX, 0) {
+		return
+	}
+	lx0, lx1 := math.Floor(math.Log10(minX)), math.Ceil(math.Log10(maxX))
+	ly0, ly1 := math.Floor(math.Log10(minY)), math.Ceil(math.Log10(maxY))
+	if lx1 == lx0 {
+		lx1++
+	}
+	if ly1 == ly0 {
+		ly1++
+	}
+	px := func(x float64) float64 { return x0 + w*(math.Log10(x)-lx0)/(lx1-lx0) }
+	py := func(y float64) float64 { return y0 + h - h*(math.Log10(y)-ly0)/(ly1-ly0) }
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-size="14" font-weight="bold">%s</text>`+"\n", x0, y0-14, html.EscapeString(title))
+	fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", x0, y0, w, h)
+	for e := lx0; e <= lx1; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if math.Log10(v) > lx1+1e-9 {
+				break
+			}
+			x := px(v)
+			fmt.Fprintf(b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#eee"/><text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n",
+				x, y0, x, y0+h, x, y0+h+16, short(v))
+		}
+	}
+	for e := ly0; e <= ly1; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if math.Log10(v) > ly1+1e-9 {
+				break
+			}
+			y := py(v)
+			fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n",
+				x0, y, x0+w, y, x0-6, y+4, short(v))
+		}
+	}
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x0+w/2, y0+h+34, html.EscapeString(xlabel))
+	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle" transform="rotate(-90 %.0f %.0f)">%s</text>`+"\n", x0-44, y0+h/2, x0-44, y0+h/2, html.EscapeString(ylabel))
+	if hline > 0 {
+		fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#2ca02c" stroke-dasharray="6 4"/><text x="%.0f" y="%.1f" fill="#2ca02c">floor</text>`+"\n",
+			x0, py(hline), x0+w, py(hline), x0+w-34, py(hline)-4)
+	}
+	for i, s := range ss {
+		var pts []string
+		for _, p := range s.pts {
+			if p[0] > 0 && p[1] > 0 {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(p[0]), py(p[1])))
+			}
+		}
+		dash := ""
+		if s.dashed {
+			dash = ` stroke-dasharray="5 3"`
+		}
+		fmt.Fprintf(b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>`+"\n", strings.Join(pts, " "), s.color, dash)
+		for _, p := range pts {
+			xy := strings.Split(p, ",")
+			fmt.Fprintf(b, `<circle cx="%s" cy="%s" r="3" fill="%s"/>`+"\n", xy[0], xy[1], s.color)
+		}
+		ly := y0 + 14 + float64(i)*16
+		fmt.Fprintf(b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
+			x0+10, ly-4, x0+30, ly-4, s.color, dash, x0+36, ly, html.EscapeString(s.name))
+	}
+}
+
+// short writes an axis value: 50, 2k, 1M, 0.5.
+func short(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%gM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%gk", v/1e3)
+	}
+	return fmt.Sprintf("%g", v)
+}
