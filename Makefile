@@ -4,7 +4,7 @@ BIN     := bin/compactor
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench lint fmt tidy run demo clean
+.PHONY: build test test-race test-short bench microbench lint fmt tidy run demo clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/compactor
@@ -20,7 +20,14 @@ test-race: test
 test-short:
 	$(GO) test -short -timeout 5m $(PKGS)
 
-bench:
+# Overhead and throughput against the JetStream floor, model cost over the
+# LoCoMo replay (when ../shared/data is there), scale; writes
+# docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 3 minutes on 2 cores).
+bench: build
+	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
+
+# The Go micro-benchmarks of counting, selection and in-memory compactions.
+microbench:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/tokens ./internal/pipeline
 
 lint:

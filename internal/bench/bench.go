@@ -92,7 +92,8 @@ func (o *Options) defaults() {
 }
 
 // benchLimit is the context limit of the overhead and throughput sessions:
-// a fixed model window that the sessions have outgrown.
+// a fixed model window that the sessions have outgrown (a shorter session
+// gets two thirds of its tokens).
 const benchLimit = 8000
 
 // env is an embedded server with the service and the floor running.
@@ -257,10 +258,15 @@ func (e *env) createSessions(ctx context.Context, prefix string, n, count int) (
 	if err != nil {
 		return nil, err
 	}
+	c, err := tokens.ForEncoding(e.table.Lookup("gpt-4o").Encoding)
+	if err != nil {
+		return nil, err
+	}
+	limit := min(benchLimit, 2*c.Context(msgs)/3) // always over its window
 	ids := make([]string, count)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d-%d", prefix, n, i)
-		if _, err := api.CreateSession(ctx, e.sessions, e.table, session.Record{SessionID: ids[i], Model: "gpt-4o", ContextLimit: benchLimit}, slices.Clone(msgs)); err != nil {
+		if _, err := api.CreateSession(ctx, e.sessions, e.table, session.Record{SessionID: ids[i], Model: "gpt-4o", ContextLimit: limit}, slices.Clone(msgs)); err != nil {
 			return nil, err
 		}
 	}

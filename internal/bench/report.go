@@ -21,7 +21,7 @@ func (r *Report) Markdown(chart string) string {
 	w("![Overhead and model cost against session length](%s)\n\n", chart)
 
 	w("## 1. Overhead per compaction\n\n")
-	w("A runtime publishes a `ContextOverBudget` event for a session that has outgrown its %d-token window and waits for the "+
+	w("A runtime publishes a `ContextOverBudget` event for a session that has outgrown its %d-token window (two thirds of a shorter one) and waits for the "+
 		"`CompactionCompleted` event. *End to end* is that wait; *model* is the time inside the summariser (the offline `extractive` one); "+
 		"*overhead* is end to end less model: everything the service adds. The *floor* is a minimal program doing only the JetStream work "+
 		"one compaction needs, driven by the same client the same way: pull the request, read the session's record and messages in one "+

@@ -1,0 +1,67 @@
+package bench
+
+import (
+	"context"
+	"encoding/xml"
+	"strings"
+	"testing"
+)
+
+// A small run of every measure but the LoCoMo replay: the service answers,
+// the floor answers, the figures are positive and the report renders.
+func TestRunSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server and the service")
+	}
+	rep, err := Run(context.Background(), Options{Sizes: []int{40, 60}, Iterations: 4, Concurrency: []int{1, 4}, ThroughputRequests: 8,
+		ScaleSizes: []int{60, 240}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Overhead) != 2 || len(rep.Throughput) != 2 || len(rep.Scale) != 2 || len(rep.ModelCost) != 0 {
+		t.Fatalf("rows: %+v", rep)
+	}
+	for _, o := range rep.Overhead {
+		if o.Floor.P50 <= 0 || o.EndToEnd.P50 <= o.Model.P50 || o.RatioP50 <= 0 || o.Samples != 4 {
+			t.Fatalf("overhead row %+v", o)
+		}
+	}
+	for _, tr := range rep.Throughput {
+		if tr.Service <= 0 || tr.Instant <= 0 || tr.Floor <= 0 {
+			t.Fatalf("throughput row %+v", tr)
+		}
+	}
+	if s := rep.Scale[1]; s.Millis <= 0 || s.Tokens <= rep.Scale[0].Tokens || s.LLMCalls < 1 {
+		t.Fatalf("scale row %+v", s)
+	}
+	md := rep.Markdown("BENCHMARKS.svg")
+	for _, want := range []string{"## 1. Overhead", "## 2. Throughput", "## 3. Model cost", "skipped", "## 4. Scale", "![", "Against the thresholds"} {
+		if !strings.Contains(md, want) {
+			t.Fatalf("report lacks %q:\n%s", want, md)
+		}
+	}
+	if err := xml.Unmarshal([]byte(rep.SVG()), new(struct{})); err != nil {
+		t.Fatalf("the chart is not well-formed SVG: %v", err)
+	}
+}
+
+func TestSessionOf(t *testing.T) {
+	for _, n := range []int{1, 50, 200} {
+		msgs, err := sessionOf(n)
+		if err != nil || len(msgs) != n {
+			t.Fatalf("sessionOf(%d): %d messages, %v", n, len(msgs), err)
+		}
+	}
+	msgs, _ := sessionOf(200)
+	ids := map[string]int{}
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			ids[c.ID]++
+		}
+	}
+	for id, n := range ids {
+		if n > 1 && !strings.Contains(id, "_") {
+			t.Fatalf("call id %s repeats %d times across cycles", id, n)
+		}
+	}
+}
