@@ -230,21 +230,24 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title, xlabel, ylabel strin
 	if math.IsInf(minX, 0) {
 		return
 	}
-	lx0, lx1 := math.Floor(math.Log10(minX)), math.Ceil(math.Log10(maxX))
-	ly0, ly1 := math.Floor(math.Log10(minY)), math.Ceil(math.Log10(maxY))
-	if lx1 == lx0 {
-		lx1++
+	lx0, lx1 := niceLog(minX, false), niceLog(maxX, true)
+	ly0, ly1 := niceLog(minY, false), niceLog(maxY, true)
+	if lx1 <= lx0 {
+		lx1 = lx0 + 1
 	}
-	if ly1 == ly0 {
-		ly1++
+	if ly1 <= ly0 {
+		ly1 = ly0 + 1
 	}
 	px := func(x float64) float64 { return x0 + w*(math.Log10(x)-lx0)/(lx1-lx0) }
 	py := func(y float64) float64 { return y0 + h - h*(math.Log10(y)-ly0)/(ly1-ly0) }
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-size="14" font-weight="bold">%s</text>`+"\n", x0, y0-14, html.EscapeString(title))
 	fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", x0, y0, w, h)
-	for e := lx0; e <= lx1; e++ {
+	for e := math.Floor(lx0); e <= lx1; e++ {
 		for _, m := range []float64{1, 2, 5} {
 			v := m * math.Pow(10, e)
+			if math.Log10(v) < lx0-1e-9 {
+				continue
+			}
 			if math.Log10(v) > lx1+1e-9 {
 				break
 			}
@@ -253,9 +256,12 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title, xlabel, ylabel strin
 				x, y0, x, y0+h, x, y0+h+16, short(v))
 		}
 	}
-	for e := ly0; e <= ly1; e++ {
+	for e := math.Floor(ly0); e <= ly1; e++ {
 		for _, m := range []float64{1, 2, 5} {
 			v := m * math.Pow(10, e)
+			if math.Log10(v) < ly0-1e-9 {
+				continue
+			}
 			if math.Log10(v) > ly1+1e-9 {
 				break
 			}
@@ -290,6 +296,25 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title, xlabel, ylabel strin
 		fmt.Fprintf(b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
 			x0+10, ly-4, x0+30, ly-4, s.color, dash, x0+36, ly, html.EscapeString(s.name))
 	}
+}
+
+// niceLog is the log10 of the 1-2-5 step at or below v (up: at or above).
+func niceLog(v float64, up bool) float64 {
+	e := math.Floor(math.Log10(v))
+	steps := []float64{1, 2, 5, 10}
+	if up {
+		for _, m := range steps {
+			if m*math.Pow(10, e) >= v*(1-1e-9) {
+				return math.Log10(m * math.Pow(10, e))
+			}
+		}
+	}
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i]*math.Pow(10, e) <= v*(1+1e-9) {
+			return math.Log10(steps[i] * math.Pow(10, e))
+		}
+	}
+	return e
 }
 
 // short writes an axis value: 50, 2k, 1M, 0.5.
