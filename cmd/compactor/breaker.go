@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/client"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
@@ -34,25 +38,16 @@ func breakerList(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	_, breakers, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
-	}
-	list, err := breakers.List(ctx)
-	if err != nil {
-		return err
-	}
-	if list == nil {
-		list = []session.Breaker{}
-	}
-	return printJSON(stdout, list)
+	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, _ *kvstore.Sessions, breakers *kvstore.Breakers) error {
+		list, err := breakers.List(ctx)
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []session.Breaker{}
+		}
+		return printJSON(stdout, list)
+	})
 }
 
 func breakerShow(ctx context.Context, args []string, stdout io.Writer) error {
@@ -60,22 +55,13 @@ func breakerShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	_, breakers, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
-	}
-	b, err := breakers.Breaker(ctx, sid)
-	if err != nil {
-		return err
-	}
-	return printJSON(stdout, b)
+	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, _ *kvstore.Sessions, breakers *kvstore.Breakers) error {
+		b, err := breakers.Breaker(ctx, sid)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, b)
+	})
 }
 
 // breakerReset closes the breaker in KV and, when it was open, publishes
@@ -85,28 +71,19 @@ func breakerReset(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sessions, breakers, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
-	}
 	counter, err := tokens.ForEncoding("cl100k_base")
 	if err != nil {
 		return err
 	}
-	svc, err := pipeline.New(sessions, breakers, extractive.New(counter), pipeline.DefaultConfig())
-	if err != nil {
-		return err
-	}
-	prev, err := consumer.ResetBreaker(ctx, svc, &consumer.Publisher{JS: js, Source: "urn:compactor:cli"}, sid)
-	if err != nil {
-		return fmt.Errorf("reset breaker of %s: %w", sid, err)
-	}
-	return printJSON(stdout, api.ResetAnswer{SessionID: sid, WasOpen: prev.Open(), Previous: prev})
+	return withStores(ctx, nf, func(ctx context.Context, js jetstream.JetStream, sessions *kvstore.Sessions, breakers *kvstore.Breakers) error {
+		svc, err := pipeline.New(sessions, breakers, extractive.New(counter), pipeline.DefaultConfig())
+		if err != nil {
+			return err
+		}
+		prev, err := consumer.ResetBreaker(ctx, svc, &consumer.Publisher{JS: js, Source: client.DefaultSource}, sid)
+		if err != nil {
+			return fmt.Errorf("reset breaker of %s: %w", sid, err)
+		}
+		return printJSON(stdout, api.ResetAnswer{SessionID: sid, WasOpen: prev.Open(), Previous: prev})
+	})
 }

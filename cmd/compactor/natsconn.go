@@ -67,6 +67,23 @@ func dial(ctx context.Context, url, creds, name string, log *slog.Logger, extra 
 	return nc, js, nil
 }
 
+// withStores connects for a CLI command, binds the buckets and runs f,
+// all within opTimeout.
+func withStores(ctx context.Context, nf *natsFlags, f func(context.Context, jetstream.JetStream, *kvstore.Sessions, *kvstore.Breakers) error) error {
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	sessions, breakers, err := stores(ctx, nc, js)
+	if err != nil {
+		return err
+	}
+	return f(ctx, js, sessions, breakers)
+}
+
 // stores binds the provisioned buckets.
 func stores(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*kvstore.Sessions, *kvstore.Breakers, error) {
 	s, err := kvstore.NewSessions(ctx, nc, js)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -142,6 +143,40 @@ func pending(t *testing.T, js jetstream.JetStream) uint64 {
 	return info.State.Msgs
 }
 
+// stuck is a serve process whose one request is held in its model call.
+type stuck struct {
+	srv   *server.Server
+	url   string
+	js    jetstream.JetStream
+	model *scriptedModel
+	args  []string
+	first *process
+}
+
+// startStuck starts serve in a process against a model that holds every
+// call, imports the bundled run as sid and requests its compaction; it
+// returns once the model call is in flight.
+func startStuck(t *testing.T, sid, requestID string, extra ...string) *stuck {
+	t.Helper()
+	st := &stuck{srv: natstest.Server(t, t.TempDir(), -1)}
+	st.url = st.srv.ClientURL()
+	var base string
+	st.model, base = newScriptedModel(t, "block")
+	st.args = append([]string{"--provider", "openai", "--base-url", base, "--summary-model", "gpt-4o-mini"}, extra...)
+	st.first = startProcess(t, st.url, st.args...)
+	if cli(t, st.url, nil, "session", "import", fixture, "--session-id", sid, "--context-limit", "6000") != 0 {
+		t.Fatal("import failed")
+	}
+	_, st.js = natstest.Connect(t, st.srv)
+	publishRequest(t, st.js, requestID, sid)
+	select {
+	case <-st.model.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the model was never called:\n%s", st.first.logs.String())
+	}
+	return st
+}
+
 // TestProcessKilledMidCompaction: `compactor serve` is killed with SIGKILL
 // while its model call is in flight; a new process picks the request up
 // after the ack wait and it completes exactly once: one result event, one
@@ -150,37 +185,23 @@ func TestProcessKilledMidCompaction(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	srv := natstest.Server(t, t.TempDir(), -1)
-	url := srv.ClientURL()
-	model, base := newScriptedModel(t, "block")
-	args := []string{"--provider", "openai", "--base-url", base, "--summary-model", "gpt-4o-mini"}
-	first := startProcess(t, url, args...)
-	if cli(t, url, nil, "session", "import", fixture, "--session-id", "k1", "--context-limit", "6000") != 0 {
-		t.Fatal("import failed")
-	}
-	_, js := natstest.Connect(t, srv)
-	publishRequest(t, js, "req-kill", "k1")
-	select {
-	case <-model.entered:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the model was never called:\n%s", first.logs.String())
-	}
-	first.signal(t, syscall.SIGKILL, 10*time.Second)
-	if got := waitResults(t, js, "req-kill", 0, 0); len(got) != 0 {
+	st := startStuck(t, "k1", "req-kill")
+	st.first.signal(t, syscall.SIGKILL, 10*time.Second)
+	if got := waitResults(t, st.js, "req-kill", 0, 0); len(got) != 0 {
 		t.Fatalf("a result before the restart: %v", got)
 	}
 
-	model.mode.Store("ok")
-	second := startProcess(t, url, args...)
-	got := waitResults(t, js, "req-kill", 1, 60*time.Second)
+	st.model.mode.Store("ok")
+	second := startProcess(t, st.url, st.args...)
+	got := waitResults(t, st.js, "req-kill", 1, 60*time.Second)
 	if len(got) != 1 || got[0]["outcome"] != "compacted" {
 		t.Fatalf("results %v\n%s", got, second.logs.String())
 	}
-	_, comps, err := kvSessions(t, srv).History(context.Background(), "k1")
+	_, comps, err := kvSessions(t, st.srv).History(context.Background(), "k1")
 	if err != nil || len(comps) != 1 {
 		t.Fatalf("%d compaction messages (%v), want 1", len(comps), err)
 	}
-	if n := pending(t, js); n != 0 {
+	if n := pending(t, st.js); n != 0 {
 		t.Fatalf("%d requests still pending", n)
 	}
 	if code := second.signal(t, syscall.SIGTERM, 30*time.Second); code != 0 {
@@ -196,33 +217,19 @@ func TestProcessSIGTERMReleasesWork(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	srv := natstest.Server(t, t.TempDir(), -1)
-	url := srv.ClientURL()
-	model, base := newScriptedModel(t, "block")
-	args := []string{"--provider", "openai", "--base-url", base, "--summary-model", "gpt-4o-mini", "--shutdown-grace", "1s"}
-	first := startProcess(t, url, args...)
-	if cli(t, url, nil, "session", "import", fixture, "--session-id", "g1", "--context-limit", "6000") != 0 {
-		t.Fatal("import failed")
+	st := startStuck(t, "g1", "req-term", "--shutdown-grace", "1s")
+	if code := st.first.signal(t, syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, st.first.logs.String())
 	}
-	_, js := natstest.Connect(t, srv)
-	publishRequest(t, js, "req-term", "g1")
-	select {
-	case <-model.entered:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the model was never called:\n%s", first.logs.String())
+	if !strings.Contains(st.first.logs.String(), "released at shutdown") {
+		t.Fatalf("the running request was not released:\n%s", st.first.logs.String())
 	}
-	if code := first.signal(t, syscall.SIGTERM, 20*time.Second); code != 0 {
-		t.Fatalf("SIGTERM: exit %d\n%s", code, first.logs.String())
-	}
-	if !strings.Contains(first.logs.String(), "released at shutdown") {
-		t.Fatalf("the running request was not released:\n%s", first.logs.String())
-	}
-	if n := pending(t, js); n != 1 {
+	if n := pending(t, st.js); n != 1 {
 		t.Fatalf("%d requests pending after the release, want 1", n)
 	}
-	model.mode.Store("ok")
-	startProcess(t, url, args...)
-	got := waitResults(t, js, "req-term", 1, 30*time.Second)
+	st.model.mode.Store("ok")
+	startProcess(t, st.url, st.args...)
+	got := waitResults(t, st.js, "req-term", 1, 30*time.Second)
 	if len(got) != 1 || got[0]["outcome"] != "compacted" {
 		t.Fatalf("results %v", got)
 	}

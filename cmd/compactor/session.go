@@ -9,9 +9,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/transcript"
 )
@@ -84,25 +87,16 @@ func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sessions, _, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
-	}
-	out, err := api.CreateSession(ctx, sessions, conf.Models, session.Record{SessionID: *id, Model: *model, ContextLimit: *limit}, msgs)
-	if errors.Is(err, session.ErrExists) {
-		return fmt.Errorf("session %s exists already: choose another --session-id", *id)
-	}
-	if err != nil {
-		return err
-	}
-	return printJSON(stdout, out)
+	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, sessions *kvstore.Sessions, _ *kvstore.Breakers) error {
+		out, err := api.CreateSession(ctx, sessions, conf.Models, session.Record{SessionID: *id, Model: *model, ContextLimit: *limit}, msgs)
+		if errors.Is(err, session.ErrExists) {
+			return fmt.Errorf("session %s exists already: choose another --session-id", *id)
+		}
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, out)
+	})
 }
 
 // sessionArg parses a verb taking one session ID.
@@ -135,29 +129,20 @@ func sessionShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sessions, _, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
-	}
-	rec, err := sessions.Record(ctx, sid)
-	if err != nil {
-		return err
-	}
-	msgs, comps, err := sessions.History(ctx, sid)
-	if err != nil {
-		return err
-	}
-	if comps == nil {
-		comps = []session.Message{}
-	}
-	return printJSON(stdout, sessionHistory{Record: rec, Messages: msgs, Compactions: comps})
+	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, sessions *kvstore.Sessions, _ *kvstore.Breakers) error {
+		rec, err := sessions.Record(ctx, sid)
+		if err != nil {
+			return err
+		}
+		msgs, comps, err := sessions.History(ctx, sid)
+		if err != nil {
+			return err
+		}
+		if comps == nil {
+			comps = []session.Message{}
+		}
+		return printJSON(stdout, sessionHistory{Record: rec, Messages: msgs, Compactions: comps})
+	})
 }
 
 func sessionContext(ctx context.Context, args []string, stdout io.Writer) error {
@@ -165,20 +150,11 @@ func sessionContext(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	sessions, _, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
-	}
-	v, err := api.Context(ctx, sessions, config.Defaults().Models, sid)
-	if err != nil {
-		return err
-	}
-	return printJSON(stdout, v)
+	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, sessions *kvstore.Sessions, _ *kvstore.Breakers) error {
+		v, err := api.Context(ctx, sessions, config.Defaults().Models, sid)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, v)
+	})
 }

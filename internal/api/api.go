@@ -203,20 +203,38 @@ func decode(r micro.Request, v any) error {
 	return nil
 }
 
-func (s *Server) sessionID(r micro.Request) (string, error) {
-	var ref sessionRef
-	if err := decode(r, &ref); err != nil {
-		return "", err
+func checkSessionID(sid string) error {
+	if !events.ValidSessionID(sid) {
+		return fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, sid)
 	}
-	if !events.ValidSessionID(ref.SessionID) {
-		return "", fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, ref.SessionID)
-	}
-	return ref.SessionID, nil
+	return nil
 }
 
-// opContext bounds a short store operation.
-func (s *Server) opContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(s.ctx, 30*time.Second)
+// answer runs the short store operation f (bounded to 30 s) and responds
+// with its value or its error.
+func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	v, err := f(ctx)
+	if err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.respond(r, v)
+}
+
+// withSession answers f for the body {"session_id"}.
+func (s *Server) withSession(r micro.Request, f func(context.Context, string) (any, error)) {
+	var ref sessionRef
+	if err := decode(r, &ref); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if err := checkSessionID(ref.SessionID); err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) { return f(ctx, ref.SessionID) })
 }
 
 // compact runs in its own goroutine (bounded by Workers) so that a long
@@ -233,8 +251,8 @@ func (s *Server) compact(r micro.Request) {
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
 	}
-	if !events.ValidSessionID(req.SessionID) {
-		s.fail(r, fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, req.SessionID))
+	if err := checkSessionID(req.SessionID); err != nil {
+		s.fail(r, err)
 		return
 	}
 	s.sem <- struct{}{}
@@ -274,19 +292,7 @@ func (s *Server) compact(r micro.Request) {
 }
 
 func (s *Server) breakerGet(r micro.Request) {
-	sid, err := s.sessionID(r)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	ctx, cancel := s.opContext()
-	defer cancel()
-	b, err := s.d.Breakers.Breaker(ctx, sid)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	s.respond(r, b)
+	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return s.d.Breakers.Breaker(ctx, sid) })
 }
 
 // ResetAnswer is what a breaker reset answers.
@@ -299,34 +305,24 @@ type ResetAnswer struct {
 }
 
 func (s *Server) breakerReset(r micro.Request) {
-	sid, err := s.sessionID(r)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	ctx, cancel := s.opContext()
-	defer cancel()
-	prev, err := consumer.ResetBreaker(ctx, s.d.Pipeline, s.d.Publisher, sid)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	s.log.Info("breaker reset by request", slog.String("session_id", sid), slog.Bool("was_open", prev.Open()))
-	s.respond(r, ResetAnswer{SessionID: sid, WasOpen: prev.Open(), Previous: prev})
+	s.withSession(r, func(ctx context.Context, sid string) (any, error) {
+		prev, err := consumer.ResetBreaker(ctx, s.d.Pipeline, s.d.Publisher, sid)
+		if err != nil {
+			return nil, err
+		}
+		s.log.Info("breaker reset by request", slog.String("session_id", sid), slog.Bool("was_open", prev.Open()))
+		return ResetAnswer{SessionID: sid, WasOpen: prev.Open(), Previous: prev}, nil
+	})
 }
 
 func (s *Server) breakerList(r micro.Request) {
-	ctx, cancel := s.opContext()
-	defer cancel()
-	list, err := s.d.Breakers.List(ctx)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	if list == nil {
-		list = []session.Breaker{}
-	}
-	s.respond(r, list)
+	s.answer(r, func(ctx context.Context) (any, error) {
+		list, err := s.d.Breakers.List(ctx)
+		if list == nil {
+			list = []session.Breaker{}
+		}
+		return list, err
+	})
 }
 
 // CreateBody is the body of session.create.
@@ -360,23 +356,20 @@ func (s *Server) sessionCreate(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if b.SessionID != "" && !events.ValidSessionID(b.SessionID) {
-		s.fail(r, fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, b.SessionID))
-		return
+	if b.SessionID != "" {
+		if err := checkSessionID(b.SessionID); err != nil {
+			s.fail(r, err)
+			return
+		}
 	}
 	msgs, err := parseMessages(b.Messages, true)
 	if err != nil {
 		s.fail(r, err)
 		return
 	}
-	ctx, cancel := s.opContext()
-	defer cancel()
-	out, err := CreateSession(ctx, s.d.Sessions, s.d.Models, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	s.respond(r, out)
+	s.answer(r, func(ctx context.Context) (any, error) {
+		return CreateSession(ctx, s.d.Sessions, s.d.Models, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+	})
 }
 
 // AppendBody is the body of session.append.
@@ -400,8 +393,8 @@ func (s *Server) sessionAppend(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if !events.ValidSessionID(b.SessionID) {
-		s.fail(r, fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, b.SessionID))
+	if err := checkSessionID(b.SessionID); err != nil {
+		s.fail(r, err)
 		return
 	}
 	msgs, err := parseMessages(b.Messages, false)
@@ -409,33 +402,20 @@ func (s *Server) sessionAppend(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	ctx, cancel := s.opContext()
-	defer cancel()
-	stored, err := AppendMessages(ctx, s.d.Sessions, s.d.Models, b.SessionID, msgs)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	out := Appended{SessionID: b.SessionID, FirstSeq: stored[0].Seq, LastSeq: stored[len(stored)-1].Seq}
-	for _, m := range stored {
-		out.IDs = append(out.IDs, m.ID)
-		out.Tokens += m.Tokens
-	}
-	s.respond(r, out)
+	s.answer(r, func(ctx context.Context) (any, error) {
+		stored, err := AppendMessages(ctx, s.d.Sessions, s.d.Models, b.SessionID, msgs)
+		if err != nil {
+			return nil, err
+		}
+		out := Appended{SessionID: b.SessionID, FirstSeq: stored[0].Seq, LastSeq: stored[len(stored)-1].Seq}
+		for _, m := range stored {
+			out.IDs = append(out.IDs, m.ID)
+			out.Tokens += m.Tokens
+		}
+		return out, nil
+	})
 }
 
 func (s *Server) sessionContext(r micro.Request) {
-	sid, err := s.sessionID(r)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	ctx, cancel := s.opContext()
-	defer cancel()
-	v, err := Context(ctx, s.d.Sessions, s.d.Models, sid)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	s.respond(r, v)
+	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return Context(ctx, s.d.Sessions, s.d.Models, sid) })
 }

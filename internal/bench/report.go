@@ -242,33 +242,15 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title, xlabel, ylabel strin
 	py := func(y float64) float64 { return y0 + h - h*(math.Log10(y)-ly0)/(ly1-ly0) }
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" font-size="14" font-weight="bold">%s</text>`+"\n", x0, y0-14, html.EscapeString(title))
 	fmt.Fprintf(b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`+"\n", x0, y0, w, h)
-	for e := math.Floor(lx0); e <= lx1; e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if math.Log10(v) < lx0-1e-9 {
-				continue
-			}
-			if math.Log10(v) > lx1+1e-9 {
-				break
-			}
-			x := px(v)
-			fmt.Fprintf(b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#eee"/><text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n",
-				x, y0, x, y0+h, x, y0+h+16, short(v))
-		}
+	for _, v := range ticks(lx0, lx1) {
+		x := px(v)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.0f" x2="%.1f" y2="%.0f" stroke="#eee"/><text x="%.1f" y="%.0f" text-anchor="middle" fill="#555">%s</text>`+"\n",
+			x, y0, x, y0+h, x, y0+h+16, short(v))
 	}
-	for e := math.Floor(ly0); e <= ly1; e++ {
-		for _, m := range []float64{1, 2, 5} {
-			v := m * math.Pow(10, e)
-			if math.Log10(v) < ly0-1e-9 {
-				continue
-			}
-			if math.Log10(v) > ly1+1e-9 {
-				break
-			}
-			y := py(v)
-			fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n",
-				x0, y, x0+w, y, x0-6, y+4, short(v))
-		}
+	for _, v := range ticks(ly0, ly1) {
+		y := py(v)
+		fmt.Fprintf(b, `<line x1="%.0f" y1="%.1f" x2="%.0f" y2="%.1f" stroke="#eee"/><text x="%.0f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n",
+			x0, y, x0+w, y, x0-6, y+4, short(v))
 	}
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle">%s</text>`+"\n", x0+w/2, y0+h+34, html.EscapeString(xlabel))
 	fmt.Fprintf(b, `<text x="%.0f" y="%.0f" text-anchor="middle" transform="rotate(-90 %.0f %.0f)">%s</text>`+"\n", x0-44, y0+h/2, x0-44, y0+h/2, html.EscapeString(ylabel))
@@ -296,6 +278,20 @@ func panel(b *strings.Builder, x0, y0, w, h float64, title, xlabel, ylabel strin
 		fmt.Fprintf(b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="%s" stroke-width="2"%s/><text x="%.0f" y="%.0f">%s</text>`+"\n",
 			x0+10, ly-4, x0+30, ly-4, s.color, dash, x0+36, ly, html.EscapeString(s.name))
 	}
+}
+
+// ticks are the 1-2-5 values between 10^lo and 10^hi.
+func ticks(lo, hi float64) []float64 {
+	var out []float64
+	for e := math.Floor(lo); e <= hi; e++ {
+		for _, m := range []float64{1, 2, 5} {
+			v := m * math.Pow(10, e)
+			if l := math.Log10(v); l >= lo-1e-9 && l <= hi+1e-9 {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
 }
 
 // niceLog is the log10 of the 1-2-5 step at or below v (up: at or above).
