@@ -67,8 +67,15 @@ func (s *Summarizer) Summarize(ctx context.Context, req pipeline.SummaryRequest)
 			}
 		}
 	}
-	text := s.compose(units, req.MaxTokens, req.Focus)
-	return pipeline.SummaryResponse{Text: text, Model: Model}, nil
+	sc := s
+	if req.Encoding != "" && req.Encoding != s.counter.Encoding() {
+		// Measure in the caller's encoding, so the budget is the caller's.
+		if c, err := tokens.ForEncoding(req.Encoding); err == nil {
+			sc = &Summarizer{counter: c}
+		}
+	}
+	text, n := sc.compose(units, req.MaxTokens, req.Focus)
+	return pipeline.SummaryResponse{Text: text, Model: Model, OutputTokens: n, Encoding: sc.counter.Encoding()}, nil
 }
 
 // unit is one candidate bullet.
@@ -214,7 +221,7 @@ func fromSummaries(msgs []session.Message) []*unit {
 }
 
 // compose selects units within maxTokens and renders them.
-func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string {
+func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string, int) {
 	df := map[string]int{}
 	focusWords := map[string]bool{}
 	for _, w := range contentWords(focus) {
@@ -314,7 +321,7 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) string 
 		// cheaper than the sum of its picks: spend the difference.
 		slack := maxTokens - n
 		if round >= 3 || h.Len() == 0 || slack < 12 {
-			return text
+			return text, n
 		}
 		budget += slack
 	}
@@ -356,7 +363,7 @@ func (s *Summarizer) render(chosen []*unit, maxTokens int) (string, int) {
 			prev, line = u, u.text
 		}
 		flush()
-		text := out.Render()
+		text := strings.TrimSpace(out.Render())
 		n := s.counter.Count(text)
 		if len(chosen) == 0 || n <= maxTokens {
 			return text, n

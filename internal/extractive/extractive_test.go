@@ -118,3 +118,25 @@ func TestEmptyInput(t *testing.T) {
 		t.Fatalf("no template for empty input: %q", resp.Text)
 	}
 }
+
+// The answer reports its exact token count in the caller's encoding, so
+// the pipeline need not count it again; without an encoding, in its own.
+func TestReportsExactCountInCallersEncoding(t *testing.T) {
+	s, own := newSummarizer(t)
+	cl, err := tokens.ForEncoding("cl100k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		enc     string
+		counter *tokens.Counter
+	}{{"cl100k_base", cl}, {"", own}} {
+		res, err := s.Summarize(context.Background(), pipeline.SummaryRequest{Task: pipeline.TaskSummarise, Messages: conversation(), MaxTokens: 300, Encoding: tc.enc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Encoding != tc.counter.Encoding() || res.OutputTokens != tc.counter.Count(res.Text) || res.OutputTokens > 300 {
+			t.Fatalf("encoding %q: reported %d tokens in %q, counted %d", tc.enc, res.OutputTokens, res.Encoding, tc.counter.Count(res.Text))
+		}
+	}
+}

@@ -22,17 +22,24 @@ const multiGetMax = 1000
 // the stream.
 func (s *Sessions) getMany(ctx context.Context, keys []string) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(keys))
+	err := s.eachValue(ctx, keys, func(k string, v []byte) error { out[k] = v; return nil })
+	return out, err
+}
+
+// eachValue calls fn with each existing key's latest value as it arrives,
+// so the caller's work overlaps the server's sending.
+func (s *Sessions) eachValue(ctx context.Context, keys []string, fn func(key string, value []byte) error) error {
 	for len(keys) > 0 {
 		n := min(len(keys), multiGetMax)
-		if err := s.multiGet(ctx, keys[:n], out); err != nil {
-			return nil, err
+		if err := s.multiGet(ctx, keys[:n], fn); err != nil {
+			return err
 		}
 		keys = keys[n:]
 	}
-	return out, nil
+	return nil
 }
 
-func (s *Sessions) multiGet(ctx context.Context, keys []string, out map[string][]byte) error {
+func (s *Sessions) multiGet(ctx context.Context, keys []string, fn func(key string, value []byte) error) error {
 	pending := make(map[string]bool, len(keys))
 	subjects := make([]string, 0, len(keys))
 	for _, k := range keys {
@@ -84,7 +91,9 @@ func (s *Sessions) multiGet(ctx context.Context, keys []string, out map[string][
 				if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 					continue
 				}
-				out[subj[prefix:]] = m.Data
+				if err := fn(subj[prefix:], m.Data); err != nil {
+					return err
+				}
 			}
 		}()
 		if err != nil {
@@ -108,21 +117,27 @@ func (s *Sessions) multiGet(ctx context.Context, keys []string, out map[string][
 // A missing message is an error: the record says it exists.
 func (s *Sessions) messagesBatch(ctx context.Context, sid string, seqs []int64) ([]session.Message, error) {
 	keys := make([]string, len(seqs))
+	at := make(map[string]int, len(seqs))
 	for i, seq := range seqs {
 		keys[i] = msgKey(sid, seq)
+		at[keys[i]] = i
 	}
-	vals, err := s.getMany(ctx, keys)
+	out := make([]session.Message, len(seqs))
+	got := make([]bool, len(seqs))
+	err := s.eachValue(ctx, keys, func(k string, v []byte) error {
+		i := at[k]
+		if err := json.Unmarshal(v, &out[i]); err != nil {
+			return fmt.Errorf("message %d: %w", seqs[i], err)
+		}
+		got[i] = true
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("session %s: %w", sid, err)
 	}
-	out := make([]session.Message, len(seqs))
-	for i, k := range keys {
-		v, ok := vals[k]
+	for i, ok := range got {
 		if !ok {
 			return nil, fmt.Errorf("session %s message %s: %w", sid, strconv.FormatInt(seqs[i], 10), session.ErrNotFound)
-		}
-		if err := json.Unmarshal(v, &out[i]); err != nil {
-			return nil, fmt.Errorf("session %s message %d: %w", sid, seqs[i], err)
 		}
 	}
 	return out, nil

@@ -59,6 +59,14 @@ type summariser struct {
 	answeredBy string         // the model the provider says answered
 }
 
+// remember records a summary text's exact count.
+func (s *summariser) remember(text string, n int) {
+	if s.memo == nil {
+		s.memo = map[string]int{}
+	}
+	s.memo[text] = n
+}
+
 // count counts a summary text, once per compaction: the same summary is
 // measured for the usage figures, the budget check and the result.
 func (s *summariser) count(text string) int {
@@ -346,7 +354,7 @@ func (s *summariser) condense(ctx context.Context, text string, target int) (str
 // reminder when it is not a summary, and fits it within maxTokens.
 func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []session.Message, estInput int) (string, error) {
 	req := SummaryRequest{Model: s.model, Provider: s.provider, Task: task, System: p.System, Prompt: p.User,
-		Messages: msgs, MaxTokens: s.maxTokens, Focus: s.focus}
+		Messages: msgs, MaxTokens: s.maxTokens, Focus: s.focus, Encoding: s.counter.Encoding()}
 	var lastErr error
 	for attempt := 0; attempt < 2; attempt++ {
 		if attempt > 0 {
@@ -379,6 +387,9 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 			s.inTokens += estInput + s.sysTokens + promptOverhead
 		}
 		text := strings.TrimSpace(resp.Text)
+		if resp.Encoding == s.counter.Encoding() && resp.OutputTokens > 0 && text == resp.Text {
+			s.remember(text, resp.OutputTokens) // counted exactly by the summariser
+		}
 		if resp.OutputTokens > 0 {
 			s.outTokens += resp.OutputTokens
 		} else {

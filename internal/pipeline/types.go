@@ -191,6 +191,10 @@ type SummaryRequest struct {
 	Messages  []session.Message
 	MaxTokens int
 	Focus     string
+	// Encoding is the tiktoken encoding the pipeline counts with (the
+	// session model's); a summariser that counts its answer with it may say
+	// so in SummaryResponse.Encoding, sparing a second count.
+	Encoding string
 }
 
 // SummaryResponse is a summary model's answer.
@@ -201,6 +205,9 @@ type SummaryResponse struct {
 	// when it reported none.
 	InputTokens  int
 	OutputTokens int
+	// Encoding, when set, says OutputTokens is the exact tiktoken count of
+	// Text in that encoding (a model's own usage figures are not).
+	Encoding string
 }
 
 // Summarizer writes summaries. It returns an error wrapping
