@@ -173,7 +173,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 		ShutdownGrace: *sf.grace, Observe: m.Observe})
 	pub := &consumer.Publisher{JS: js, Source: *sf.source}
 	apiSrv, err := api.Start(ctx, nc, api.Deps{Pipeline: svc, Publisher: pub, Sessions: sessions, Breakers: breakers,
-		Models: sf.pf.conf.Models, Logger: log, Version: semver(), Workers: *sf.workers, Observe: m.Observe,
+		Models: sf.pf.conf.Models, Logger: log, Version: semver(), Workers: *sf.workers, Observe: m.Observe, ShutdownGrace: *sf.grace,
 		Stats: func() any { return cons.Stats() }})
 	if err != nil {
 		return err

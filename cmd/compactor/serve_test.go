@@ -442,3 +442,39 @@ func kvSessions(t *testing.T, srv *server.Server) *kvstore.Sessions {
 	}
 	return s
 }
+
+// TestServeStopCancelsStuckSynchronousCompaction: a synchronous compaction
+// stuck in its model call does not hold a shutdown past the grace: it is
+// cancelled and answers a retryable failure, and serve exits 0.
+func TestServeStopCancelsStuckSynchronousCompaction(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	url := srv.ClientURL()
+	model, base := newScriptedModel(t, "block")
+	s := startServe(t, url, "--provider", "openai", "--base-url", base, "--summary-model", "gpt-4o-mini", "--shutdown-grace", "1s")
+	if cli(t, url, nil, "session", "import", fixture, "--session-id", "sync1", "--context-limit", "6000") != 0 {
+		t.Fatal("import failed")
+	}
+	nc, _ := natstest.Connect(t, srv)
+	reply := make(chan *nats.Msg, 1)
+	go func() {
+		m, err := nc.Request(api.SubjectCompact, []byte(`{"session_id":"sync1","request_id":"stuck-1"}`), 30*time.Second)
+		if err != nil {
+			t.Errorf("request: %v", err)
+		}
+		reply <- m
+	}()
+	select {
+	case <-model.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the model was never called")
+	}
+	start := time.Now()
+	s.stop(t)
+	if d := time.Since(start); d > 15*time.Second {
+		t.Fatalf("shutdown took %v with a 1s grace", d)
+	}
+	m := <-reply
+	if m == nil || m.Header.Get(micro.ErrorCodeHeader) != "503" || !strings.Contains(string(m.Data), `"retryable":true`) {
+		t.Fatalf("reply %v", m)
+	}
+}

@@ -59,6 +59,10 @@ type Deps struct {
 	Workers int
 	// Timeout bounds one synchronous compaction (default 5 min).
 	Timeout time.Duration
+	// ShutdownGrace is how long Stop lets running synchronous compactions
+	// finish before cancelling them (default 10 s); a cancelled one answers
+	// a retryable failure.
+	ShutdownGrace time.Duration
 	// Observe, when set, sees every compaction's result (metrics).
 	Observe func(*pipeline.Result)
 	// Stats, when set, adds its value to the service's stats.
@@ -67,12 +71,15 @@ type Deps struct {
 
 // Server answers the endpoints.
 type Server struct {
-	d     Deps
-	log   *slog.Logger
-	sem   chan struct{}
-	ctx   context.Context
-	micro micro.Service
-	wg    sync.WaitGroup
+	d          Deps
+	log        *slog.Logger
+	sem        chan struct{}
+	ctx        context.Context // operations: values of Start's, never cancelled
+	work       context.Context // synchronous compactions: cancelled past the grace
+	cancelWork context.CancelFunc
+	micro      micro.Service
+	wg         sync.WaitGroup
+	stopOnce   sync.Once
 }
 
 // Start registers the service on nc and serves until ctx is cancelled or
@@ -94,11 +101,15 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if d.Version == "" {
 		d.Version = "0.0.0"
 	}
+	if d.ShutdownGrace <= 0 {
+		d.ShutdownGrace = 10 * time.Second
+	}
 	log := d.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{d: d, log: log, sem: make(chan struct{}, d.Workers), ctx: context.WithoutCancel(ctx)}
+	s.work, s.cancelWork = context.WithCancel(s.ctx)
 	cfg := micro.Config{Name: Name, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
 		Metadata:    map[string]string{"requests": consumer.RequestStream, "results": consumer.ResultStream},
@@ -138,11 +149,24 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	return s, nil
 }
 
-// Stop stops answering (drains the endpoints), then waits for the
-// synchronous compactions already running to finish and answer.
+// Stop stops answering (drains the endpoints), then lets the synchronous
+// compactions already running finish and answer within ShutdownGrace;
+// past it they are cancelled (and answer a retryable failure). It is safe
+// to call more than once.
 func (s *Server) Stop() error {
 	err := s.micro.Stop()
-	s.wg.Wait()
+	s.stopOnce.Do(func() {
+		done := make(chan struct{})
+		go func() { s.wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(s.d.ShutdownGrace):
+			s.log.Warn("shutdown grace over: cancelling synchronous compactions")
+			s.cancelWork()
+			<-done
+		}
+		s.cancelWork()
+	})
 	return err
 }
 
@@ -259,7 +283,7 @@ func (s *Server) compact(r micro.Request) {
 	s.wg.Add(1)
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
-		ctx, cancel := context.WithTimeout(s.ctx, s.d.Timeout)
+		ctx, cancel := context.WithTimeout(s.work, s.d.Timeout)
 		defer cancel()
 		preq := pipeline.Request{ID: req.RequestID, SessionID: req.SessionID, Trigger: req.Trigger, Model: req.Model,
 			ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens, MessageCount: req.MessageCount,
