@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -428,10 +427,10 @@ func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, erro
 	return s.record(ctx, sid)
 }
 
-// History returns every message and every stored compaction of a session
-// (compactions oldest first). Each message covered by a committed
-// compaction (the record's chain) has summarised_by set to it; a
-// compaction written but never committed marks nothing.
+// History returns every message and every committed compaction of a
+// session (the record's chain, oldest first). Each message a compaction
+// covers has summarised_by set to it; a compaction message written by a
+// writer that then lost its commit is neither listed nor marks anything.
 func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, []session.Message, error) {
 	rec, err := s.Record(ctx, sid)
 	if err != nil {
@@ -453,8 +452,7 @@ func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, 
 	if err != nil {
 		return nil, nil, err
 	}
-	comps := make([]session.Message, 0, len(vals))
-	byID := map[string]*session.Message{}
+	byID := make(map[string]*session.Message, len(vals))
 	for _, k := range keys {
 		v, ok := vals[k]
 		if !ok {
@@ -464,17 +462,16 @@ func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, 
 		if err := json.Unmarshal(v, &m); err != nil {
 			return nil, nil, fmt.Errorf("compaction %s: %w", k, err)
 		}
-		comps = append(comps, m)
-	}
-	sort.Slice(comps, func(i, j int) bool { return comps[i].Seq < comps[j].Seq })
-	for i := range comps {
-		byID[comps[i].ID] = &comps[i]
+		byID[m.ID] = &m
 	}
 	pinned := map[int64]bool{}
 	for _, seq := range rec.PinnedSeqs {
 		pinned[seq] = true
 	}
-	for id, steps := rec.CompactionID, 0; id != "" && steps <= len(comps); steps++ {
+	// The committed compactions are the record's chain; one written by a
+	// writer that then lost its commit is not part of the history.
+	var comps []session.Message
+	for id := rec.CompactionID; id != "" && len(comps) <= len(byID); {
 		c := byID[id]
 		if c == nil || c.Compaction == nil {
 			break
@@ -484,7 +481,9 @@ func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, 
 				msgs[seq-1].SummarisedBy = id
 			}
 		}
+		comps = append(comps, *c)
 		id = c.Compaction.Previous
 	}
+	slices.Reverse(comps) // oldest first
 	return msgs, comps, nil
 }

@@ -157,3 +157,55 @@ func (b barrier) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipe
 	b.wg.Wait()
 	return b.next.Summarize(ctx, r)
 }
+
+// A compaction message written by a writer that lost its commit is not
+// part of the history; the committed chain is, oldest first, and marks the
+// messages it covers.
+func TestHistoryIsTheCommittedChain(t *testing.T) {
+	nc, js := jetStream(t)
+	ctx := context.Background()
+	s, _ := kvstore.NewSessions(ctx, nc, js)
+	b, _ := kvstore.NewBreakers(ctx, js)
+	counter, _ := tokens.ForEncoding("o200k_base")
+	var msgs []session.Message
+	for i := range 60 {
+		msgs = append(msgs, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d about invoice INV-%d", i, i))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("invoice INV-%d totals $%d", i, 100+i))})
+	}
+	for i := range msgs {
+		counter.Ensure(&msgs[i])
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "h", Model: "gpt-4o", ContextLimit: 1500}, msgs[:80]); err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := pipeline.New(s, b, extractive.New(counter), pipeline.DefaultConfig())
+	first, err := svc.Compact(ctx, pipeline.Request{ID: "1", SessionID: "h", Trigger: pipeline.TriggerOverBudget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Append(ctx, "h", msgs[80:]...); err != nil {
+		t.Fatal(err)
+	}
+	second, err := svc.Compact(ctx, pipeline.Request{ID: "2", SessionID: "h", Trigger: pipeline.TriggerOverflow})
+	if err != nil || second.Outcome != pipeline.OutcomeCompacted {
+		t.Fatalf("%v %+v", err, second)
+	}
+	kv, _ := js.KeyValue(ctx, kvstore.SessionsBucket)
+	if _, err := kv.Put(ctx, "h.c.orphan", []byte(`{"id":"orphan","seq":200,"role":"user","content":"lost","is_compaction":true,"compaction":{"summary_text":"lost","from_seq":1,"to_seq":120}}`)); err != nil {
+		t.Fatal(err)
+	}
+	all, comps, err := s.History(ctx, "h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(comps) != 2 || comps[0].ID != first.CompactionMessageID || comps[1].ID != second.CompactionMessageID {
+		t.Fatalf("history lists %d compactions", len(comps))
+	}
+	counts := map[string]int{}
+	for _, m := range all {
+		counts[m.SummarisedBy]++
+	}
+	if counts["orphan"] != 0 || counts[first.CompactionMessageID] != first.MessagesSummarised || counts[second.CompactionMessageID] != second.MessagesSummarised {
+		t.Fatalf("marks %v; summarised %d then %d", counts, first.MessagesSummarised, second.MessagesSummarised)
+	}
+}
