@@ -39,7 +39,10 @@ import (
 	"github.com/compactor/compactor/internal/transcript"
 )
 
-var _ pipeline.Summarizer = (*timedSummarizer)(nil)
+var (
+	_ pipeline.Summarizer     = (*timedSummarizer)(nil)
+	_ pipeline.MessagesReader = (*timedSummarizer)(nil)
+)
 
 // Options size a run. The zero value runs the figures.
 type Options struct {
@@ -121,6 +124,13 @@ type timedSummarizer struct {
 // instantSummary is what the instant model answers.
 const instantSummary = "## Goal\n- downgrade the user's reservations to economy\n## User instructions\n- (none)\n## Decisions\n- reservations updated\n" +
 	"## Facts and identifiers\n- user omar_davis_3817\n## Files and artifacts\n- (none)\n## Errors and fixes\n- (none)\n## Open tasks\n- (none)\n"
+
+// ReadsMessagesOnly forwards the wrapped summariser's answer, as the
+// router does in serve.
+func (t *timedSummarizer) ReadsMessagesOnly(req pipeline.SummaryRequest) bool {
+	mr, ok := t.next.(pipeline.MessagesReader)
+	return ok && mr.ReadsMessagesOnly(req)
+}
 
 func (t *timedSummarizer) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
 	if t.instant.Load() {

@@ -25,7 +25,14 @@ import (
 // Model is the model name the extractive summariser reports.
 const Model = "extractive"
 
-var _ pipeline.Summarizer = (*Summarizer)(nil)
+var (
+	_ pipeline.Summarizer     = (*Summarizer)(nil)
+	_ pipeline.MessagesReader = (*Summarizer)(nil)
+)
+
+// ReadsMessagesOnly implements pipeline.MessagesReader: the extractive
+// summariser works on the messages, never on a rendered prompt.
+func (s *Summarizer) ReadsMessagesOnly(pipeline.SummaryRequest) bool { return true }
 
 // Summarizer is the extractive summariser. It is safe for concurrent use.
 type Summarizer struct {

@@ -55,8 +55,9 @@ type summariser struct {
 	calls, chunks, shrinks int
 	inTokens, outTokens    int
 
-	memo       map[string]int // token counts of summary texts seen in this compaction
-	answeredBy string         // the model the provider says answered
+	memo         map[string]int // token counts of summary texts seen in this compaction
+	answeredBy   string         // the model the provider says answered
+	messagesOnly bool           // the summariser does not read rendered prompts
 }
 
 // remember records a summary text's exact count.
@@ -84,6 +85,9 @@ func (s *summariser) count(text string) int {
 func newSummariser(sum Summarizer, counter *tokens.Counter, model, provider string, maxTokens, inputLimit, maxDepth int, focus string) (*summariser, error) {
 	s := &summariser{sum: sum, counter: counter, model: model, provider: provider, maxTokens: maxTokens,
 		inputLimit: inputLimit, maxDepth: maxDepth, focus: focus}
+	if mr, ok := sum.(MessagesReader); ok {
+		s.messagesOnly = mr.ReadsMessagesOnly(SummaryRequest{Model: model, Provider: provider, Encoding: counter.Encoding()})
+	}
 	s.sysTokens = systemPromptTokens(counter)
 	s.budget = inputLimit - maxTokens - s.sysTokens - promptOverhead
 	if s.budget < 2*(maxTokens+renderOverhead) {
@@ -203,7 +207,10 @@ func (s *summariser) summariseChunk(ctx context.Context, chunk []session.Message
 			return s.summariseAll(ctx, sub)
 		}
 	}
-	p := BuildPrompt(chunk, s.maxTokens, s.focus)
+	var p Prompt
+	if !s.messagesOnly {
+		p = BuildPrompt(chunk, s.maxTokens, s.focus)
+	}
 	text, err := s.call(ctx, TaskSummarise, p, chunk, est)
 	if !errors.Is(err, ErrContextLength) {
 		return text, err
@@ -319,7 +326,10 @@ func (s *summariser) group(parts []string, budget int) [][]string {
 // merge asks for one summary of several (TaskMerge) or a shorter one
 // (TaskCondense).
 func (s *summariser) merge(ctx context.Context, task Task, parts []string) (string, error) {
-	p := BuildMergePrompt(task, parts, s.maxTokens, s.focus)
+	var p Prompt
+	if !s.messagesOnly {
+		p = BuildMergePrompt(task, parts, s.maxTokens, s.focus)
+	}
 	msgs := make([]session.Message, len(parts))
 	est := 0
 	for i, part := range parts {

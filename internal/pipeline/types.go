@@ -218,3 +218,11 @@ type SummaryResponse struct {
 type Summarizer interface {
 	Summarize(ctx context.Context, req SummaryRequest) (SummaryResponse, error)
 }
+
+// MessagesReader is implemented by a Summarizer that, for some requests,
+// reads only SummaryRequest.Messages (with MaxTokens, Focus and Encoding)
+// and never System or Prompt: the pipeline then does not render them,
+// which on a long session costs more than the JetStream work.
+type MessagesReader interface {
+	ReadsMessagesOnly(req SummaryRequest) bool
+}

@@ -124,6 +124,13 @@ func (r *Router) pick(req pipeline.SummaryRequest) Provider {
 	return r.providers[r.def]
 }
 
+// ReadsMessagesOnly implements pipeline.MessagesReader: true when the
+// request's provider reads only its messages (the extractive one).
+func (r *Router) ReadsMessagesOnly(req pipeline.SummaryRequest) bool {
+	mr, ok := r.pick(req).(pipeline.MessagesReader)
+	return ok && mr.ReadsMessagesOnly(req)
+}
+
 // Summarize implements pipeline.Summarizer: one call through the model's
 // provider, retried per the policy.
 func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
@@ -234,5 +241,11 @@ type named struct {
 }
 
 func (n named) Name() string { return n.name }
+
+// ReadsMessagesOnly forwards pipeline.MessagesReader.
+func (n named) ReadsMessagesOnly(req pipeline.SummaryRequest) bool {
+	mr, ok := n.Summarizer.(pipeline.MessagesReader)
+	return ok && mr.ReadsMessagesOnly(req)
+}
 
 func trimSlash(u string) string { return strings.TrimRight(u, "/") }

@@ -299,3 +299,27 @@ func TestPickProvider(t *testing.T) {
 		t.Fatalf("fallback to default: %v", err)
 	}
 }
+
+type messagesOnly struct{ nopSummarizer }
+
+func (messagesOnly) ReadsMessagesOnly(pipeline.SummaryRequest) bool { return true }
+
+// The router says a request reads only its messages when, and only when,
+// the provider it picks for it does: the pipeline then renders no prompt.
+func TestReadsMessagesOnlyFollowsTheProvider(t *testing.T) {
+	none := func(string) string { return "" }
+	r, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: "http://127.0.0.1:8000/v1", Extractive: messagesOnly{}, Getenv: none})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ReadsMessagesOnly(pipeline.SummaryRequest{Model: "gpt-4o"}) {
+		t.Fatal("an OpenAI request needs its prompt")
+	}
+	if !r.ReadsMessagesOnly(pipeline.SummaryRequest{Model: "gpt-4o", Provider: "extractive"}) {
+		t.Fatal("an extractive request does not")
+	}
+	r, _ = router.FromSettings(router.Settings{Provider: "extractive", Extractive: nopSummarizer{}, Getenv: none})
+	if r.ReadsMessagesOnly(pipeline.SummaryRequest{}) {
+		t.Fatal("a summariser that does not say so reads the prompt")
+	}
+}
