@@ -80,6 +80,8 @@ type Server struct {
 	micro      micro.Service
 	wg         sync.WaitGroup
 	stopOnce   sync.Once
+	mu         sync.Mutex
+	stopping   bool // no new synchronous compaction starts
 }
 
 // Start registers the service on nc and serves until ctx is cancelled or
@@ -155,6 +157,9 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 // to call more than once.
 func (s *Server) Stop() error {
 	err := s.micro.Stop()
+	s.mu.Lock()
+	s.stopping = true // requests still draining from the subscription are refused
+	s.mu.Unlock()
 	s.stopOnce.Do(func() {
 		done := make(chan struct{})
 		go func() { s.wg.Wait(); close(done) }()
@@ -279,8 +284,17 @@ func (s *Server) compact(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	s.sem <- struct{}{}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		if err := r.Error("503", "shutting down: retry, another instance will answer", nil); err != nil {
+			s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
+		}
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
+	s.sem <- struct{}{}
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(s.work, s.d.Timeout)
