@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -20,6 +21,7 @@ import (
 type evalSummary struct {
 	Limit       int             `json:"context_limit"`
 	Incremental bool            `json:"incremental"`
+	Service     bool            `json:"through_service,omitempty"`
 	Sessions    int             `json:"sessions"`
 	Compactions int             `json:"compactions"`
 	Failures    int             `json:"failures"`
@@ -39,7 +41,8 @@ func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	mode := fs.String("mode", "both", "`MODE`: incremental, scratch or both")
 	maxSummary := fs.Int("max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
 	perFile := fs.Bool("per-file", false, "print a report line per conversation too")
-	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both]")
+	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
+	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
 	if err != nil {
 		return err
 	}
@@ -78,12 +81,27 @@ func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("%w: %v", errUsage, err)
 			}
-			total := evalSummary{Limit: limit, Incremental: incremental}
+			total := evalSummary{Limit: limit, Incremental: incremental, Service: *service}
+			var loop eval.Loop
+			if *service {
+				sl, err := bench.NewServiceLoop(ctx, cfg)
+				if err != nil {
+					return err
+				}
+				defer sl.Close()
+				loop = sl
+			}
 			for _, c := range convs {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				rep, err := eval.Replay(ctx, c, counter, sum, cfg, limit)
+				var rep eval.Report
+				var err error
+				if loop != nil {
+					rep, err = eval.ReplayOn(ctx, loop, c, counter, cfg, limit)
+				} else {
+					rep, err = eval.Replay(ctx, c, counter, sum, cfg, limit)
+				}
 				if err != nil {
 					return err
 				}

@@ -143,6 +143,10 @@ func (t *timedSummarizer) Summarize(ctx context.Context, r pipeline.SummaryReque
 }
 
 func startEnv(ctx context.Context, workers int) (*env, error) {
+	return startEnvWith(ctx, workers, pipeline.DefaultConfig())
+}
+
+func startEnvWith(ctx context.Context, workers int, cfg pipeline.Config) (*env, error) {
 	dir, err := os.MkdirTemp("", "compactor-bench-")
 	if err != nil {
 		return nil, err
@@ -195,7 +199,7 @@ func startEnv(ctx context.Context, workers int) (*env, error) {
 		return fail(err)
 	}
 	e.model = &timedSummarizer{next: extractive.New(counter)}
-	svc, err := pipeline.New(store, breakers, e.model, pipeline.DefaultConfig())
+	svc, err := pipeline.New(store, breakers, e.model, cfg)
 	if err != nil {
 		return fail(err)
 	}

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"unicode"
 
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -32,32 +36,109 @@ type Report struct {
 	Retention   *Retention `json:"retention,omitempty"`
 }
 
-// Replay runs the runtime loop a compactor serves: messages arrive one by
-// one; whenever the context the runtime would send is over limit, it asks
-// for a compaction; after every compaction the context's invariants are
-// checked. It returns an error for a broken invariant, never for a failed
-// compaction (counted in the report).
-func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Counter, sum pipeline.Summarizer, cfg pipeline.Config, limit int) (Report, error) {
-	rep := Report{Name: c.Name, Source: c.Source, Limit: limit, Incremental: cfg.EnableIncremental, Messages: len(c.Messages)}
+// Loop is what a replay drives: a session store and a compactor, in
+// process (MemoryLoop) or over NATS through the service.
+type Loop interface {
+	// Create stores an empty session with the context limit.
+	Create(ctx context.Context, id string, limit int) error
+	Append(ctx context.Context, id string, m session.Message) error
+	// View is what the model would see now.
+	View(ctx context.Context, id string) ([]session.Message, error)
+	// Compact asks for a compaction and returns its result (Failed set
+	// for a failure, with the error).
+	Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error)
+	// History is every message of the session, summarised ones marked.
+	History(ctx context.Context, id string) ([]session.Message, error)
+	// TailStart is the seq of the first message the model sees raw.
+	TailStart(ctx context.Context, id string) (int64, error)
+}
+
+// MemoryLoop runs the pipeline in process on the memory store.
+type MemoryLoop struct {
+	store *memstore.Store
+	svc   *pipeline.Service
+}
+
+// NewMemoryLoop returns a Loop compacting with sum under cfg.
+func NewMemoryLoop(sum pipeline.Summarizer, cfg pipeline.Config) (*MemoryLoop, error) {
 	store := memstore.New()
 	svc, err := pipeline.New(store, memstore.NewBreakers(), sum, cfg)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
+	return &MemoryLoop{store: store, svc: svc}, nil
+}
+
+func (l *MemoryLoop) Create(ctx context.Context, id string, limit int) error {
+	_, err := l.store.Create(ctx, session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: limit}, nil)
+	return err
+}
+
+func (l *MemoryLoop) Append(ctx context.Context, id string, m session.Message) error {
+	_, err := l.store.Append(ctx, id, m)
+	return err
+}
+
+func (l *MemoryLoop) View(ctx context.Context, id string) ([]session.Message, error) {
+	s, err := l.store.Load(ctx, id, false)
+	if err != nil {
+		return nil, err
+	}
+	return pipeline.ContextOf(s), nil
+}
+
+func (l *MemoryLoop) Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error) {
+	return l.svc.Compact(ctx, pipeline.Request{ID: requestID, SessionID: id, Trigger: pipeline.TriggerOverBudget})
+}
+
+func (l *MemoryLoop) History(ctx context.Context, id string) ([]session.Message, error) {
+	all, _, err := l.store.History(ctx, id)
+	return all, err
+}
+
+func (l *MemoryLoop) TailStart(ctx context.Context, id string) (int64, error) {
+	rec, err := l.store.Record(ctx, id)
+	return rec.TailStartSeq, err
+}
+
+// Replay runs the runtime loop a compactor serves, in process: see
+// ReplayOn.
+func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Counter, sum pipeline.Summarizer, cfg pipeline.Config, limit int) (Report, error) {
+	loop, err := NewMemoryLoop(sum, cfg)
+	if err != nil {
+		return Report{}, err
+	}
+	return ReplayOn(ctx, loop, c, counter, cfg, limit)
+}
+
+// ReplayOn runs the runtime loop on loop: messages arrive one by one;
+// whenever the context the runtime would send is over limit (or over
+// cfg.MaxMessages), it asks for a compaction; after every compaction the
+// context's invariants are checked. It returns an error for a broken
+// invariant, never for a failed compaction (counted in the report).
+func ReplayOn(ctx context.Context, loop Loop, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int) (Report, error) {
+	rep := Report{Name: c.Name, Source: c.Source, Limit: limit, Incremental: cfg.EnableIncremental, Messages: len(c.Messages)}
 	msgs := make([]session.Message, len(c.Messages))
 	copy(msgs, c.Messages)
 	for i := range msgs {
 		rep.Tokens += counter.Ensure(&msgs[i])
 	}
-	const id = "replay"
-	if _, err := store.Create(ctx, session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+	id := replayID(c.Name)
+	if err := loop.Create(ctx, id, limit); err != nil {
 		return rep, err
 	}
+	contextOf := func() ([]session.Message, int, error) {
+		view, err := loop.View(ctx, id)
+		if err != nil {
+			return nil, 0, err
+		}
+		return view, counter.Context(view), nil
+	}
 	for i := range msgs {
-		if _, err := store.Append(ctx, id, msgs[i]); err != nil {
+		if err := loop.Append(ctx, id, msgs[i]); err != nil {
 			return rep, err
 		}
-		view, n, err := contextOf(ctx, store, counter, id)
+		view, n, err := contextOf()
 		if err != nil {
 			return rep, err
 		}
@@ -65,9 +146,11 @@ func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Coun
 			rep.MaxTokens = max(rep.MaxTokens, n)
 			continue
 		}
-		res, err := svc.Compact(ctx, pipeline.Request{ID: fmt.Sprint(i), SessionID: id, Trigger: pipeline.TriggerOverBudget})
-		rep.LLMCalls += res.LLMCalls
-		rep.InputTokens += res.InputTokens
+		res, err := loop.Compact(ctx, id, fmt.Sprintf("%s-%d", id, i))
+		if res != nil {
+			rep.LLMCalls += res.LLMCalls
+			rep.InputTokens += res.InputTokens
+		}
 		if err != nil {
 			if errors.Is(err, pipeline.ErrInvariant) {
 				return rep, fmt.Errorf("%s message %d: %w", c.Name, i, err)
@@ -79,9 +162,14 @@ func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Coun
 			}
 		} else if res.Outcome == pipeline.OutcomeCompacted {
 			rep.Compactions++
-			all, _, _ := store.History(ctx, id)
+			all, err := loop.History(ctx, id)
+			if err != nil {
+				return rep, err
+			}
 			var after []session.Message
-			after, n, _ = contextOf(ctx, store, counter, id)
+			if after, n, err = contextOf(); err != nil {
+				return rep, err
+			}
 			if err := CheckContext(all, after, n, limit, counter, cfg.MaxSummaryTokens); err != nil {
 				return rep, fmt.Errorf("%s after message %d: %w", c.Name, i, err)
 			}
@@ -90,7 +178,7 @@ func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Coun
 		// when the compaction did not happen.
 		rep.MaxTokens = max(rep.MaxTokens, n)
 	}
-	final, n, err := contextOf(ctx, store, counter, id)
+	final, n, err := contextOf()
 	if err != nil {
 		return rep, err
 	}
@@ -100,22 +188,35 @@ func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Coun
 		rep.CostRatio = float64(rep.InputTokens) / float64(rep.Tokens)
 	}
 	if len(c.QA) > 0 {
-		rec, _ := store.Record(ctx, id)
-		view := final
-		r := Measure(c, func(i int) bool { return int64(i+1) < rec.TailStartSeq }, ContextUnits(view))
+		tail, err := loop.TailStart(ctx, id)
+		if err != nil {
+			return rep, err
+		}
+		r := Measure(c, func(i int) bool { return int64(i+1) < tail }, ContextUnits(final))
 		rep.Retention = &r
 	}
 	return rep, nil
 }
 
-func contextOf(ctx context.Context, store *memstore.Store, counter *tokens.Counter, id string) ([]session.Message, int, error) {
-	s, err := store.Load(ctx, id, false)
-	if err != nil {
-		return nil, 0, err
+// replayID is a session id for a conversation name (letters, digits, '-'
+// and '_' only) that no other replay uses.
+func replayID(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if r < 128 && (unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_') {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
 	}
-	view := pipeline.ContextOf(s)
-	return view, counter.Context(view), nil
+	s := b.String()
+	if len(s) > 120 {
+		s = s[:120]
+	}
+	return "replay-" + s + "-" + strconv.FormatUint(replaySeq.Add(1), 10)
 }
+
+var replaySeq atomic.Uint64
 
 // CheckContext checks a compacted context against the session's full
 // history: the leading system messages first, every tool result with its

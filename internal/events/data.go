@@ -28,6 +28,12 @@ type Failed struct {
 	Error     string `json:"error"`
 	Failures  int    `json:"failures"`
 	Retryable bool   `json:"retryable"`
+	// What the failed attempt spent on the summary model (a failure after
+	// summarising, such as insufficient_progress, still cost tokens).
+	LLMCalls     int   `json:"llm_calls"`
+	InputTokens  int   `json:"summary_input_tokens"`
+	OutputTokens int   `json:"summary_output_tokens"`
+	DurationMS   int64 `json:"duration_ms"`
 }
 
 // CircuitOpened is the data of a CompactionCircuitOpened event.
@@ -50,7 +56,8 @@ type CircuitClosed struct {
 // FailedData returns the CompactionFailed data of a failed result.
 func FailedData(r *pipeline.Result) Failed {
 	return Failed{SessionID: r.SessionID, RequestID: r.RequestID, Trigger: string(r.Trigger), Reason: string(r.Reason),
-		Error: r.Error, Failures: r.Failures, Retryable: r.Retryable}
+		Error: r.Error, Failures: r.Failures, Retryable: r.Retryable, LLMCalls: r.LLMCalls, InputTokens: r.InputTokens,
+		OutputTokens: r.OutputTokens, DurationMS: r.DurationMS}
 }
 
 // CircuitOpenedData returns the CompactionCircuitOpened data of the result

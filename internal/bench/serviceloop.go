@@ -1,0 +1,98 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/client"
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// ServiceLoop replays through the service as a runtime uses it: an
+// embedded nats-server, sessions in KV, requests and results as
+// CloudEvents through the durable consumer, the extractive model.
+type ServiceLoop struct {
+	e *env
+}
+
+var _ eval.Loop = (*ServiceLoop)(nil)
+
+// NewServiceLoop starts the server and the service under cfg. Close stops
+// them and removes their store.
+func NewServiceLoop(ctx context.Context, cfg pipeline.Config) (*ServiceLoop, error) {
+	e, err := startEnvWith(ctx, 8, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &ServiceLoop{e: e}, nil
+}
+
+// Close stops the service and the server.
+func (l *ServiceLoop) Close() { l.e.close() }
+
+func (l *ServiceLoop) Create(ctx context.Context, id string, limit int) error {
+	_, err := api.CreateSession(ctx, l.e.sessions, l.e.table, session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: limit}, nil)
+	return err
+}
+
+func (l *ServiceLoop) Append(ctx context.Context, id string, m session.Message) error {
+	_, err := api.AppendMessages(ctx, l.e.sessions, l.e.table, id, []session.Message{m})
+	return err
+}
+
+func (l *ServiceLoop) View(ctx context.Context, id string) ([]session.Message, error) {
+	v, err := api.Context(ctx, l.e.sessions, l.e.table, id)
+	return v.Messages, err
+}
+
+// Compact publishes a ContextOverBudget event and waits for its result
+// event; a CompactionFailed answers a failed result and an error wrapping
+// the pipeline's sentinel for its reason.
+func (l *ServiceLoop) Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	ev, err := client.Compact(ctx, l.e.nc, l.e.js, client.Request{ID: requestID, Data: events.RequestData{SessionID: id, Model: "gpt-4o"}})
+	if err != nil {
+		return nil, err
+	}
+	if !ev.Failed() {
+		var res pipeline.Result
+		if err := json.Unmarshal(ev.Data, &res); err != nil {
+			return nil, fmt.Errorf("result of %s: %w", requestID, err)
+		}
+		return &res, nil
+	}
+	var f events.Failed
+	if err := json.Unmarshal(ev.Data, &f); err != nil {
+		return nil, fmt.Errorf("result of %s: %w", requestID, err)
+	}
+	res := &pipeline.Result{SessionID: f.SessionID, RequestID: f.RequestID, Trigger: pipeline.Trigger(f.Trigger), Failed: true,
+		Reason: pipeline.Reason(f.Reason), Error: f.Error, Failures: f.Failures, Retryable: f.Retryable,
+		LLMCalls: f.LLMCalls, InputTokens: f.InputTokens, OutputTokens: f.OutputTokens, DurationMS: f.DurationMS}
+	sentinel := pipeline.ErrSummaryFailed
+	switch res.Reason {
+	case pipeline.ReasonInvariantViolated:
+		sentinel = pipeline.ErrInvariant
+	case pipeline.ReasonCircuitOpen:
+		sentinel = pipeline.ErrCircuitOpen
+	case pipeline.ReasonInsufficientProgress:
+		sentinel = pipeline.ErrInsufficientProgress
+	}
+	return res, fmt.Errorf("%w: %s: %s", sentinel, f.Reason, f.Error)
+}
+
+func (l *ServiceLoop) History(ctx context.Context, id string) ([]session.Message, error) {
+	all, _, err := l.e.sessions.History(ctx, id)
+	return all, err
+}
+
+func (l *ServiceLoop) TailStart(ctx context.Context, id string) (int64, error) {
+	rec, err := l.e.sessions.Record(ctx, id)
+	return rec.TailStartSeq, err
+}
