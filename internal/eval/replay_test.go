@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -85,5 +86,25 @@ func TestReplayTauBenchReusedIDs(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("found %d of the 3 runs", n)
+	}
+}
+
+// A 1,255-token pinned policy and a 1,000-token summary leave a 4,000-token
+// window almost no headroom: the tail keeps half of the room they leave, so
+// each compaction cuts enough and the session keeps compacting as it grows
+// (it used to fail insufficient_progress three times and open its breaker).
+func TestReplayPinnedPromptLeavesRoom(t *testing.T) {
+	msgs, err := transcript.Parse(demo.Trajectory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, _ := tokens.ForEncoding("o200k_base")
+	rep, err := eval.Replay(context.Background(), transcript.Conversation{Name: "tau-bench task 2", Messages: msgs}, counter,
+		extractive.New(counter), pipeline.DefaultConfig(), 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failures != 0 || rep.CircuitOpen || rep.Compactions < 2 || rep.MaxTokens > 4000 {
+		t.Fatalf("%+v", rep)
 	}
 }

@@ -293,8 +293,11 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	}
 	reserve := s.cfg.MaxSummaryTokens + summaryFraming
 	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - pinnedTokens - reserve
-	if tailBudget < p.limit/10 { // the pinned messages leave no headroom: use what they allow
-		tailBudget = p.limit - pinnedTokens - reserve
+	if tailBudget < p.limit/10 {
+		// The pinned messages and the summary leave no headroom: keep half
+		// of the room they leave as tail, so that the compaction still cuts
+		// enough and the next one is not due at once.
+		tailBudget = max((p.limit-pinnedTokens-reserve)/2, p.limit/10)
 	}
 	maxTail := 0
 	if s.cfg.MaxMessages > 0 {
