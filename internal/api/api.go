@@ -74,6 +74,7 @@ type Server struct {
 	d          Deps
 	log        *slog.Logger
 	sem        chan struct{}
+	nc         *nats.Conn
 	ctx        context.Context // operations: values of Start's, never cancelled
 	work       context.Context // synchronous compactions: cancelled past the grace
 	cancelWork context.CancelFunc
@@ -110,7 +111,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{d: d, log: log, sem: make(chan struct{}, d.Workers), ctx: context.WithoutCancel(ctx)}
+	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ctx: context.WithoutCancel(ctx)}
 	s.work, s.cancelWork = context.WithCancel(s.ctx)
 	cfg := micro.Config{Name: Name, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
@@ -177,6 +178,23 @@ func (s *Server) Stop() error {
 
 // Info is the micro service's info.
 func (s *Server) Info() micro.Info { return s.micro.Info() }
+
+// replyTo answers a request after its handler returned, with the micro
+// error headers when code is set.
+func (s *Server) replyTo(reply, code, desc string, body []byte) {
+	if reply == "" {
+		return
+	}
+	m := nats.NewMsg(reply)
+	m.Data = body
+	if code != "" {
+		m.Header.Set(micro.ErrorHeader, desc)
+		m.Header.Set(micro.ErrorCodeHeader, code)
+	}
+	if err := s.nc.PublishMsg(m); err != nil {
+		s.log.Warn("respond", slog.String("subject", reply), slog.String("error", err.Error()))
+	}
+}
 
 // CompactRequest is the body of a compact request: the data of a request
 // event, plus the request's id (default: a new UUID; reuse one to make a
@@ -309,8 +327,11 @@ func (s *Server) compact(r micro.Request) {
 		if err := s.d.Publisher.Result(ctx, res); err != nil {
 			s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
 		}
+		// The answer goes straight to the reply subject: the micro request
+		// belongs to its handler, which has returned (its stats would race).
 		if cerr == nil {
-			s.respond(r, res)
+			body, _ := json.Marshal(res)
+			s.replyTo(r.Reply(), "", "", body)
 			return
 		}
 		body, _ := json.Marshal(events.FailedData(res))
@@ -323,9 +344,7 @@ func (s *Server) compact(r micro.Request) {
 		case res.Retryable || res.Reason == pipeline.ReasonCircuitOpen:
 			code = "503"
 		}
-		if err := r.Error(code, string(res.Reason)+": "+res.Error, body); err != nil {
-			s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
-		}
+		s.replyTo(r.Reply(), code, string(res.Reason)+": "+res.Error, body)
 	}()
 }
 
