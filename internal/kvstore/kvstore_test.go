@@ -98,9 +98,10 @@ func TestLargeSessionCompacts(t *testing.T) {
 	}
 }
 
-// Two replicas racing on one session with two requests over the KV store:
-// one compaction, one compacted answer and one already_compacted.
-func TestReplicasRaceOnKV(t *testing.T) {
+// invoiceSessionEnv is a provisioned server's stores and 120 counted
+// messages of a chat about invoices.
+func invoiceSessionEnv(t *testing.T) (jetstream.JetStream, *kvstore.Sessions, *kvstore.Breakers, *tokens.Counter, []session.Message) {
+	t.Helper()
 	nc, js := jetStream(t)
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
@@ -114,6 +115,14 @@ func TestReplicasRaceOnKV(t *testing.T) {
 	for i := range msgs {
 		counter.Ensure(&msgs[i])
 	}
+	return js, s, b, counter, msgs
+}
+
+// Two replicas racing on one session with two requests over the KV store:
+// one compaction, one compacted answer and one already_compacted.
+func TestReplicasRaceOnKV(t *testing.T) {
+	_, s, b, counter, msgs := invoiceSessionEnv(t)
+	ctx := context.Background()
 	s.Create(ctx, session.Record{SessionID: "race", Model: "gpt-4o", ContextLimit: 1500}, msgs)
 	var arrived sync.WaitGroup
 	arrived.Add(2)
@@ -162,19 +171,8 @@ func (b barrier) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipe
 // part of the history; the committed chain is, oldest first, and marks the
 // messages it covers.
 func TestHistoryIsTheCommittedChain(t *testing.T) {
-	nc, js := jetStream(t)
+	js, s, b, counter, msgs := invoiceSessionEnv(t)
 	ctx := context.Background()
-	s, _ := kvstore.NewSessions(ctx, nc, js)
-	b, _ := kvstore.NewBreakers(ctx, js)
-	counter, _ := tokens.ForEncoding("o200k_base")
-	var msgs []session.Message
-	for i := range 60 {
-		msgs = append(msgs, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d about invoice INV-%d", i, i))},
-			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("invoice INV-%d totals $%d", i, 100+i))})
-	}
-	for i := range msgs {
-		counter.Ensure(&msgs[i])
-	}
 	if _, err := s.Create(ctx, session.Record{SessionID: "h", Model: "gpt-4o", ContextLimit: 1500}, msgs[:80]); err != nil {
 		t.Fatal(err)
 	}
