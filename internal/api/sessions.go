@@ -37,6 +37,14 @@ func counterFor(table *models.Table, model string) (*tokens.Counter, error) {
 	return tokens.ForEncoding(table.Lookup(model).Encoding)
 }
 
+// limitOf is a session's context limit: its own, else its model's window.
+func limitOf(table *models.Table, rec session.Record) int {
+	if rec.ContextLimit > 0 {
+		return rec.ContextLimit
+	}
+	return table.Lookup(rec.Model).ContextWindow
+}
+
 // CreateSession stores a new session with msgs, each counted with the
 // model's encoding (an empty id gets a new UUID; an empty model "gpt-4o").
 // It returns session.ErrExists for a taken id and session.ErrInvalid for a
@@ -62,11 +70,7 @@ func CreateSession(ctx context.Context, store *kvstore.Sessions, table *models.T
 	if _, err := store.Create(ctx, rec, msgs); err != nil {
 		return Imported{}, err
 	}
-	limit := rec.ContextLimit
-	if limit == 0 {
-		limit = table.Lookup(rec.Model).ContextWindow
-	}
-	return Imported{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: limit, Messages: len(msgs), Tokens: total}, nil
+	return Imported{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: limitOf(table, rec), Messages: len(msgs), Tokens: total}, nil
 }
 
 // AppendMessages adds msgs at the session's head, counted with the session
@@ -98,10 +102,6 @@ func Context(ctx context.Context, store pipeline.SessionStore, table *models.Tab
 		return ContextView{}, err
 	}
 	msgs := pipeline.ContextOf(sess)
-	limit := sess.Record.ContextLimit
-	if limit == 0 {
-		limit = table.Lookup(sess.Record.Model).ContextWindow
-	}
-	return ContextView{SessionID: sid, Model: sess.Record.Model, ContextLimit: limit, Tokens: c.Context(msgs),
+	return ContextView{SessionID: sid, Model: sess.Record.Model, ContextLimit: limitOf(table, sess.Record), Tokens: c.Context(msgs),
 		CompactionID: sess.Record.CompactionID, Messages: msgs}, nil
 }

@@ -104,7 +104,6 @@ func Provision(ctx context.Context, js jetstream.JetStream, replicas int) error 
 // several processes.
 type Sessions struct {
 	nc  *nats.Conn
-	js  jetstream.JetStream
 	kv  jetstream.KeyValue
 	now func() time.Time
 }
@@ -115,7 +114,7 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
 	}
-	return &Sessions{nc: nc, js: js, kv: kv, now: time.Now}, nil
+	return &Sessions{nc: nc, kv: kv, now: time.Now}, nil
 }
 
 type item struct {
@@ -277,22 +276,6 @@ func (s *Sessions) Append(ctx context.Context, sid string, msgs ...session.Messa
 	return nil, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
 }
 
-func (s *Sessions) message(ctx context.Context, sid string, seq int64) (session.Message, error) {
-	e, err := s.kv.Get(ctx, msgKey(sid, seq))
-	if err != nil {
-		return session.Message{}, fmt.Errorf("session %s message %d: %w", sid, seq, err)
-	}
-	var m session.Message
-	if err := json.Unmarshal(e.Value(), &m); err != nil {
-		return session.Message{}, fmt.Errorf("session %s message %d: %w", sid, seq, err)
-	}
-	return m, nil
-}
-
-func (s *Sessions) messages(ctx context.Context, sid string, seqs []int64) ([]session.Message, error) {
-	return s.messagesBatch(ctx, sid, seqs)
-}
-
 func seqRange(from, to int64) []int64 {
 	var out []int64
 	for seq := from; seq <= to; seq++ {
@@ -367,8 +350,9 @@ func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Mes
 // under its id; an existing one is fine), then the record with
 // compare-and-set: the commit point. Stored messages are never rewritten:
 // which compaction summarised a message follows from the record's
-// compaction chain (History fills summarised_by from it). A head that moved (an append) is merged; a compaction that moved
-// is session.ErrConflict. A crash between the message and the record
+// compaction chain (History fills summarised_by from it). A head that
+// moved (an append) is merged; a compaction that moved is
+// session.ErrConflict. A crash between the message and the record
 // leaves a compaction the pipeline finishes on the next request for the
 // same key. (Two plain writes: an atomic batch on an R1 file stream stages
 // on disk and costs about 100 times a write, and the record write is the

@@ -27,7 +27,7 @@ func (s *Sessions) getMany(ctx context.Context, keys []string) (map[string][]byt
 }
 
 // eachValue calls fn with each existing key's latest value as it arrives,
-// so the caller's work overlaps the server's sending.
+// so a long read holds no map of raw values.
 func (s *Sessions) eachValue(ctx context.Context, keys []string, fn func(key string, value []byte) error) error {
 	for len(keys) > 0 {
 		n := min(len(keys), multiGetMax)
@@ -113,9 +113,9 @@ func (s *Sessions) multiGet(ctx context.Context, keys []string, fn func(key stri
 	return nil
 }
 
-// messagesBatch reads the messages with seqs, in order, with batched gets.
+// messages reads the messages with seqs, in order, with batched gets.
 // A missing message is an error: the record says it exists.
-func (s *Sessions) messagesBatch(ctx context.Context, sid string, seqs []int64) ([]session.Message, error) {
+func (s *Sessions) messages(ctx context.Context, sid string, seqs []int64) ([]session.Message, error) {
 	keys := make([]string, len(seqs))
 	at := make(map[string]int, len(seqs))
 	for i, seq := range seqs {

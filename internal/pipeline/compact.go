@@ -254,7 +254,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		res.CompactionMessageID = p.sess.Summary.ID
 		res.TailStartID = rec.TailStartID
 		res.Summary = SummaryText(p.sess.Summary)
-		res.SummaryTokens = p.counter.Count(res.Summary)
+		res.SummaryTokens = summaryTokens(p.counter, p.sess.Summary)
 		if m := p.sess.Summary.Compaction; m != nil {
 			res.IdempotencyKey = m.IdempotencyKey
 			res.SummaryModel = m.Model
@@ -353,13 +353,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		// The delta gets the room the summary in force leaves (at least a
 		// quarter of the budget), so the joined summary mostly fits and
 		// condensing, which re-reads the whole summary, stays rare.
-		have := 0
-		if m := p.sess.Summary.Compaction; m != nil && m.SummaryTokens > 0 {
-			have = m.SummaryTokens
-		} else {
-			have = p.counter.Count(SummaryText(p.sess.Summary))
-		}
-		room := s.cfg.MaxSummaryTokens - have
+		room := s.cfg.MaxSummaryTokens - summaryTokens(p.counter, p.sess.Summary)
 		text, err = sm.within(max(room, s.cfg.MaxSummaryTokens/4), func() (string, error) { return sm.run(ctx, input) })
 	} else {
 		text, err = sm.run(ctx, input)
@@ -482,7 +476,7 @@ func (s *Service) madeBy(ctx context.Context, sessionID, id, reqID string) bool 
 func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *Result) error {
 	res.CompactionMessageID = m.ID
 	res.Summary = SummaryText(m)
-	res.SummaryTokens = p.counter.Count(res.Summary)
+	res.SummaryTokens = summaryTokens(p.counter, m)
 	if meta := m.Compaction; meta != nil {
 		res.TailStartID, res.SummaryModel, res.Incremental = meta.TailStartID, meta.Model, meta.Incremental
 		res.MessagesSummarised, res.TokensAfter, res.Chunks = meta.Messages, meta.TokensAfter, meta.Chunks

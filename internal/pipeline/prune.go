@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // compactionNamespace roots the deterministic ids of compaction messages.
@@ -40,6 +41,15 @@ func SummaryText(m *session.Message) string {
 		return after
 	}
 	return m.Content.Text
+}
+
+// summaryTokens is a compaction message's summary count: the one stored at
+// its commit (counted then, in the session's encoding), else counted now.
+func summaryTokens(c *tokens.Counter, m *session.Message) int {
+	if m.Compaction != nil && m.Compaction.SummaryTokens > 0 {
+		return m.Compaction.SummaryTokens
+	}
+	return c.Count(SummaryText(m))
 }
 
 // pruneInput is what the prune stage turns into a commit.

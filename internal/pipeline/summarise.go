@@ -75,10 +75,7 @@ func (s *summariser) count(text string) int {
 		return n
 	}
 	n := s.counter.Count(text)
-	if s.memo == nil {
-		s.memo = map[string]int{}
-	}
-	s.memo[text] = n
+	s.remember(text, n)
 	return n
 }
 
