@@ -6,13 +6,10 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/client"
-	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
-	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
@@ -20,7 +17,7 @@ import (
 
 const breakerUsage = `  compactor breaker list
   compactor breaker show ID
-  compactor breaker reset ID`
+  compactor breaker reset ID | --all`
 
 func runBreaker(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return subcommand("breaker", map[string]func(context.Context, []string, io.Writer) error{
@@ -38,8 +35,8 @@ func breakerList(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, _ *kvstore.Sessions, breakers *kvstore.Breakers) error {
-		list, err := breakers.List(ctx)
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		list, err := st.breakers.List(ctx)
 		if err != nil {
 			return err
 		}
@@ -55,8 +52,8 @@ func breakerShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, _ *kvstore.Sessions, breakers *kvstore.Breakers) error {
-		b, err := breakers.Breaker(ctx, sid)
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		b, err := st.breakers.Breaker(ctx, sid)
 		if err != nil {
 			return err
 		}
@@ -64,23 +61,45 @@ func breakerShow(ctx context.Context, args []string, stdout io.Writer) error {
 	})
 }
 
-// breakerReset closes the breaker in KV and, when it was open, publishes
-// CompactionCircuitClosed; it works whether or not the service runs.
+// breakerReset closes the breaker in KV (one session's, or with --all
+// every stored one, as an operator does after an outage) and, for each that
+// was open, publishes CompactionCircuitClosed; it works whether or not the
+// service runs.
 func breakerReset(ctx context.Context, args []string, stdout io.Writer) error {
-	nf, sid, err := sessionArg("breaker reset", args, stdout)
+	fs := flag.NewFlagSet("breaker reset", flag.ContinueOnError)
+	nf := addNATSFlags(fs, defaultNATSURL)
+	all := fs.Bool("all", false, "reset every stored breaker")
+	pos, err := parseFlags(fs, args, stdout, "breaker reset ID | --all")
 	if err != nil {
 		return err
+	}
+	switch {
+	case *all && len(pos) > 0:
+		return fmt.Errorf("%w: give a session ID or --all, not both", errUsage)
+	case !*all && len(pos) != 1:
+		return fmt.Errorf("%w: want one session ID, or --all", errUsage)
+	case !*all && !events.ValidSessionID(pos[0]):
+		return fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, pos[0])
 	}
 	counter, err := tokens.ForEncoding("cl100k_base")
 	if err != nil {
 		return err
 	}
-	return withStores(ctx, nf, func(ctx context.Context, js jetstream.JetStream, sessions *kvstore.Sessions, breakers *kvstore.Breakers) error {
-		svc, err := pipeline.New(sessions, breakers, extractive.New(counter), pipeline.DefaultConfig())
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		svc, err := pipeline.New(st.kv, st.breakers, extractive.New(counter), pipeline.DefaultConfig())
 		if err != nil {
 			return err
 		}
-		prev, err := consumer.ResetBreaker(ctx, svc, &consumer.Publisher{JS: js, Source: client.DefaultSource}, sid)
+		pub := &events.Publisher{JS: st.js, Source: client.DefaultSource}
+		if *all {
+			out, err := api.ResetAll(ctx, svc, pub, st.breakers, nil)
+			if err != nil {
+				return fmt.Errorf("reset breakers (%d reset): %w", len(out.Reset), err)
+			}
+			return printJSON(stdout, out)
+		}
+		sid := pos[0]
+		prev, err := events.ResetBreaker(ctx, svc, pub, sid)
 		if err != nil {
 			return fmt.Errorf("reset breaker of %s: %w", sid, err)
 		}

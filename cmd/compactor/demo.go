@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/client"
 	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/events"
@@ -109,23 +108,23 @@ func replay(ctx context.Context, url, creds, name string, msgs []session.Message
 		return err
 	}
 	defer nc.Close()
-	sessions, _, err := stores(ctx, nc, js)
+	st, err := bind(ctx, nc, js, pf.conf.Models)
 	if err != nil {
 		return err
 	}
-	table := pf.conf.Models
+	sessions := st.sessions
 	sid := "demo-" + uuid.NewString()[:8]
 	first := 1
 	for first < len(msgs) && msgs[first-1].Role == session.RoleSystem {
 		first++
 	}
-	imp, err := api.CreateSession(ctx, sessions, table, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, msgs[:first])
+	imp, err := sessions.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, msgs[:first])
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "compactor demo: %s\n", name)
 	fmt.Fprintf(w, "  %d messages, replayed one by one into session %s (model %s, context limit %d tokens)\n", len(msgs), sid, imp.Model, limit)
-	fmt.Fprintf(w, "  summary provider: %s; NATS at %s\n\n", *pf.provider, redact(url))
+	fmt.Fprintf(w, "  summary provider: %s; NATS at %s\n\n", *pf.provider, url)
 
 	total := imp.Tokens
 	type row struct {
@@ -136,13 +135,13 @@ func replay(ctx context.Context, url, creds, name string, msgs []session.Message
 	var rows []row
 	for i := first; i <= len(msgs); i++ {
 		if i > first {
-			stored, err := api.AppendMessages(ctx, sessions, table, sid, []session.Message{msgs[i-1]})
+			stored, err := sessions.Append(ctx, sid, []session.Message{msgs[i-1]}, session.AppendOptions{})
 			if err != nil {
 				return err
 			}
-			total += stored[0].Tokens
+			total += stored.Tokens
 		}
-		view, err := api.Context(ctx, sessions, table, sid)
+		view, err := sessions.Context(ctx, sid)
 		if err != nil {
 			return err
 		}
@@ -168,7 +167,7 @@ func replay(ctx context.Context, url, creds, name string, msgs []session.Message
 		fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → %v: %v messages summarised, %v → %v tokens (summary %v, %v model call(s), %v ms)\n",
 			i, view.Tokens, limit, d["outcome"], d["messages_summarised"], d["tokens_before"], d["tokens_after"], d["summary_tokens"], d["llm_calls"], d["duration_ms"])
 	}
-	view, err := api.Context(ctx, sessions, table, sid)
+	view, err := sessions.Context(ctx, sid)
 	if err != nil {
 		return err
 	}

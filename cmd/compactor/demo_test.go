@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/compactor/compactor/internal/sessions"
 )
 
 func TestDemo(t *testing.T) {
@@ -43,7 +45,7 @@ func TestServeEmbeddedRestart(t *testing.T) {
 	first.stop(t)
 
 	startEmbedded(t, url, "--data-dir", dir, "--nats-port", port)
-	var hist sessionHistory
+	var hist sessions.History
 	if cli(t, url, &hist, "session", "show", "e1") != 0 || len(hist.Messages) != 62 || len(hist.Compactions) != 1 {
 		t.Fatalf("after the restart: %d messages, %d compactions", len(hist.Messages), len(hist.Compactions))
 	}

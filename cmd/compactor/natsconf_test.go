@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/sessions"
 )
 
 // roleConn connects as a nats.conf user and collects its async errors
@@ -105,11 +108,20 @@ func TestNATSConfRoles(t *testing.T) {
 	comp.deniedPublish(t, "$JS.API.STREAM.DELETE."+consumer.RequestStream)
 	startServe(t, as("admin"), "--nats-url", as("compactor"))
 
-	// A runtime: import, compact over events, read the context and history,
-	// use the session endpoints.
+	// A runtime: create, append and read its session through the
+	// endpoints, compact over events; it may not touch KV.
 	rt := as("runtime")
-	if cli(t, rt, nil, "session", "import", fixture, "--session-id", "r1", "--context-limit", "6000") != 0 {
-		t.Fatal("runtime could not import")
+	runtime := connectAs(t, rt)
+	msgs, err := os.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := fmt.Sprintf(`{"session_id":"r1","context_limit":6000,"messages":%s}`, msgs)
+	if m, err := runtime.nc.Request(api.SubjectCreate, []byte(create), 10*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+		t.Fatalf("runtime session.create: %v %s", err, m.Data)
+	}
+	if m, err := runtime.nc.Request(api.SubjectAppend, []byte(`{"session_id":"r1","messages":[{"id":"u-late","role":"user","content":"and the baggage?"}]}`), 10*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+		t.Fatalf("runtime session.append: %v %s", err, m.Data)
 	}
 	observer := connectAs(t, as("observer"))
 	seen, err := observer.nc.SubscribeSync("compaction.completed.>")
@@ -121,22 +133,35 @@ func TestNATSConfRoles(t *testing.T) {
 	if code := cli(t, rt, &res, "compact", "r1", "--timeout", "30s"); code != 0 || res["outcome"] != "compacted" {
 		t.Fatalf("runtime compact: exit %d %v", code, res)
 	}
-	var view api.ContextView
-	if cli(t, rt, &view, "session", "context", "r1") != 0 || !view.Messages[1].IsCompaction {
-		t.Fatal("runtime could not read the context")
-	}
-	var hist sessionHistory
-	if cli(t, rt, &hist, "session", "show", "r1") != 0 || len(hist.Compactions) != 1 {
-		t.Fatal("runtime could not read the history")
-	}
-	runtime := connectAs(t, rt)
-	if m, err := runtime.nc.Request(api.SubjectContext, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+	var view sessions.ContextView
+	if m, err := runtime.nc.Request(api.SubjectContext, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" ||
+		json.Unmarshal(m.Data, &view) != nil || !view.Messages[1].IsCompaction {
 		t.Fatalf("runtime session.context: %v", err)
 	}
+	var hist sessions.History
+	if m, err := runtime.nc.Request(api.SubjectHistory, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil ||
+		json.Unmarshal(m.Data, &hist) != nil || len(hist.Compactions) != 1 || len(hist.Messages) != 63 {
+		t.Fatalf("runtime session.history: %v (%d compactions)", err, len(hist.Compactions))
+	}
 	runtime.deniedPublish(t, api.SubjectReset)
+	runtime.deniedPublish(t, "$KV.sessions.r1.rec") // issue 11: no direct writes of any session's keys
+	runtime.deniedPublish(t, "$KV.sessions.other.m.000000000001")
+	runtime.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions")
+	runtime.deniedPublish(t, "$JS.API.STREAM.PURGE.KV_sessions")
 	runtime.deniedPublish(t, "$KV.compaction_breakers.r1")
 	runtime.deniedPublish(t, "compaction.completed.r1") // cannot forge results
 	runtime.deniedSubscribe(t, "agent.context.>")
+	// The CLI's direct store access is the compactor's (and admin's).
+	if cli(t, rt, nil, "session", "import", fixture, "--session-id", "r2") == 0 {
+		t.Fatal("a runtime wrote KV directly")
+	}
+	if cli(t, as("compactor"), nil, "session", "import", fixture, "--session-id", "r2") != 0 {
+		t.Fatal("the compactor user could not import")
+	}
+	var del sessions.Deleted
+	if cli(t, as("compactor"), &del, "session", "delete", "r2") != 0 || !del.Deleted {
+		t.Fatal("the compactor user could not delete a session")
+	}
 
 	// The observer saw the result and can list services, and nothing else.
 	m, err := seen.NextMsg(5 * time.Second)

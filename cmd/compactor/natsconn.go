@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/sessions"
 )
 
 const defaultNATSURL = "nats://127.0.0.1:4222"
@@ -67,34 +69,54 @@ func dial(ctx context.Context, url, creds, name string, log *slog.Logger, extra 
 	return nc, js, nil
 }
 
+// stores are a CLI command's handles on the buckets.
+type stores struct {
+	js       jetstream.JetStream
+	kv       *kvstore.Sessions
+	breakers *kvstore.Breakers
+	sessions *sessions.Service
+}
+
 // withStores connects for a CLI command, binds the buckets and runs f,
 // all within opTimeout.
-func withStores(ctx context.Context, nf *natsFlags, f func(context.Context, jetstream.JetStream, *kvstore.Sessions, *kvstore.Breakers) error) error {
+func withStores(ctx context.Context, nf *natsFlags, f func(context.Context, stores) error) error {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
+	// A request the user may not make is never answered: the server
+	// reports the violation apart, and it ends the command at once.
+	ctx, deny := context.WithCancelCause(ctx)
+	defer deny(nil)
+	nc, js, err := nf.connect(ctx, "compactor-cli", nil, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			deny(fmt.Errorf("%w (this NATS user may not do it: the CLI's session and breaker commands need the compactor or admin user)", err))
+		}
+	}))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	sessions, breakers, err := stores(ctx, nc, js)
-	if err != nil {
-		return err
+	st, err := bind(ctx, nc, js, nil)
+	if err == nil {
+		err = f(ctx, st)
 	}
-	return f(ctx, js, sessions, breakers)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return err
 }
 
-// stores binds the provisioned buckets.
-func stores(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*kvstore.Sessions, *kvstore.Breakers, error) {
+// bind binds the provisioned buckets; table counts tokens (nil: the
+// shipped model table).
+func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, table *models.Table) (stores, error) {
 	s, err := kvstore.NewSessions(ctx, nc, js)
 	if err == nil {
 		var b *kvstore.Breakers
-		if b, err = kvstore.NewBreakers(ctx, js); err == nil {
-			return s, b, nil
+		if b, err = kvstore.NewBreakers(ctx, nc, js); err == nil {
+			return stores{js: js, kv: s, breakers: b, sessions: sessions.New(s, b, table)}, nil
 		}
 	}
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		err = fmt.Errorf("%w (run `compactor serve` or `compactor provision` against this server first)", err)
 	}
-	return nil, nil, err
+	return stores{}, err
 }

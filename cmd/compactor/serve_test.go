@@ -25,6 +25,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -176,7 +177,7 @@ func TestServeWalkthrough(t *testing.T) {
 	metricsAddr := freeAddr(t)
 	s := startServe(t, url, "--metrics-addr", metricsAddr)
 
-	var imp api.Imported
+	var imp sessions.Created
 	if code := cli(t, url, &imp, "session", "import", fixture, "--session-id", "tau2", "--context-limit", "6000"); code != 0 {
 		t.Fatal("import failed")
 	}
@@ -200,7 +201,7 @@ func TestServeWalkthrough(t *testing.T) {
 		t.Fatalf("result %v", res)
 	}
 
-	var view api.ContextView
+	var view sessions.ContextView
 	if cli(t, url, &view, "session", "context", "tau2") != 0 {
 		t.Fatal("session context failed")
 	}
@@ -208,7 +209,7 @@ func TestServeWalkthrough(t *testing.T) {
 		view.Tokens != int(res["tokens_after"].(float64)) || view.Messages[1].ID != res["compaction_message_id"] {
 		t.Fatalf("context: %d messages, %d tokens, result %v", len(view.Messages), view.Tokens, res)
 	}
-	var hist sessionHistory
+	var hist sessions.History
 	if cli(t, url, &hist, "session", "show", "tau2") != 0 {
 		t.Fatal("session show failed")
 	}
@@ -275,7 +276,7 @@ func TestServeWalkthrough(t *testing.T) {
 		t.Fatalf("session.create: %v %s", m.Header, m.Data)
 	}
 	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[41:]})
-	var app api.Appended
+	var app sessions.Appended
 	json.Unmarshal(m.Data, &app)
 	if app.FirstSeq != 42 || app.LastSeq != 61 || len(app.IDs) != 20 || app.Tokens == 0 {
 		t.Fatalf("session.append: %s", m.Data)

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/google/uuid"
 
-	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
 )
 
@@ -39,11 +39,13 @@ func subcommand(noun string, verbs map[string]func(context.Context, []string, io
 
 const sessionUsage = `  compactor session import FILE [--session-id ID] [--model M] [--context-limit N]
   compactor session show ID
-  compactor session context ID`
+  compactor session context ID
+  compactor session message ID SEQ
+  compactor session delete ID`
 
 func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return subcommand("session", map[string]func(context.Context, []string, io.Writer) error{
-		"import": sessionImport, "show": sessionShow, "context": sessionContext,
+		"import": sessionImport, "show": sessionShow, "context": sessionContext, "message": sessionMessage, "delete": sessionDelete,
 	}, sessionUsage)(ctx, args, stdout, stderr)
 }
 
@@ -87,10 +89,13 @@ func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
-	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, sessions *kvstore.Sessions, _ *kvstore.Breakers) error {
-		out, err := api.CreateSession(ctx, sessions, conf.Models, session.Record{SessionID: *id, Model: *model, ContextLimit: *limit}, msgs)
+	if *id == "" {
+		*id = uuid.NewString()
+	}
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		out, err := sessions.New(st.kv, st.breakers, conf.Models).Create(ctx, session.Record{SessionID: *id, Model: *model, ContextLimit: *limit}, msgs)
 		if errors.Is(err, session.ErrExists) {
-			return fmt.Errorf("session %s exists already: choose another --session-id", *id)
+			return fmt.Errorf("session %s exists already with other content: choose another --session-id, or delete it first", *id)
 		}
 		if err != nil {
 			return err
@@ -101,27 +106,32 @@ func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 
 // sessionArg parses a verb taking one session ID.
 func sessionArg(name string, args []string, stdout io.Writer) (*natsFlags, string, error) {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	nf := addNATSFlags(fs, defaultNATSURL)
-	pos, err := parseFlags(fs, args, stdout, name+" ID")
+	nf, pos, err := sessionArgs(name, "", 1, args, stdout)
 	if err != nil {
 		return nil, "", err
-	}
-	if len(pos) != 1 {
-		return nil, "", fmt.Errorf("%w: want one session ID", errUsage)
-	}
-	if !events.ValidSessionID(pos[0]) {
-		return nil, "", fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, pos[0])
 	}
 	return nf, pos[0], nil
 }
 
-// sessionHistory is what session show prints: the record, every message
-// (summarised ones marked with summarised_by) and every compaction.
-type sessionHistory struct {
-	Record      session.Record    `json:"record"`
-	Messages    []session.Message `json:"messages"`
-	Compactions []session.Message `json:"compactions"`
+// sessionArgs parses a verb taking a session ID and n-1 more arguments
+// (named in more for the usage line).
+func sessionArgs(name, more string, n int, args []string, stdout io.Writer) (*natsFlags, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	nf := addNATSFlags(fs, defaultNATSURL)
+	pos, err := parseFlags(fs, args, stdout, name+" ID"+more)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(pos) != n {
+		if n == 1 {
+			return nil, nil, fmt.Errorf("%w: want one session ID", errUsage)
+		}
+		return nil, nil, fmt.Errorf("%w: want a session ID and%s", errUsage, more)
+	}
+	if !events.ValidSessionID(pos[0]) {
+		return nil, nil, fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, pos[0])
+	}
+	return nf, pos, nil
 }
 
 func sessionShow(ctx context.Context, args []string, stdout io.Writer) error {
@@ -129,19 +139,12 @@ func sessionShow(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, sessions *kvstore.Sessions, _ *kvstore.Breakers) error {
-		rec, err := sessions.Record(ctx, sid)
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		h, err := st.sessions.History(ctx, sid)
 		if err != nil {
 			return err
 		}
-		msgs, comps, err := sessions.History(ctx, sid)
-		if err != nil {
-			return err
-		}
-		if comps == nil {
-			comps = []session.Message{}
-		}
-		return printJSON(stdout, sessionHistory{Record: rec, Messages: msgs, Compactions: comps})
+		return printJSON(stdout, h)
 	})
 }
 
@@ -150,11 +153,48 @@ func sessionContext(ctx context.Context, args []string, stdout io.Writer) error 
 	if err != nil {
 		return err
 	}
-	return withStores(ctx, nf, func(ctx context.Context, _ jetstream.JetStream, sessions *kvstore.Sessions, _ *kvstore.Breakers) error {
-		v, err := api.Context(ctx, sessions, config.Defaults().Models, sid)
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		v, err := st.sessions.Context(ctx, sid)
 		if err != nil {
 			return err
 		}
 		return printJSON(stdout, v)
+	})
+}
+
+// sessionMessage prints one stored message, summarised or not: the
+// original of what a compaction summarised.
+func sessionMessage(ctx context.Context, args []string, stdout io.Writer) error {
+	nf, pos, err := sessionArgs("session message", " SEQ", 2, args, stdout)
+	if err != nil {
+		return err
+	}
+	seq, err := strconv.ParseInt(pos[1], 10, 64)
+	if err != nil || seq < 1 {
+		return fmt.Errorf("%w: SEQ %q must be a message seq, >= 1", errUsage, pos[1])
+	}
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		m, err := st.sessions.Message(ctx, pos[0], seq)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, m)
+	})
+}
+
+// sessionDelete removes every trace of a session: its messages,
+// compactions and breaker. Deleting one that does not exist answers the
+// same.
+func sessionDelete(ctx context.Context, args []string, stdout io.Writer) error {
+	nf, sid, err := sessionArg("session delete", args, stdout)
+	if err != nil {
+		return err
+	}
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		out, err := st.sessions.Delete(ctx, sid)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, out)
 	})
 }

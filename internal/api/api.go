@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,41 +23,48 @@ import (
 
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/kvstore"
-	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
 )
 
 // Service name and subjects of the endpoints (SPEC §8; the session and
 // breaker.list endpoints are additions).
 const (
-	Name             = "compactor"
-	SubjectCompact   = "compactor.compact"
-	SubjectBreaker   = "compactor.breaker.get"
-	SubjectReset     = "compactor.breaker.reset"
-	SubjectBreakers  = "compactor.breaker.list"
-	SubjectCreate    = "compactor.session.create"
-	SubjectAppend    = "compactor.session.append"
-	SubjectContext   = "compactor.session.context"
-	defaultTimeout   = 5 * time.Minute
-	defaultWorkers   = 8
-	maxRequestMsgLen = 999
+	Name            = "compactor"
+	SubjectCompact  = "compactor.compact"
+	SubjectBreaker  = "compactor.breaker.get"
+	SubjectReset    = "compactor.breaker.reset"
+	SubjectBreakers = "compactor.breaker.list"
+	SubjectCreate   = "compactor.session.create"
+	SubjectAppend   = "compactor.session.append"
+	SubjectContext  = "compactor.session.context"
+	SubjectMessage  = "compactor.session.message"
+	SubjectHistory  = "compactor.session.history"
+	SubjectDelete   = "compactor.session.delete"
+	defaultTimeout  = 5 * time.Minute
+	defaultWorkers  = 64
 )
+
+// BreakerLister lists the stored breakers.
+type BreakerLister interface {
+	Breaker(ctx context.Context, sessionID string) (session.Breaker, error)
+	List(ctx context.Context) ([]session.Breaker, error)
+}
 
 // Deps are what the endpoints use.
 type Deps struct {
 	Pipeline  *pipeline.Service
-	Publisher *consumer.Publisher
-	Sessions  *kvstore.Sessions
-	Breakers  *kvstore.Breakers
-	Models    *models.Table
+	Publisher *events.Publisher
+	Sessions  *sessions.Service
+	Breakers  BreakerLister
 	Logger    *slog.Logger
 	// Version is the service's SemVer version.
 	Version string
-	// Workers bounds synchronous compactions running at once (default 8);
-	// more wait, and the caller's request times out if they wait too long.
+	// Workers bounds synchronous compactions running at once (default
+	// 64); more wait, and the caller's request times out if they wait too
+	// long.
 	Workers int
 	// Timeout bounds one synchronous compaction (default 5 min).
 	Timeout time.Duration
@@ -91,9 +100,6 @@ type Server struct {
 func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if d.Pipeline == nil || d.Publisher == nil || d.Sessions == nil || d.Breakers == nil {
 		return nil, errors.New("api: pipeline, publisher, sessions and breakers are required")
-	}
-	if d.Models == nil {
-		d.Models = models.Default()
 	}
 	if d.Workers <= 0 {
 		d.Workers = defaultWorkers
@@ -133,11 +139,14 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	}{
 		{"compact", SubjectCompact, "compact a session now and answer its result (the data of CompactionCompleted, or an error carrying CompactionFailed's); the result event is published too", s.compact},
 		{"breaker_get", SubjectBreaker, "a session's circuit breaker: {\"session_id\"}", s.breakerGet},
-		{"breaker_reset", SubjectReset, "close a session's breaker; publishes CompactionCircuitClosed when it was open", s.breakerReset},
+		{"breaker_reset", SubjectReset, "close a session's breaker ({\"session_id\"}) or every open one ({\"all\": true}); publishes CompactionCircuitClosed for each that was open", s.breakerReset},
 		{"breaker_list", SubjectBreakers, "every stored breaker", s.breakerList},
-		{"session_create", SubjectCreate, "store a new session: {\"session_id\", \"model\", \"context_limit\", \"messages\"}", s.sessionCreate},
-		{"session_append", SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\"}", s.sessionAppend},
+		{"session_create", SubjectCreate, "store a new session, all or nothing: {\"session_id\", \"model\", \"context_limit\", \"messages\"}; the same create again succeeds", s.sessionCreate},
+		{"session_append", SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\", \"expected_head_seq\"}; a message whose id is stored already is not appended again", s.sessionAppend},
 		{"session_context", SubjectContext, "what the model sees now: pinned + summary + raw tail, with tokens", s.sessionContext},
+		{"session_message", SubjectMessage, "one stored message, summarised or not: {\"session_id\", \"seq\"}", s.sessionMessage},
+		{"session_history", SubjectHistory, "the record, every message and every compaction", s.sessionHistory},
+		{"session_delete", SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	} {
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject),
 			micro.WithEndpointMetadata(map[string]string{"description": e.desc})); err != nil {
@@ -209,29 +218,75 @@ type sessionRef struct {
 	SessionID string `json:"session_id"`
 }
 
-// errorCode maps an error to a micro error code: 400 for a bad request, 404
-// for an unknown session, 409 for a taken id, 503 for what a retry may fix,
-// 500 otherwise.
-func errorCode(err error) string {
+// Statuses of an error answer: what happened to the request.
+const (
+	// StatusNotApplied: nothing was written, and the same request will be
+	// refused again (bad input, unknown session, a taken id, a moved head).
+	StatusNotApplied = "not_applied"
+	// StatusRetry: nothing was written, or the outcome is unknown, because
+	// the store was unavailable for longer than the service retries (a
+	// failover): send the same request again, it is safe.
+	StatusRetry = "retry"
+	// StatusFailed: an error the service cannot classify.
+	StatusFailed = "failed"
+)
+
+// ErrorBody is the body of an error answer of the session and breaker
+// endpoints (beside micro's Nats-Service-Error headers).
+type ErrorBody struct {
+	Status string `json:"status"`
+	Code   int    `json:"code"`
+	Error  string `json:"error"`
+	// HeadSeq is the session's head when an append's expected_head_seq did
+	// not hold.
+	HeadSeq *int64 `json:"head_seq,omitempty"`
+}
+
+// errorCode maps an error to a micro error code and a status: 400 for a bad
+// request, 404 for an unknown session, 409 for a taken id or a moved head,
+// 503 for what a retry may fix, 500 otherwise.
+func errorCode(err error) (int, string) {
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, session.ErrInvalid), errors.Is(err, pipeline.ErrInvalidRequest), errors.Is(err, transcript.ErrFormat):
-		return "400"
+		return 400, StatusNotApplied
 	case errors.Is(err, session.ErrNotFound):
-		return "404"
-	case errors.Is(err, session.ErrExists):
-		return "409"
-	case errors.Is(err, session.ErrConflict):
-		return "503"
+		return 404, StatusNotApplied
+	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrHeadMoved):
+		return 409, StatusNotApplied
+	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded):
+		return 503, StatusRetry
+	case errors.Is(err, session.ErrCorrupt):
+		return 500, StatusNotApplied
 	}
-	return "500"
+	return 500, StatusFailed
 }
 
 var errBadRequest = errors.New("bad request")
 
 func (s *Server) fail(r micro.Request, err error) {
-	if rerr := r.Error(errorCode(err), err.Error(), nil); rerr != nil {
+	code, status := errorCode(err)
+	body := ErrorBody{Status: status, Code: code, Error: err.Error()}
+	if moved := (*session.HeadMovedError)(nil); errors.As(err, &moved) {
+		body.HeadSeq = &moved.Head
+	}
+	data, _ := json.Marshal(body)
+	if rerr := r.Error(strconv.Itoa(code), headerText(err.Error()), data); rerr != nil {
 		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", rerr.Error()))
 	}
+}
+
+// headerText makes an error text one header line.
+func headerText(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 1024 {
+		s = s[:1024]
+	}
+	return s
 }
 
 func (s *Server) respond(r micro.Request, v any) {
@@ -257,10 +312,14 @@ func checkSessionID(sid string) error {
 	return nil
 }
 
-// answer runs the short store operation f (bounded to 30 s) and responds
+// opTimeout bounds one session or breaker operation, retries through an
+// unavailable store included.
+const opTimeout = 30 * time.Second
+
+// answer runs the store operation f (bounded by opTimeout) and responds
 // with its value or its error.
 func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
-	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
 	defer cancel()
 	v, err := f(ctx)
 	if err != nil {
@@ -285,7 +344,11 @@ func (s *Server) withSession(r micro.Request, f func(context.Context, string) (a
 }
 
 // compact runs in its own goroutine (bounded by Workers) so that a long
-// compaction does not hold up the endpoint's other requests.
+// compaction does not hold up the endpoint's other requests. What it
+// publishes follows events.Dispose, as the durable consumer does: a
+// failure a retry may fix (the store unavailable, this instance shutting
+// down) publishes nothing and answers 503, so the caller's retry with the
+// same request_id gets the request's one result event.
 func (s *Server) compact(r micro.Request) {
 	var req CompactRequest
 	if err := decode(r, &req); err != nil {
@@ -321,15 +384,20 @@ func (s *Server) compact(r micro.Request) {
 			ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens, MessageCount: req.MessageCount,
 			SummaryModel: req.SummaryModel, SummaryContextLimit: req.SummaryContextLimit, Focus: req.Focus}
 		res, cerr := s.d.Pipeline.Compact(ctx, preq)
-		if s.d.Observe != nil {
+		interrupted := cerr != nil && s.work.Err() != nil
+		disp := events.Dispose(res, interrupted, false)
+		if s.d.Observe != nil && !interrupted {
 			s.d.Observe(res)
 		}
-		if err := s.d.Publisher.Result(ctx, res); err != nil {
-			s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
+		if disp != events.Retry {
+			if err := s.d.Publisher.Result(ctx, res); err != nil {
+				s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
+				disp = events.Retry // the caller's retry publishes it
+			}
 		}
 		// The answer goes straight to the reply subject: the micro request
 		// belongs to its handler, which has returned (its stats would race).
-		if cerr == nil {
+		if cerr == nil && disp == events.Answer {
 			body, _ := json.Marshal(res)
 			s.replyTo(r.Reply(), "", "", body)
 			return
@@ -337,6 +405,8 @@ func (s *Server) compact(r micro.Request) {
 		body, _ := json.Marshal(events.FailedData(res))
 		code := "500"
 		switch {
+		case disp == events.Retry:
+			code = "503"
 		case res.Reason == pipeline.ReasonInvalidRequest:
 			code = "400"
 		case res.Reason == pipeline.ReasonSessionNotFound:
@@ -344,7 +414,11 @@ func (s *Server) compact(r micro.Request) {
 		case res.Retryable || res.Reason == pipeline.ReasonCircuitOpen:
 			code = "503"
 		}
-		s.replyTo(r.Reply(), code, string(res.Reason)+": "+res.Error, body)
+		desc := string(res.Reason) + ": " + res.Error
+		if cerr == nil { // answered, but the event could not be published
+			desc = "the result could not be published: retry with the same request_id"
+		}
+		s.replyTo(r.Reply(), code, headerText(desc), body)
 	}()
 }
 
@@ -361,15 +435,61 @@ type ResetAnswer struct {
 	Previous session.Breaker `json:"previous"`
 }
 
+// ResetAllAnswer is what resetting every breaker answers.
+type ResetAllAnswer struct {
+	// Reset lists each breaker reset, with whether it was open.
+	Reset []ResetAnswer `json:"reset"`
+}
+
 func (s *Server) breakerReset(r micro.Request) {
-	s.withSession(r, func(ctx context.Context, sid string) (any, error) {
-		prev, err := consumer.ResetBreaker(ctx, s.d.Pipeline, s.d.Publisher, sid)
+	var body struct {
+		SessionID string `json:"session_id"`
+		All       bool   `json:"all"`
+	}
+	if err := decode(r, &body); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if body.All {
+		if body.SessionID != "" {
+			s.fail(r, fmt.Errorf("%w: give session_id or all, not both", errBadRequest))
+			return
+		}
+		s.answer(r, func(ctx context.Context) (any, error) {
+			return ResetAll(ctx, s.d.Pipeline, s.d.Publisher, s.d.Breakers, s.log)
+		})
+		return
+	}
+	if err := checkSessionID(body.SessionID); err != nil {
+		s.fail(r, err)
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) {
+		prev, err := events.ResetBreaker(ctx, s.d.Pipeline, s.d.Publisher, body.SessionID)
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("breaker reset by request", slog.String("session_id", sid), slog.Bool("was_open", prev.Open()))
-		return ResetAnswer{SessionID: sid, WasOpen: prev.Open(), Previous: prev}, nil
+		s.log.Info("breaker reset by request", slog.String("session_id", body.SessionID), slog.Bool("was_open", prev.Open()))
+		return ResetAnswer{SessionID: body.SessionID, WasOpen: prev.Open(), Previous: prev}, nil
 	})
+}
+
+// ResetAll resets every stored breaker (an operator's move after an
+// outage), publishing CompactionCircuitClosed for each that was open.
+func ResetAll(ctx context.Context, svc *pipeline.Service, pub *events.Publisher, breakers BreakerLister, log *slog.Logger) (ResetAllAnswer, error) {
+	list, err := breakers.List(ctx)
+	if err != nil {
+		return ResetAllAnswer{}, err
+	}
+	prev, err := events.ResetAll(ctx, svc, pub, list)
+	out := ResetAllAnswer{Reset: make([]ResetAnswer, 0, len(prev))}
+	for _, b := range prev {
+		out.Reset = append(out.Reset, ResetAnswer{SessionID: b.SessionID, WasOpen: b.Open(), Previous: b})
+	}
+	if log != nil {
+		log.Info("every breaker reset by request", slog.Int("breakers", len(out.Reset)))
+	}
+	return out, err
 }
 
 func (s *Server) breakerList(r micro.Request) {
@@ -401,8 +521,8 @@ func parseMessages(raw json.RawMessage, allowEmpty bool) ([]session.Message, err
 	if err != nil {
 		return nil, err
 	}
-	if len(msgs) > maxRequestMsgLen {
-		return nil, fmt.Errorf("%w: %d messages in one request, at most %d: send the rest with session.append", errBadRequest, len(msgs), maxRequestMsgLen)
+	if len(msgs) > sessions.MaxMessagesPerCall {
+		return nil, fmt.Errorf("%w: %d messages in one request, at most %d: send the rest with session.append", errBadRequest, len(msgs), sessions.MaxMessagesPerCall)
 	}
 	return msgs, nil
 }
@@ -425,7 +545,7 @@ func (s *Server) sessionCreate(r micro.Request) {
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) {
-		return CreateSession(ctx, s.d.Sessions, s.d.Models, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+		return s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
 	})
 }
 
@@ -433,15 +553,9 @@ func (s *Server) sessionCreate(r micro.Request) {
 type AppendBody struct {
 	SessionID string          `json:"session_id"`
 	Messages  json.RawMessage `json:"messages"`
-}
-
-// Appended is what session.append answers.
-type Appended struct {
-	SessionID string   `json:"session_id"`
-	IDs       []string `json:"ids"`
-	FirstSeq  int64    `json:"first_seq"`
-	LastSeq   int64    `json:"last_seq"`
-	Tokens    int      `json:"tokens"`
+	// ExpectedHeadSeq, when set, applies the append only at that head
+	// (else 409, with the head in the answer).
+	ExpectedHeadSeq *int64 `json:"expected_head_seq,omitempty"`
 }
 
 func (s *Server) sessionAppend(r micro.Request) {
@@ -460,19 +574,44 @@ func (s *Server) sessionAppend(r micro.Request) {
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) {
-		stored, err := AppendMessages(ctx, s.d.Sessions, s.d.Models, b.SessionID, msgs)
-		if err != nil {
-			return nil, err
-		}
-		out := Appended{SessionID: b.SessionID, FirstSeq: stored[0].Seq, LastSeq: stored[len(stored)-1].Seq}
-		for _, m := range stored {
-			out.IDs = append(out.IDs, m.ID)
-			out.Tokens += m.Tokens
-		}
-		return out, nil
+		return s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
 	})
 }
 
 func (s *Server) sessionContext(r micro.Request) {
-	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return Context(ctx, s.d.Sessions, s.d.Models, sid) })
+	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.Context(ctx, sid) })
+}
+
+func (s *Server) sessionHistory(r micro.Request) {
+	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.History(ctx, sid) })
+}
+
+func (s *Server) sessionDelete(r micro.Request) {
+	s.withSession(r, func(ctx context.Context, sid string) (any, error) {
+		out, err := s.d.Sessions.Delete(ctx, sid)
+		if err == nil {
+			s.log.Info("session deleted by request", slog.String("session_id", sid))
+		}
+		return out, err
+	})
+}
+
+func (s *Server) sessionMessage(r micro.Request) {
+	var b struct {
+		SessionID string `json:"session_id"`
+		Seq       int64  `json:"seq"`
+	}
+	if err := decode(r, &b); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if err := checkSessionID(b.SessionID); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if b.Seq < 1 {
+		s.fail(r, fmt.Errorf("%w: seq must be >= 1", errBadRequest))
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) { return s.d.Sessions.Message(ctx, b.SessionID, b.Seq) })
 }

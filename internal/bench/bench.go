@@ -24,9 +24,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/client"
-	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
@@ -35,6 +34,7 @@ import (
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
 )
@@ -105,7 +105,8 @@ type env struct {
 	dir      string
 	nc       *nats.Conn
 	js       jetstream.JetStream
-	sessions *kvstore.Sessions
+	store    *kvstore.Sessions
+	sessions *sessions.Service // the runtime's side, as the endpoints run it
 	table    *models.Table
 	model    *timedSummarizer
 	stop     func()
@@ -161,49 +162,33 @@ func startEnvWith(ctx context.Context, workers int, cfg pipeline.Config) (*env, 
 		e.close()
 		return nil, err
 	}
+	counter, err := tokens.ForEncoding("cl100k_base")
+	if err != nil {
+		return fail(err)
+	}
+	e.model = &timedSummarizer{next: extractive.New(counter)}
+	// The service, as serve wires it, on its own connection.
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	svc, err := app.Start(runCtx, app.Config{NATSURL: srv.ClientURL(), Provision: true, Workers: workers,
+		Pipeline: cfg, Models: e.table, Summarizer: e.model})
+	if err != nil {
+		cancel()
+		return fail(err)
+	}
+	e.stop = func() { cancel(); _ = svc.Wait() }
 	if e.nc, err = nats.Connect(srv.ClientURL()); err != nil {
 		return fail(err)
 	}
 	if e.js, err = jetstream.New(e.nc); err != nil {
 		return fail(err)
 	}
-	if err := kvstore.Provision(ctx, e.js, 1); err != nil {
-		return fail(err)
-	}
-	if err := consumer.Provision(ctx, e.js, consumer.Settings{}); err != nil {
-		return fail(err)
-	}
 	if err := provisionFloor(ctx, e.js); err != nil {
 		return fail(err)
 	}
-	if e.sessions, err = kvstore.NewSessions(ctx, e.nc, e.js); err != nil {
+	if e.store, err = kvstore.NewSessions(ctx, e.nc, e.js); err != nil {
 		return fail(err)
 	}
-
-	// The service, as serve wires it, on its own connection.
-	snc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		return fail(err)
-	}
-	sjs, _ := jetstream.New(snc)
-	store, err := kvstore.NewSessions(ctx, snc, sjs)
-	if err != nil {
-		return fail(err)
-	}
-	breakers, err := kvstore.NewBreakers(ctx, sjs)
-	if err != nil {
-		return fail(err)
-	}
-	counter, err := tokens.ForEncoding("cl100k_base")
-	if err != nil {
-		return fail(err)
-	}
-	e.model = &timedSummarizer{next: extractive.New(counter)}
-	svc, err := pipeline.New(store, breakers, e.model, cfg)
-	if err != nil {
-		return fail(err)
-	}
-	cons := consumer.New(snc, sjs, svc, consumer.Options{Workers: workers})
+	e.sessions = sessions.New(e.store, nil, e.table)
 	// The floor, on its own connection.
 	fnc, err := nats.Connect(srv.ClientURL())
 	if err != nil {
@@ -211,15 +196,13 @@ func startEnvWith(ctx context.Context, workers int, cfg pipeline.Config) (*env, 
 	}
 	fjs, _ := jetstream.New(fnc)
 
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); _ = cons.Run(runCtx) }()
+	wg.Add(1)
 	go func() { defer wg.Done(); _ = runFloor(runCtx, fnc, fjs, workers) }()
 	e.stop = func() {
 		cancel()
 		wg.Wait()
-		snc.Close()
+		_ = svc.Wait()
 		fnc.Close()
 	}
 	return e, nil
@@ -280,7 +263,7 @@ func (e *env) createSessions(ctx context.Context, prefix string, n, count int) (
 	ids := make([]string, count)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d-%d", prefix, n, i)
-		if _, err := api.CreateSession(ctx, e.sessions, e.table, session.Record{SessionID: ids[i], Model: "gpt-4o", ContextLimit: limit}, slices.Clone(msgs)); err != nil {
+		if _, err := e.sessions.Create(ctx, session.Record{SessionID: ids[i], Model: "gpt-4o", ContextLimit: limit}, slices.Clone(msgs)); err != nil {
 			return nil, err
 		}
 	}
@@ -513,16 +496,16 @@ func (e *env) scale(ctx context.Context, n int, progress io.Writer) (ScaleRow, e
 		row.Bytes += len(m.Text())
 	}
 	sid := fmt.Sprintf("scale-%d", n)
-	if _, err := api.CreateSession(ctx, e.sessions, e.table, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: benchLimit}, msgs); err != nil {
+	if _, err := e.sessions.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: benchLimit}, msgs); err != nil {
 		return row, err
 	}
 	counter, _ := tokens.ForEncoding("cl100k_base")
 	model := &timedSummarizer{next: extractive.New(counter)}
-	breakers, err := kvstore.NewBreakers(ctx, e.js)
+	breakers, err := kvstore.NewBreakers(ctx, e.nc, e.js)
 	if err != nil {
 		return row, err
 	}
-	svc, err := pipeline.New(e.sessions, breakers, model, pipeline.DefaultConfig())
+	svc, err := pipeline.New(e.store, breakers, model, pipeline.DefaultConfig())
 	if err != nil {
 		return row, err
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/client"
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/events"
@@ -37,17 +36,17 @@ func NewServiceLoop(ctx context.Context, cfg pipeline.Config) (*ServiceLoop, err
 func (l *ServiceLoop) Close() { l.e.close() }
 
 func (l *ServiceLoop) Create(ctx context.Context, id string, limit int) error {
-	_, err := api.CreateSession(ctx, l.e.sessions, l.e.table, session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: limit}, nil)
+	_, err := l.e.sessions.Create(ctx, session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: limit}, nil)
 	return err
 }
 
 func (l *ServiceLoop) Append(ctx context.Context, id string, m session.Message) error {
-	_, err := api.AppendMessages(ctx, l.e.sessions, l.e.table, id, []session.Message{m})
+	_, err := l.e.sessions.Append(ctx, id, []session.Message{m}, session.AppendOptions{})
 	return err
 }
 
 func (l *ServiceLoop) View(ctx context.Context, id string) ([]session.Message, error) {
-	v, err := api.Context(ctx, l.e.sessions, l.e.table, id)
+	v, err := l.e.sessions.Context(ctx, id)
 	return v.Messages, err
 }
 
@@ -88,11 +87,11 @@ func (l *ServiceLoop) Compact(ctx context.Context, id, requestID string) (*pipel
 }
 
 func (l *ServiceLoop) History(ctx context.Context, id string) ([]session.Message, error) {
-	all, _, err := l.e.sessions.History(ctx, id)
+	all, _, err := l.e.store.History(ctx, id)
 	return all, err
 }
 
 func (l *ServiceLoop) TailStart(ctx context.Context, id string) (int64, error) {
-	rec, err := l.e.sessions.Record(ctx, id)
+	rec, err := l.e.store.Record(ctx, id)
 	return rec.TailStartSeq, err
 }

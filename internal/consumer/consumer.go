@@ -21,7 +21,13 @@ import (
 
 // Options tune a Consumer. The zero value works.
 type Options struct {
-	// Workers bounds the compactions running at once (default 8).
+	// Workers bounds the requests this process holds at once (default
+	// 64): each is running, or waiting behind the running one of its
+	// session, and every one gets InProgress heartbeats. Nothing is pulled
+	// beyond it (no prefetch that could sit unattended past AckWait). A
+	// compaction mostly waits on its model call (I/O), so this is far more
+	// than the cores: one slow or hanging call holds one of them, not the
+	// others' sessions.
 	Workers int
 	// Source is the CloudEvents source of published events.
 	Source string
@@ -62,7 +68,7 @@ type Stats struct {
 type Consumer struct {
 	js    jetstream.JetStream
 	svc   *pipeline.Service
-	pub   *Publisher
+	pub   *events.Publisher
 	opt   Options
 	log   *slog.Logger
 	maxNC int // the connection's max payload
@@ -74,10 +80,9 @@ type Consumer struct {
 	queues   map[string][]*delivery // per session: the running one first
 	held     map[*delivery]struct{} // pulled and not yet answered
 	stopping bool
+	freed    chan struct{} // a held delivery was answered
 
-	workers chan struct{} // compaction slots
-	slots   chan struct{} // bounds deliveries held
-	wg      sync.WaitGroup
+	wg sync.WaitGroup
 
 	received, completed, failed, retried, dead, released, inflight atomic.Int64
 }
@@ -91,7 +96,7 @@ type delivery struct {
 // publishing its events there.
 func New(nc *nats.Conn, js jetstream.JetStream, svc *pipeline.Service, opt Options) *Consumer {
 	if opt.Workers <= 0 {
-		opt.Workers = 8
+		opt.Workers = DefaultWorkers
 	}
 	if opt.RetryDelay == nil {
 		opt.RetryDelay = DefaultRetryDelay
@@ -106,10 +111,13 @@ func New(nc *nats.Conn, js jetstream.JetStream, svc *pipeline.Service, opt Optio
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{js: js, svc: svc, pub: &Publisher{JS: js, Source: opt.Source}, opt: opt, log: log,
+	return &Consumer{js: js, svc: svc, pub: &events.Publisher{JS: js, Source: opt.Source}, opt: opt, log: log,
 		maxNC: int(nc.MaxPayload()), queues: map[string][]*delivery{}, held: map[*delivery]struct{}{},
-		workers: make(chan struct{}, opt.Workers), slots: make(chan struct{}, 2*opt.Workers)}
+		freed: make(chan struct{}, 1)}
 }
+
+// DefaultWorkers is how many requests a process holds at once by default.
+const DefaultWorkers = 64
 
 // DefaultRetryDelay spaces the redeliveries of transient failures: about
 // 1 s, 5 s, 30 s, then 2 min, each ±20 %.
@@ -138,10 +146,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	cfg := cons.CachedInfo().Config
 	c.ackWait, c.maxDeliver = cfg.AckWait, cfg.MaxDeliver
-	it, err := cons.Messages(jetstream.PullMaxMessages(c.opt.Workers), jetstream.PullExpiry(c.opt.PullExpiry))
-	if err != nil {
-		return fmt.Errorf("consume %s: %w", Durable, err)
-	}
 
 	// Work runs under its own context: cancelled only when the grace
 	// period after ctx's cancellation is over.
@@ -150,16 +154,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go c.heartbeat(work, hbDone)
 
-	pulled := make(chan error, 1)
-	go func() { pulled <- c.pull(ctx, work, it) }()
-	var perr error
-	select {
-	case <-ctx.Done():
-		it.Drain() // no more pulls; what is buffered comes out and is released
-		perr = <-pulled
-	case perr = <-pulled: // the connection is gone
-		it.Stop()
-	}
+	perr := c.pull(ctx, work, cons)
 
 	c.mu.Lock()
 	c.stopping = true
@@ -178,60 +173,82 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return perr
 }
 
-// pull reads deliveries and hands them to their sessions' queues, holding
-// at most 2×Workers at once.
-func (c *Consumer) pull(ctx, work context.Context, it jetstream.MessagesContext) error {
+// pull fetches deliveries and hands them to their sessions' queues. It asks
+// the server only for as many as it has room for (Workers less those held),
+// so every delivery it has is held and kept alive by the heartbeat: none
+// waits in a client buffer past AckWait to be redelivered to another
+// replica while this one still means to work on it.
+func (c *Consumer) pull(ctx, work context.Context, cons jetstream.Consumer) error {
 	for {
-		select {
-		case c.slots <- struct{}{}:
-		case <-ctx.Done():
-			c.releaseBuffered(it)
-			return nil
+		c.mu.Lock()
+		free := c.opt.Workers - len(c.held)
+		c.mu.Unlock()
+		if free <= 0 {
+			select {
+			case <-c.freed:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
 		}
-		msg, err := it.Next()
+		fctx, cancel := context.WithTimeout(ctx, c.opt.PullExpiry)
+		batch, err := cons.Fetch(free, jetstream.FetchContext(fctx))
 		if err != nil {
-			<-c.slots
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+			cancel()
+			switch {
+			case ctx.Err() != nil:
 				return nil
-			}
-			if ctx.Err() != nil {
-				c.releaseBuffered(it)
-				return nil
-			}
-			if errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+			case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
 				return fmt.Errorf("consume %s: %w", Durable, err)
 			}
 			c.log.Warn("pull", slog.String("error", err.Error()))
-			time.Sleep(100 * time.Millisecond)
+			sleep(ctx, 250*time.Millisecond)
 			continue
 		}
-		if ctx.Err() != nil { // drained after shutdown began: not started, so released
-			c.release(msg)
-			<-c.slots
-			continue
+		for msg := range batch.Messages() {
+			if ctx.Err() != nil { // shutting down: not started, so released
+				c.release(msg)
+				continue
+			}
+			c.hold(work, msg)
 		}
-		c.received.Add(1)
-		_, sid, _ := events.RequestSubject(msg.Subject())
-		d := &delivery{msg: msg, sessionID: sid}
-		c.mu.Lock()
-		q := c.queues[sid]
-		c.queues[sid] = append(q, d)
-		c.held[d] = struct{}{}
-		c.mu.Unlock()
-		if len(q) == 0 {
-			c.wg.Add(1)
-			go c.runSession(work, sid)
+		cancel()
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, nats.ErrConnectionClosed) {
+				return fmt.Errorf("consume %s: %w", Durable, err)
+			}
+			c.log.Warn("pull", slog.String("error", err.Error()))
+			sleep(ctx, 250*time.Millisecond)
+		}
+		if ctx.Err() != nil {
+			return nil
 		}
 	}
 }
 
-func (c *Consumer) releaseBuffered(it jetstream.MessagesContext) {
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			return
-		}
-		c.release(msg)
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// hold queues a delivery behind its session's running one, starting the
+// session's runner when it has none.
+func (c *Consumer) hold(work context.Context, msg jetstream.Msg) {
+	c.received.Add(1)
+	_, sid, _ := events.RequestSubject(msg.Subject())
+	d := &delivery{msg: msg, sessionID: sid}
+	c.mu.Lock()
+	q := c.queues[sid]
+	c.queues[sid] = append(q, d)
+	c.held[d] = struct{}{}
+	c.mu.Unlock()
+	if len(q) == 0 {
+		c.wg.Add(1)
+		go c.runSession(work, sid)
 	}
 }
 
@@ -256,24 +273,21 @@ func (c *Consumer) runSession(work context.Context, sid string) {
 		}
 		d, stopping := q[0], c.stopping
 		c.mu.Unlock()
-		if stopping {
+		if stopping || work.Err() != nil {
 			c.release(d.msg)
 		} else {
-			select {
-			case c.workers <- struct{}{}:
-				c.inflight.Add(1)
-				c.handle(work, d)
-				c.inflight.Add(-1)
-				<-c.workers
-			case <-work.Done():
-				c.release(d.msg)
-			}
+			c.inflight.Add(1)
+			c.handle(work, d)
+			c.inflight.Add(-1)
 		}
 		c.mu.Lock()
 		c.queues[sid] = c.queues[sid][1:]
 		delete(c.held, d)
 		c.mu.Unlock()
-		<-c.slots
+		select {
+		case c.freed <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -302,7 +316,7 @@ func (c *Consumer) heartbeat(work context.Context, done chan<- struct{}) {
 	}
 }
 
-// handle answers one delivery.
+// handle answers one delivery, by the rule of events.Dispose.
 func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	msg := d.msg
 	md, err := msg.Metadata()
@@ -322,7 +336,10 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	log := c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
 
 	res, cerr := c.svc.Compact(ctx, req)
-	if cerr != nil && ctx.Err() != nil {
+	interrupted := cerr != nil && ctx.Err() != nil
+	last := c.maxDeliver > 0 && int(md.NumDelivered) >= c.maxDeliver
+	disp := events.Dispose(res, interrupted, last)
+	if interrupted {
 		// Shutting down: the work is not this replica's any more.
 		log.Info("released at shutdown", slog.String("error", cerr.Error()))
 		c.release(msg)
@@ -331,30 +348,26 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	if c.opt.Observe != nil {
 		c.opt.Observe(res)
 	}
-	if cerr != nil && res.Retryable {
-		if res.CircuitOpened {
-			if err := c.pub.CircuitOpened(ctx, res); err != nil {
-				log.Warn("publish circuit opened", slog.String("error", err.Error()))
-			}
+	switch {
+	case disp == events.Retry:
+		delay := c.opt.RetryDelay(md.NumDelivered)
+		log.Warn("transient failure, retrying", slog.String("reason", string(res.Reason)), slog.String("error", res.Error), slog.Duration("delay", delay))
+		c.retried.Add(1)
+		if err := msg.NakWithDelay(delay); err != nil {
+			log.Warn("nak", slog.String("error", err.Error()))
 		}
-		if c.maxDeliver <= 0 || int(md.NumDelivered) < c.maxDeliver {
-			delay := c.opt.RetryDelay(md.NumDelivered)
-			log.Warn("transient failure, retrying", slog.String("reason", string(res.Reason)), slog.String("error", res.Error), slog.Duration("delay", delay))
-			c.retried.Add(1)
-			if err := msg.NakWithDelay(delay); err != nil {
-				log.Warn("nak", slog.String("error", err.Error()))
-			}
-			return
-		}
-		// The last delivery: answer the runtime and keep the request.
-		res.Error = fmt.Sprintf("gave up after %d deliveries: %s", md.NumDelivered, res.Error)
-		if err := c.pub.Outcome(ctx, res); err != nil {
-			c.retryPublish(log, msg, err)
-			return
-		}
-		c.failed.Add(1)
-		c.deadLetter(ctx, d, md, req.ID, fmt.Sprintf("max deliveries (%d): %s: %s", md.NumDelivered, res.Reason, res.Error))
 		return
+	}
+	reason := res.Error
+	if res.Reason != pipeline.ReasonInvalidRequest {
+		reason = fmt.Sprintf("%s: %s", res.Reason, res.Error)
+	}
+	if res.Failed && last && res.Retryable && res.Reason != pipeline.ReasonSummaryFailed {
+		// The last delivery of a transient failure: answer the runtime and
+		// keep the request.
+		reason = fmt.Sprintf("max deliveries (%d): %s: %s", md.NumDelivered, res.Reason, res.Error)
+		res.Error = fmt.Sprintf("gave up after %d deliveries: %s", md.NumDelivered, res.Error)
+		disp = events.Reject
 	}
 	if err := c.pub.Result(ctx, res); err != nil {
 		c.retryPublish(log, msg, err)
@@ -362,12 +375,12 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 	if res.Failed {
 		c.failed.Add(1)
-		if res.Reason == pipeline.ReasonInvalidRequest {
-			c.deadLetter(ctx, d, md, req.ID, res.Error)
-			return
-		}
 	} else {
 		c.completed.Add(1)
+	}
+	if disp == events.Reject {
+		c.deadLetter(ctx, d, md, req.ID, reason)
+		return
 	}
 	c.ack(log, msg)
 }
@@ -412,6 +425,9 @@ func checkSubject(subject string, req pipeline.Request) error {
 	}
 	return nil
 }
+
+// publishTimeout bounds a dead letter's publish and a request's ack.
+const publishTimeout = 10 * time.Second
 
 // DLQ headers on a dead letter (beside the original's own headers).
 const (

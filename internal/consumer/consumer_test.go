@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -227,8 +228,8 @@ func TestServerRestartKeepsState(t *testing.T) {
 	e.importSession("s1", 3000, chat(40))
 	e.importSession("s2", 3000, chat(5))
 	now := time.Now()
-	for range 3 {
-		if _, _, err := e.breakers.RecordFailure(context.Background(), "s2", "upstream 503", 3, now); err != nil {
+	for i := range 3 {
+		if _, _, err := e.breakers.RecordFailure(context.Background(), "s2", fmt.Sprint("req-", i), "upstream 503", 3, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -352,9 +353,9 @@ func TestBreakerOpensOnceAndResets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub := &consumer.Publisher{JS: e.js}
+	pub := &events.Publisher{JS: e.js}
 	for range 2 { // a second reset is a no-op and publishes nothing
-		if _, err := consumer.ResetBreaker(context.Background(), svc, pub, "s1"); err != nil {
+		if _, err := events.ResetBreaker(context.Background(), svc, pub, "s1"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -370,13 +371,13 @@ func TestBreakerOpensOnceAndResets(t *testing.T) {
 	}
 }
 
+// A store failing twice (a failover) is retried by redelivery: one result,
+// two retries, no breaker count.
 func TestTransientFailuresAreRetried(t *testing.T) {
 	e := newEnv(t)
 	e.importSession("s1", 3000, chat(40))
 	cfg := pipeline.DefaultConfig()
-	cfg.MaxFailures = 5
-	f := &failing{retryable: true, fails: 2, next: extractive.New(e.counter)}
-	r := e.start(f, cfg, consumer.Options{})
+	r := e.startWith(nil, cfg, consumer.Options{}, flaky(2))
 	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
 	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" {
@@ -386,20 +387,60 @@ func TestTransientFailuresAreRetried(t *testing.T) {
 		t.Fatalf("stats %+v, want 2 retries", st)
 	}
 	if b, _ := e.breakers.Breaker(context.Background(), "s1"); b.Failures != 0 {
-		t.Fatalf("breaker not reset by the success: %+v", b)
+		t.Fatalf("storage failures counted on the breaker: %+v", b)
 	}
 }
 
+// A summary that fails after the provider's retries is answered at once
+// (one CompactionFailed, summary_failed, retryable) and counts once on the
+// breaker, also when the request is delivered again (a replica that died
+// before acknowledging): issue 11's fifth defect, where three deliveries of
+// one request opened the breaker and the runtime never got an answer.
+func TestSummaryFailureIsAnsweredAndCountedOnce(t *testing.T) {
+	e := newEnv(t)
+	e.importSession("s1", 3000, chat(40))
+	cfg := pipeline.DefaultConfig() // max_failures 3
+	f := &failing{retryable: true}
+	r := e.start(f, cfg, consumer.Options{})
+	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	if len(got) != 1 || got[0].Type != events.TypeCompactionFailed || got[0].Data["reason"] != "summary_failed" ||
+		got[0].Data["retryable"] != true || got[0].Data["failures"] != float64(1) {
+		t.Fatalf("results %+v", got)
+	}
+	if st := r.cons.Stats(); st.Retried != 0 || st.Failed != 1 {
+		t.Fatalf("stats %+v: a summary failure was redelivered", st)
+	}
+	// The same request again, as a redelivery after a crash would bring it:
+	// it fails again and is not counted again.
+	e.request("evt-1", events.TypeContextOverBudget, "s1", true)
+	e.request("evt-1", events.TypeContextOverBudget, "s1", true)
+	e.waitFor("the repeats", 10*time.Second, func() bool { return r.cons.Stats().Failed == 3 })
+	b, _ := e.breakers.Breaker(context.Background(), "s1")
+	if b.Failures != 1 || b.Open() {
+		t.Fatalf("one request counted %d times (breaker %+v)", b.Failures, b)
+	}
+	if opened := e.resultsFor("s1", 0, 500*time.Millisecond, events.TypeCompactionCircuitOpened); len(opened) != 0 {
+		t.Fatalf("the breaker opened on one request: %+v", opened)
+	}
+	// Two more requests open it, once.
+	e.request("evt-2", events.TypeContextOverBudget, "s1", false)
+	e.request("evt-3", events.TypeContextOverBudget, "s1", false)
+	if opened := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCircuitOpened); len(opened) != 1 {
+		t.Fatalf("circuit opened events %+v", opened)
+	}
+}
+
+// A store that stays unavailable: after max deliveries the request is
+// answered (CompactionFailed, retryable) and dead-lettered.
 func TestDeliveriesExhaustedEndInDLQ(t *testing.T) {
 	e := envOn(t, natstest.Server(t, t.TempDir(), -1), consumer.Settings{AckWait: testAckWait, MaxDeliver: 3})
 	e.importSession("s1", 3000, chat(40))
-	cfg := pipeline.DefaultConfig()
-	cfg.MaxFailures = 10
-	e.start(&failing{retryable: true}, cfg, consumer.Options{})
+	e.startWith(nil, pipeline.DefaultConfig(), consumer.Options{}, flaky(-1))
 	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
 	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Type != events.TypeCompactionFailed || got[0].Data["retryable"] != true ||
-		!strings.Contains(got[0].Data["error"].(string), "3 deliveries") {
+		got[0].Data["reason"] != "persist_failed" || !strings.Contains(got[0].Data["error"].(string), "3 deliveries") {
 		t.Fatalf("results %+v", got)
 	}
 	e.waitFor("the dead letter", 5*time.Second, func() bool { return len(e.streamEvents(consumer.DLQStream)) == 1 })

@@ -57,7 +57,7 @@ func envOn(t *testing.T, srv *server.Server, set consumer.Settings) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	breakers, err := kvstore.NewBreakers(ctx, js)
+	breakers, err := kvstore.NewBreakers(ctx, nc, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,20 +79,31 @@ type replica struct {
 
 func (e *env) start(sum pipeline.Summarizer, cfg pipeline.Config, opt consumer.Options) *replica {
 	e.t.Helper()
+	return e.startWith(sum, cfg, opt, nil)
+}
+
+// startWith starts a replica whose session store is wrap(store) (a store
+// that fails, say).
+func (e *env) startWith(sum pipeline.Summarizer, cfg pipeline.Config, opt consumer.Options, wrap func(pipeline.SessionStore) pipeline.SessionStore) *replica {
+	e.t.Helper()
 	nc, js := natstest.Connect(e.t, e.srv)
 	ctx := context.Background()
 	store, err := kvstore.NewSessions(ctx, nc, js)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	breakers, err := kvstore.NewBreakers(ctx, js)
+	breakers, err := kvstore.NewBreakers(ctx, nc, js)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	if sum == nil {
 		sum = extractive.New(e.counter)
 	}
-	svc, err := pipeline.New(store, breakers, sum, cfg)
+	var ss pipeline.SessionStore = store
+	if wrap != nil {
+		ss = wrap(store)
+	}
+	svc, err := pipeline.New(ss, breakers, sum, cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -331,4 +342,23 @@ func (f *failing) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pip
 		return f.next.Summarize(ctx, r)
 	}
 	return pipeline.SummaryResponse{}, failErr{f.retryable}
+}
+
+// flakyStore fails its first fails commits as an unavailable store does (a
+// leader failover): the compaction is worth retrying.
+type flakyStore struct {
+	pipeline.SessionStore
+	fails   int64 // fail this many commits (<0: all)
+	commits atomic.Int64
+}
+
+func (f *flakyStore) Commit(ctx context.Context, c session.Commit) (bool, error) {
+	if n := f.commits.Add(1); f.fails < 0 || n <= f.fails {
+		return false, fmt.Errorf("write record: %w: nats: no responders available for request", session.ErrUnavailable)
+	}
+	return f.SessionStore.Commit(ctx, c)
+}
+
+func flaky(fails int64) func(pipeline.SessionStore) pipeline.SessionStore {
+	return func(s pipeline.SessionStore) pipeline.SessionStore { return &flakyStore{SessionStore: s, fails: fails} }
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/session"
@@ -15,18 +16,21 @@ import (
 
 // Breakers is the breaker store on the compaction_breakers bucket, one key
 // per session; every change is a compare-and-set on the key's revision, so
-// replicas share one count and exactly one of them opens a breaker.
+// replicas share one count and exactly one of them opens a breaker. A
+// breaker is read from the stream leader: whether it is open decides
+// whether a request calls a model.
 type Breakers struct {
+	nc *nats.Conn
 	kv jetstream.KeyValue
 }
 
 // NewBreakers binds the provisioned breakers bucket.
-func NewBreakers(ctx context.Context, js jetstream.JetStream) (*Breakers, error) {
+func NewBreakers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*Breakers, error) {
 	kv, err := js.KeyValue(ctx, BreakersBucket)
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", BreakersBucket, err)
 	}
-	return &Breakers{kv: kv}, nil
+	return &Breakers{nc: nc, kv: kv}, nil
 }
 
 func closed(sid string) session.Breaker {
@@ -37,18 +41,18 @@ func (b *Breakers) get(ctx context.Context, sid string) (session.Breaker, error)
 	if err := checkID(sid); err != nil {
 		return session.Breaker{}, err
 	}
-	e, err := b.kv.Get(ctx, sid)
-	if isNotFound(err) {
+	v, err := leaderGet(ctx, b.nc, BreakersBucket, sid)
+	if errors.Is(err, session.ErrNotFound) {
 		return closed(sid), nil
 	}
 	if err != nil {
 		return session.Breaker{}, err
 	}
 	var br session.Breaker
-	if err := json.Unmarshal(e.Value(), &br); err != nil {
-		return session.Breaker{}, fmt.Errorf("breaker %s: %w", sid, err)
+	if err := json.Unmarshal(v.data, &br); err != nil {
+		return session.Breaker{}, fmt.Errorf("breaker %s: %w: %v", sid, session.ErrCorrupt, err)
 	}
-	br.Revision = e.Revision()
+	br.Revision = v.rev
 	return br, nil
 }
 
@@ -65,7 +69,7 @@ func (b *Breakers) update(ctx context.Context, sid string, change func(*session.
 		}
 		v, _ := json.Marshal(next)
 		if br.Revision == 0 {
-			_, err = b.kv.Create(ctx, sid, v)
+			_, err = b.kv.Create(ctx, sid, v) // (over a reset's delete marker too)
 		} else {
 			_, err = b.kv.Update(ctx, sid, v, br.Revision)
 		}
@@ -73,7 +77,7 @@ func (b *Breakers) update(ctx context.Context, sid string, change func(*session.
 			return next, true, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
-			return session.Breaker{}, false, err
+			return session.Breaker{}, false, unavailable(ctx, "breaker "+sid, err)
 		}
 	}
 	return session.Breaker{}, false, fmt.Errorf("breaker %s: %w after %d tries", sid, session.ErrConflict, casRetries)
@@ -85,18 +89,12 @@ func (b *Breakers) Breaker(ctx context.Context, sid string) (session.Breaker, er
 }
 
 // RecordFailure implements pipeline.BreakerStore.
-func (b *Breakers) RecordFailure(ctx context.Context, sid, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
+func (b *Breakers) RecordFailure(ctx context.Context, sid, requestID, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
 	opened := false
 	br, _, err := b.update(ctx, sid, func(br *session.Breaker) bool {
-		br.Failures++
-		br.LastError = lastError
-		br.UpdatedAt = now.UTC()
-		opened = false
-		if !br.Open() && br.Failures >= maxFailures {
-			t := now.UTC()
-			br.State, br.OpenedAt, opened = session.BreakerOpen, &t, true
-		}
-		return true
+		var counted bool
+		counted, opened = br.Fail(requestID, lastError, maxFailures, now)
+		return counted
 	})
 	return br, opened, err
 }
@@ -119,17 +117,35 @@ func (b *Breakers) Reset(ctx context.Context, sid string, _ time.Time) (session.
 	if err != nil || br.Revision == 0 {
 		return br, err
 	}
-	if err := b.kv.Delete(ctx, sid); err != nil {
-		return session.Breaker{}, err
+	if err := b.kv.Delete(ctx, sid, jetstream.LastRevision(br.Revision)); err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+			return b.Reset(ctx, sid, time.Time{}) // moved meanwhile: reset what is there now
+		}
+		return session.Breaker{}, unavailable(ctx, "reset breaker "+sid, err)
 	}
 	return br, nil
+}
+
+// Delete removes the session's breaker and its history (a session deleted
+// on request leaves nothing); deleting none is not an error.
+func (b *Breakers) Delete(ctx context.Context, sid string) error {
+	if err := checkID(sid); err != nil {
+		return err
+	}
+	if err := b.kv.Purge(ctx, sid); err != nil {
+		return unavailable(ctx, "delete breaker "+sid, err)
+	}
+	return nil
 }
 
 // List returns every stored breaker.
 func (b *Breakers) List(ctx context.Context) ([]session.Breaker, error) {
 	lister, err := b.kv.ListKeys(ctx)
 	if err != nil {
-		return nil, err
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, unavailable(ctx, "list breakers", err)
 	}
 	var out []session.Breaker
 	for k := range lister.Keys() {

@@ -2,26 +2,37 @@
 // buckets, behind the pipeline's store interfaces.
 //
 // Layout of the sessions bucket, one value per key so that no value nears
-// max_payload whatever the session's size: "<sid>.rec" (the record),
-// "<sid>.m.<seq>" (one message each, seq zero-padded), "<sid>.c.<id>"
-// (compaction messages, append-only). An append (messages + record) is one
-// JetStream atomic batch whose record write carries the expected revision,
-// so it applies whole or not at all and loses no concurrent write. A
-// compaction's commit writes its message, then the record with
-// compare-and-set: the record is the commit point, and a message written
-// without it is finished by the pipeline on the next request.
+// max_payload whatever the session's size:
+//
+//	<sid>.rec            the record: the session's head, the commit point
+//	<sid>.m.<seq>        one message each (seq zero-padded)
+//	<sid>.b.<seq>.<n>    the chunks of a message too large for one value
+//	<sid>.i.<id hash>    the seq of the message with that id (idempotent appends)
+//	<sid>.c.<id>         compaction messages, append-only
+//
+// A create and an append are JetStream atomic batches (the messages, their
+// id index entries, the record with its expected revision): they apply whole
+// or not at all, and a repeated one is recognised (a create by its digest, an
+// append by its message ids). A compaction's commit writes its message, then
+// the record with compare-and-set: the record is the commit point.
+//
+// Reads that decide something see the latest committed state also on a
+// cluster whose followers lag: the record is read from the stream leader
+// (the direct gets KV uses may be answered by any replica), and the
+// immutable values it names are read with batched direct gets, a value that
+// a lagging replica lacks (or holds from a deleted incarnation of the
+// session, told by its epoch header) read again from the leader.
 package kvstore
 
 import (
 	"context"
-	"encoding/json"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -40,12 +51,22 @@ var (
 	_ pipeline.BreakerStore = (*Breakers)(nil)
 )
 
-// maxBatch is JetStream's limit of messages in one atomic batch, less the
-// record.
-const maxBatch = 999
+// maxBatch is JetStream's limit of messages in one atomic batch.
+const maxBatch = 1000
 
 // casRetries bounds re-reads after a lost compare-and-set.
 const casRetries = 50
+
+// MaxMessageBytes bounds one message as JSON (a long log, a screenshot as a
+// data URL): larger ones are refused. Values over the connection's
+// max_payload are stored in chunks.
+const MaxMessageBytes = 64 << 20
+
+// opTimeout bounds one backend request whose context has no deadline.
+const opTimeout = 10 * time.Second
+
+// hdrEpoch tags every value of a session with its record's epoch.
+const hdrEpoch = "Compactor-Epoch"
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
@@ -59,11 +80,20 @@ func checkID(id string) error {
 func recKey(sid string) string            { return sid + ".rec" }
 func msgKey(sid string, seq int64) string { return fmt.Sprintf("%s.m.%012d", sid, seq) }
 func compKey(sid, id string) string       { return sid + ".c." + id }
-func subject(bucket, key string) string   { return "$KV." + bucket + "." + key }
-func isNotFound(err error) bool           { return errors.Is(err, jetstream.ErrKeyNotFound) }
-func notFound(what string, err error) error {
-	return fmt.Errorf("%s: %w (%v)", what, session.ErrNotFound, err)
+func chunkKey(sid string, seq int64, n int) string {
+	return fmt.Sprintf("%s.b.%012d.%04d", sid, seq, n)
 }
+
+// indexKey is the key of the index entry of message id: a hash, so that any
+// id a runtime chooses makes a valid key.
+func indexKey(sid, id string) string {
+	h := sha256.Sum256([]byte(id))
+	return sid + ".i." + hex.EncodeToString(h[:20])
+}
+
+func subject(bucket, key string) string { return "$KV." + bucket + "." + key }
+func isNotFound(err error) bool         { return errors.Is(err, jetstream.ErrKeyNotFound) }
+func notFound(what string) error        { return fmt.Errorf("%s: %w", what, session.ErrNotFound) }
 
 // Provision creates the buckets if they are missing, or updates their
 // replicas, and enables atomic batches on the sessions bucket (idempotent).
@@ -103,9 +133,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, replicas int) error 
 // Sessions is the session store. It is safe for concurrent use, also by
 // several processes.
 type Sessions struct {
-	nc  *nats.Conn
-	kv  jetstream.KeyValue
-	now func() time.Time
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	now    func() time.Time
+	// chunk is the largest value written whole; a message over it is
+	// stored in chunks of this size.
+	chunk int
 }
 
 // NewSessions binds the provisioned sessions bucket.
@@ -114,360 +149,45 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
 	}
-	return &Sessions{nc: nc, kv: kv, now: time.Now}, nil
-}
-
-type item struct {
-	key    string
-	value  []byte
-	expect *uint64 // expected last revision of key (0: must not exist)
-}
-
-// batch writes items atomically. It returns session.ErrConflict when an
-// expected revision did not hold (nothing is written then).
-func (s *Sessions) batch(ctx context.Context, items []item) error {
-	id := uuid.NewString()
-	for i, it := range items {
-		m := nats.NewMsg(subject(SessionsBucket, it.key))
-		m.Data = it.value
-		m.Header.Set("Nats-Batch-Id", id)
-		m.Header.Set("Nats-Batch-Sequence", fmt.Sprint(i+1))
-		if it.expect != nil {
-			m.Header.Set("Nats-Expected-Last-Subject-Sequence", fmt.Sprint(*it.expect))
-		}
-		last := i == len(items)-1
-		if last {
-			m.Header.Set("Nats-Batch-Commit", "1")
-		}
-		if i > 0 && !last {
-			if err := s.nc.PublishMsg(m); err != nil {
-				return fmt.Errorf("batch publish: %w", err)
-			}
-			continue
-		}
-		reply, err := s.nc.RequestMsgWithContext(ctx, m)
-		if err != nil {
-			return fmt.Errorf("batch publish: %w", err)
-		}
-		if len(reply.Data) == 0 && !last {
-			continue // the batch is open
-		}
-		var ack struct {
-			Error *struct {
-				Code    int    `json:"code"`
-				ErrCode int    `json:"err_code"`
-				Desc    string `json:"description"`
-			} `json:"error"`
-			Count int `json:"count"`
-		}
-		if err := json.Unmarshal(reply.Data, &ack); err != nil {
-			return fmt.Errorf("batch ack %q: %w", reply.Data, err)
-		}
-		if ack.Error != nil {
-			if ack.Error.ErrCode == 10071 || ack.Error.ErrCode == 10164 { // wrong last sequence
-				return fmt.Errorf("%w: %s", session.ErrConflict, ack.Error.Desc)
-			}
-			return fmt.Errorf("batch rejected: %s (err_code %d)", ack.Error.Desc, ack.Error.ErrCode)
-		}
-		if last && ack.Count != len(items) {
-			return fmt.Errorf("batch committed %d of %d messages", ack.Count, len(items))
-		}
-	}
-	return nil
-}
-
-func (s *Sessions) record(ctx context.Context, sid string) (session.Record, error) {
-	e, err := s.kv.Get(ctx, recKey(sid))
-	if isNotFound(err) {
-		return session.Record{}, notFound("session "+sid, err)
-	}
+	st, err := js.Stream(ctx, "KV_"+SessionsBucket)
 	if err != nil {
-		return session.Record{}, err
+		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
 	}
-	var r session.Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil {
-		return session.Record{}, fmt.Errorf("session %s: bad record: %w", sid, err)
+	// Room for the headers and the framing of a batch member.
+	chunk := min(int(nc.MaxPayload())-16<<10, 512<<10)
+	if chunk < 4<<10 {
+		return nil, fmt.Errorf("bind bucket %s: max_payload %d is too small", SessionsBucket, nc.MaxPayload())
 	}
-	r.Revision = e.Revision()
-	return r, nil
+	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now, chunk: chunk}, nil
 }
 
-func rev(v uint64) *uint64 { return &v }
-
-// Create stores a new session with its first messages. It returns
-// session.ErrExists for a taken id and session.ErrInvalid for a bad id or
-// message. Messages beyond one batch are appended in batches; each step
-// leaves a consistent session.
-func (s *Sessions) Create(ctx context.Context, rec session.Record, msgs []session.Message) (session.Record, error) {
-	if err := checkID(rec.SessionID); err != nil {
-		return session.Record{}, err
+// withTimeout bounds a backend request whose context has no deadline.
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
 	}
-	for i := range msgs {
-		if err := msgs[i].Validate(); err != nil {
-			return session.Record{}, fmt.Errorf("message %d: %w", i, err)
-		}
-	}
-	now := s.now().UTC()
-	rec.HeadSeq, rec.CreatedAt, rec.UpdatedAt = 0, now, now
-	rec.PinnedSeqs, rec.TailStartID, rec.TailStartSeq, rec.CompactionID, rec.Compactions = nil, "", 0, "", 0
-	b, _ := json.Marshal(rec)
-	if err := s.batch(ctx, []item{{key: recKey(rec.SessionID), value: b, expect: rev(0)}}); err != nil {
-		if errors.Is(err, session.ErrConflict) {
-			return session.Record{}, fmt.Errorf("session %s: %w", rec.SessionID, session.ErrExists)
-		}
-		return session.Record{}, err
-	}
-	for len(msgs) > 0 {
-		n := min(len(msgs), maxBatch)
-		if _, err := s.Append(ctx, rec.SessionID, msgs[:n]...); err != nil {
-			return session.Record{}, err
-		}
-		msgs = msgs[n:]
-	}
-	return s.record(ctx, rec.SessionID)
+	return context.WithTimeout(ctx, opTimeout)
 }
 
-// Append adds messages at the session's head in one atomic batch with the
-// record, retrying on a lost race with another append or a commit.
-func (s *Sessions) Append(ctx context.Context, sid string, msgs ...session.Message) ([]session.Message, error) {
-	if err := checkID(sid); err != nil {
-		return nil, err
+// unavailable marks an error of the backend's transport or cluster (no
+// responders, a timeout, no leader) as session.ErrUnavailable, so callers
+// know that repeating the operation is what to do. ctx's own end is not
+// the backend's fault and is returned as it is.
+func unavailable(ctx context.Context, what string, err error) error {
+	if err == nil {
+		return nil
 	}
-	if len(msgs) > maxBatch {
-		return nil, fmt.Errorf("%w: %d messages in one append, at most %d", session.ErrInvalid, len(msgs), maxBatch)
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
-	for i := range msgs {
-		if err := msgs[i].Validate(); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
+		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrConnectionDraining),
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrSlowConsumer):
+		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
+	case errors.As(err, &apiErr) && apiErr.Code == 503:
+		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
 	}
-	prepared := make([]session.Message, len(msgs))
-	for i, m := range msgs {
-		if m.ID == "" {
-			m.ID = uuid.NewString()
-		}
-		m.IsCompaction, m.Compaction, m.SummarisedBy = false, nil, ""
-		prepared[i] = m
-	}
-	for attempt := 0; attempt < casRetries; attempt++ {
-		rec, err := s.record(ctx, sid)
-		if err != nil {
-			return nil, err
-		}
-		items := make([]item, 0, len(prepared)+1)
-		for i := range prepared {
-			prepared[i].Seq = rec.HeadSeq + int64(i) + 1
-			b, _ := json.Marshal(prepared[i])
-			items = append(items, item{key: msgKey(sid, prepared[i].Seq), value: b})
-		}
-		base := rec.Revision
-		rec.HeadSeq += int64(len(prepared))
-		rec.UpdatedAt = s.now().UTC()
-		b, _ := json.Marshal(rec)
-		items = append(items, item{key: recKey(sid), value: b, expect: rev(base)})
-		err = s.batch(ctx, items)
-		if err == nil {
-			return slices.Clone(prepared), nil
-		}
-		if !errors.Is(err, session.ErrConflict) {
-			return nil, err
-		}
-	}
-	return nil, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
-}
-
-func seqRange(from, to int64) []int64 {
-	var out []int64
-	for seq := from; seq <= to; seq++ {
-		out = append(out, seq)
-	}
-	return out
-}
-
-// Load implements pipeline.SessionStore; it reads the record, the pinned
-// messages and the tail (and, with history, the summarised messages).
-func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session.Session, error) {
-	if err := checkID(sid); err != nil {
-		return nil, notFound("session "+sid, err)
-	}
-	rec, err := s.record(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
-	out := &session.Session{Record: rec}
-	if rec.CompactionID == "" {
-		out.Messages, err = s.messages(ctx, sid, seqRange(1, rec.HeadSeq))
-		if err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	c, err := s.Compaction(ctx, sid, rec.CompactionID)
-	if err != nil {
-		return nil, err
-	}
-	out.Summary = c
-	pinned := map[int64]bool{}
-	for _, seq := range rec.PinnedSeqs {
-		pinned[seq] = true
-	}
-	seqs := slices.Clone(rec.PinnedSeqs)
-	seqs = append(seqs, seqRange(rec.TailStartSeq, rec.HeadSeq)...)
-	if out.Messages, err = s.messages(ctx, sid, seqs); err != nil {
-		return nil, err
-	}
-	if history {
-		var old []int64
-		for seq := int64(1); seq < rec.TailStartSeq; seq++ {
-			if !pinned[seq] {
-				old = append(old, seq)
-			}
-		}
-		if out.Summarised, err = s.messages(ctx, sid, old); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
-// Compaction implements pipeline.SessionStore.
-func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Message, error) {
-	e, err := s.kv.Get(ctx, compKey(sid, id))
-	if isNotFound(err) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, notFound("compaction "+id, err)
-	}
-	if err != nil {
-		return nil, err
-	}
-	var m session.Message
-	if err := json.Unmarshal(e.Value(), &m); err != nil {
-		return nil, fmt.Errorf("compaction %s: %w", id, err)
-	}
-	return &m, nil
-}
-
-// Commit implements pipeline.SessionStore: the compaction message (created
-// under its id; an existing one is fine), then the record with
-// compare-and-set: the commit point. Stored messages are never rewritten:
-// which compaction summarised a message follows from the record's
-// compaction chain (History fills summarised_by from it). A head that
-// moved (an append) is merged; a compaction that moved is
-// session.ErrConflict. A crash between the message and the record
-// leaves a compaction the pipeline finishes on the next request for the
-// same key. (Two plain writes: an atomic batch on an R1 file stream stages
-// on disk and costs about 100 times a write, and the record write is the
-// only one that must be atomic.)
-func (s *Sessions) Commit(ctx context.Context, c session.Commit) error {
-	if err := checkID(c.SessionID); err != nil {
-		return err
-	}
-	id := c.Compaction.ID
-	created := false
-	for attempt := 0; attempt < casRetries; attempt++ {
-		var rec session.Record
-		if attempt == 0 && c.Base != nil && c.Base.SessionID == c.SessionID && c.Base.Revision > 0 {
-			rec = *c.Base // planned on it: try it; a stale one only costs a retry
-		} else {
-			var err error
-			if rec, err = s.record(ctx, c.SessionID); err != nil {
-				return err
-			}
-		}
-		if rec.CompactionID != c.PrevCompactionID {
-			return fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, rec.CompactionID, session.ErrConflict)
-		}
-		if c.TailStartSeq < 1 || c.TailStartSeq > rec.HeadSeq+1 {
-			return fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, rec.HeadSeq+1)
-		}
-		if !created {
-			b, _ := json.Marshal(c.Compaction)
-			if _, err := s.kv.Create(ctx, compKey(c.SessionID, id), b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-				return fmt.Errorf("write compaction %s: %w", id, err)
-			}
-			created = true
-		}
-		base := rec.Revision
-		rec.PinnedSeqs = slices.Clone(c.Pinned)
-		rec.TailStartID, rec.TailStartSeq, rec.CompactionID = c.TailStartID, c.TailStartSeq, id
-		rec.Compactions++
-		rec.UpdatedAt = c.Now
-		b, _ := json.Marshal(rec)
-		_, err := s.kv.Update(ctx, recKey(c.SessionID), b, base)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return fmt.Errorf("commit compaction %s: %w", id, err)
-		}
-	}
-	return fmt.Errorf("commit to %s: %w after %d tries", c.SessionID, session.ErrConflict, casRetries)
-}
-
-// Record returns the session's record.
-func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, error) {
-	if err := checkID(sid); err != nil {
-		return session.Record{}, notFound("session "+sid, err)
-	}
-	return s.record(ctx, sid)
-}
-
-// History returns every message and every committed compaction of a
-// session (the record's chain, oldest first). Each message a compaction
-// covers has summarised_by set to it; a compaction message written by a
-// writer that then lost its commit is neither listed nor marks anything.
-func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, []session.Message, error) {
-	rec, err := s.Record(ctx, sid)
-	if err != nil {
-		return nil, nil, err
-	}
-	msgs, err := s.messages(ctx, sid, seqRange(1, rec.HeadSeq))
-	if err != nil {
-		return nil, nil, err
-	}
-	lister, err := s.kv.ListKeysFiltered(ctx, sid+".c.*")
-	if err != nil {
-		return nil, nil, err
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	vals, err := s.getMany(ctx, keys)
-	if err != nil {
-		return nil, nil, err
-	}
-	byID := make(map[string]*session.Message, len(vals))
-	for _, k := range keys {
-		v, ok := vals[k]
-		if !ok {
-			continue
-		}
-		var m session.Message
-		if err := json.Unmarshal(v, &m); err != nil {
-			return nil, nil, fmt.Errorf("compaction %s: %w", k, err)
-		}
-		byID[m.ID] = &m
-	}
-	pinned := map[int64]bool{}
-	for _, seq := range rec.PinnedSeqs {
-		pinned[seq] = true
-	}
-	// The committed compactions are the record's chain; one written by a
-	// writer that then lost its commit is not part of the history.
-	var comps []session.Message
-	for id := rec.CompactionID; id != "" && len(comps) <= len(byID); {
-		c := byID[id]
-		if c == nil || c.Compaction == nil {
-			break
-		}
-		for seq := c.Compaction.FromSeq; seq <= c.Compaction.ToSeq && seq <= int64(len(msgs)); seq++ {
-			if seq >= 1 && !pinned[seq] {
-				msgs[seq-1].SummarisedBy = id
-			}
-		}
-		comps = append(comps, *c)
-		id = c.Compaction.Previous
-	}
-	slices.Reverse(comps) // oldest first
-	return msgs, comps, nil
+	return fmt.Errorf("%s: %w", what, err)
 }

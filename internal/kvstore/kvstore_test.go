@@ -47,8 +47,8 @@ func TestSessionStore(t *testing.T) {
 
 func TestBreakers(t *testing.T) {
 	storetest.RunBreakers(t, func(t *testing.T) storetest.Breakers {
-		_, js := jetStream(t)
-		b, err := kvstore.NewBreakers(context.Background(), js)
+		nc, js := jetStream(t)
+		b, err := kvstore.NewBreakers(context.Background(), nc, js)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func TestLargeSessionCompacts(t *testing.T) {
 	nc, js := jetStream(t)
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
-	b, _ := kvstore.NewBreakers(ctx, js)
+	b, _ := kvstore.NewBreakers(ctx, nc, js)
 	counter, _ := tokens.ForEncoding("o200k_base")
 	var msgs []session.Message
 	bytes := 0
@@ -105,7 +105,7 @@ func invoiceSessionEnv(t *testing.T) (jetstream.JetStream, *kvstore.Sessions, *k
 	nc, js := jetStream(t)
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
-	b, _ := kvstore.NewBreakers(ctx, js)
+	b, _ := kvstore.NewBreakers(ctx, nc, js)
 	counter, _ := tokens.ForEncoding("o200k_base")
 	var msgs []session.Message
 	for i := range 60 {

@@ -35,72 +35,126 @@ type entry struct {
 	rec         session.Record
 	msgs        []session.Message // msgs[i].Seq == i+1
 	compactions map[string]session.Message
-	order       []string // compaction ids in commit order
+	order       []string         // compaction ids in commit order
+	ids         map[string]int64 // message id to seq
 }
 
 // New returns an empty store.
 func New() *Store { return &Store{sessions: map[string]*entry{}, now: time.Now} }
 
-// Create stores a new session with its first messages, assigning ids (when
-// empty) and seqs from 1. It returns session.ErrExists for a taken id and an
-// error wrapping session.ErrInvalid for a bad message.
+// Create stores a new session with its first messages, assigning ids (one
+// derived from the content for a message without) and seqs from 1. A create
+// repeated with the same content succeeds; with other content it returns
+// session.ErrExists. A bad message is an error wrapping session.ErrInvalid.
 func (s *Store) Create(_ context.Context, rec session.Record, msgs []session.Message) (session.Record, error) {
 	if rec.SessionID == "" {
 		return session.Record{}, fmt.Errorf("%w: session id is required", session.ErrInvalid)
 	}
-	prepared, err := prepare(msgs, 0)
+	if rec.ContextLimit < 0 {
+		return session.Record{}, fmt.Errorf("%w: context_limit must be >= 0", session.ErrInvalid)
+	}
+	digest := session.CreateDigest(rec, msgs)
+	prepared, err := session.Prepare(msgs, 0, func(i int) string { return session.CreatedMessageID(rec.SessionID, digest, i) })
 	if err != nil {
 		return session.Record{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.sessions[rec.SessionID]; ok {
-		return session.Record{}, fmt.Errorf("session %s: %w", rec.SessionID, session.ErrExists)
+	if e, ok := s.sessions[rec.SessionID]; ok {
+		if e.rec.CreateDigest == digest {
+			return cloneRecord(e.rec), nil
+		}
+		return session.Record{}, fmt.Errorf("session %s: %w with other content", rec.SessionID, session.ErrExists)
 	}
 	now := s.now().UTC()
 	rec.HeadSeq = int64(len(prepared))
 	rec.CreatedAt, rec.UpdatedAt = now, now
 	rec.Revision = 1
 	rec.PinnedSeqs, rec.TailStartID, rec.TailStartSeq, rec.CompactionID, rec.Compactions = nil, "", 0, "", 0
-	s.sessions[rec.SessionID] = &entry{rec: rec, msgs: prepared, compactions: map[string]session.Message{}}
-	return rec, nil
-}
-
-func prepare(msgs []session.Message, headSeq int64) ([]session.Message, error) {
-	out := make([]session.Message, len(msgs))
-	for i, m := range msgs {
-		if err := m.Validate(); err != nil {
-			return nil, fmt.Errorf("message %d: %w", i, err)
-		}
-		if m.ID == "" {
-			m.ID = uuid.NewString()
-		}
-		m.Seq = headSeq + int64(i) + 1
-		m.IsCompaction, m.Compaction, m.SummarisedBy = false, nil, ""
-		out[i] = m
+	rec.Epoch, rec.CreateDigest, rec.Pending, rec.Deleted = uuid.NewString(), digest, false, false
+	e := &entry{rec: rec, msgs: prepared, compactions: map[string]session.Message{}, ids: map[string]int64{}}
+	for _, m := range prepared {
+		e.ids[m.ID] = m.Seq
 	}
-	return out, nil
+	s.sessions[rec.SessionID] = e
+	return cloneRecord(rec), nil
 }
 
-// Append adds messages at the session's head, as a runtime does between
-// compactions, and returns them with their ids and seqs. It never conflicts
-// with a compaction: the compaction's commit keeps the new head.
-func (s *Store) Append(_ context.Context, sessionID string, msgs ...session.Message) ([]session.Message, error) {
+// Append adds messages at the session's head; see AppendWith.
+func (s *Store) Append(ctx context.Context, sessionID string, msgs ...session.Message) ([]session.Message, error) {
+	a, err := s.AppendWith(ctx, sessionID, msgs, session.AppendOptions{})
+	return a.Messages, err
+}
+
+// AppendWith adds messages at the session's head, as a runtime does
+// between compactions, and returns them with their ids and seqs. A message
+// whose id the session holds is not added again (its stored seq is
+// answered); with opt.ExpectedHeadSeq set, the append applies only at that
+// head. It never conflicts with a compaction: the compaction's commit keeps
+// the new head.
+func (s *Store) AppendWith(_ context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error) {
+	if len(msgs) == 0 {
+		return session.Appended{}, fmt.Errorf("%w: an append needs messages", session.ErrInvalid)
+	}
+	prepared, err := session.Prepare(msgs, 0, func(int) string { return uuid.NewString() })
+	if err != nil {
+		return session.Appended{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.sessions[sessionID]
 	if !ok {
-		return nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
+		return session.Appended{}, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
-	prepared, err := prepare(msgs, e.rec.HeadSeq)
-	if err != nil {
-		return nil, err
+	out := session.Appended{Messages: prepared, New: make([]bool, len(prepared))}
+	head := e.rec.HeadSeq
+	for i := range prepared {
+		if seq, ok := e.ids[prepared[i].ID]; ok {
+			prepared[i].Seq = seq
+			continue
+		}
+		head++
+		prepared[i].Seq, out.New[i] = head, true
 	}
-	e.msgs = append(e.msgs, prepared...)
-	e.rec.HeadSeq += int64(len(prepared))
-	e.rec.UpdatedAt = s.now().UTC()
-	e.rec.Revision++
-	return slices.Clone(prepared), nil
+	if head != e.rec.HeadSeq && opt.ExpectedHeadSeq != nil && *opt.ExpectedHeadSeq != e.rec.HeadSeq {
+		return session.Appended{}, &session.HeadMovedError{Expected: *opt.ExpectedHeadSeq, Head: e.rec.HeadSeq}
+	}
+	for i, m := range prepared {
+		if out.New[i] {
+			e.msgs = append(e.msgs, m)
+			e.ids[m.ID] = m.Seq
+		}
+	}
+	if head != e.rec.HeadSeq {
+		e.rec.HeadSeq = head
+		e.rec.UpdatedAt = s.now().UTC()
+		e.rec.Revision++
+	}
+	out.Messages, out.HeadSeq = slices.Clone(prepared), head
+	return out, nil
+}
+
+// Message returns the session's message with seq.
+func (s *Store) Message(_ context.Context, sessionID string, seq int64) (session.Message, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.sessions[sessionID]
+	if !ok {
+		return session.Message{}, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
+	}
+	if seq < 1 || seq > int64(len(e.msgs)) {
+		return session.Message{}, fmt.Errorf("session %s message %d (the session has 1..%d): %w", sessionID, seq, len(e.msgs), session.ErrNotFound)
+	}
+	return e.msgs[seq-1], nil
+}
+
+// Delete removes the session; deleting one that does not exist is not an
+// error.
+func (s *Store) Delete(_ context.Context, sessionID string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sessions, sessionID)
+	return nil
 }
 
 // Load implements pipeline.SessionStore.
@@ -154,21 +208,22 @@ func (s *Store) Compaction(_ context.Context, sessionID, compactionID string) (*
 // Commit implements pipeline.SessionStore. A commit whose compaction the
 // record already points to returns session.ErrConflict like any lost race;
 // the caller tells the cases apart by reading the record.
-func (s *Store) Commit(_ context.Context, c session.Commit) error {
+func (s *Store) Commit(_ context.Context, c session.Commit) (existed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e, ok := s.sessions[c.SessionID]
 	if !ok {
-		return fmt.Errorf("session %s: %w", c.SessionID, session.ErrNotFound)
+		return false, fmt.Errorf("session %s: %w", c.SessionID, session.ErrNotFound)
 	}
 	id := c.Compaction.ID
 	if e.rec.CompactionID != c.PrevCompactionID {
-		return fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, e.rec.CompactionID, session.ErrConflict)
+		return false, fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, e.rec.CompactionID, session.ErrConflict)
 	}
 	if c.TailStartSeq < 1 || c.TailStartSeq > e.rec.HeadSeq+1 {
-		return fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, e.rec.HeadSeq+1)
+		return false, fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, e.rec.HeadSeq+1)
 	}
-	if _, exists := e.compactions[id]; !exists {
+	_, existed = e.compactions[id]
+	if !existed {
 		e.compactions[id] = c.Compaction
 		e.order = append(e.order, id)
 	}
@@ -183,7 +238,7 @@ func (s *Store) Commit(_ context.Context, c session.Commit) error {
 	e.rec.Compactions++
 	e.rec.UpdatedAt = c.Now
 	e.rec.Revision++
-	return nil
+	return existed, nil
 }
 
 // Record returns the session's record.
@@ -239,26 +294,27 @@ func (b *Breakers) Breaker(_ context.Context, sessionID string) (session.Breaker
 }
 
 // RecordFailure implements pipeline.BreakerStore.
-func (b *Breakers) RecordFailure(_ context.Context, sessionID, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
+func (b *Breakers) RecordFailure(_ context.Context, sessionID, requestID, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	br, ok := b.m[sessionID]
 	if !ok {
 		br = session.Breaker{SessionID: sessionID, State: session.BreakerClosed}
 	}
-	br.Failures++
-	br.LastError = lastError
-	br.UpdatedAt = now.UTC()
-	br.Revision++
-	opened := false
-	if !br.Open() && br.Failures >= maxFailures {
-		br.State = session.BreakerOpen
-		t := now.UTC()
-		br.OpenedAt = &t
-		opened = true
+	counted, opened := br.Fail(requestID, lastError, maxFailures, now)
+	if counted {
+		br.Revision++
+		b.m[sessionID] = br
 	}
-	b.m[sessionID] = br
 	return br, opened, nil
+}
+
+// Delete removes the session's breaker.
+func (b *Breakers) Delete(_ context.Context, sessionID string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, sessionID)
+	return nil
 }
 
 // Probe implements pipeline.BreakerStore.

@@ -178,14 +178,21 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 
 	b, err := s.breakers.Breaker(ctx, req.SessionID)
 	if err != nil {
-		return &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: read breaker: %w", ErrPersistFailed, err)}
+		return storeError(err, "read breaker")
 	}
 	res.Failures = b.Failures
+	if b.Open() && req.ID != "" && b.OpenedBy == req.ID {
+		// A redelivery of the request whose failure opened the breaker (its
+		// answer was lost): the same answer, the same events.
+		prev := b
+		res.CircuitOpened, res.Breaker = true, &prev
+		return openerFailure(b.LastError)
+	}
 	if b.Open() {
 		probe := false
 		if cd := time.Duration(s.cfg.BreakerCooldown); cd > 0 {
 			if b, probe, err = s.breakers.Probe(ctx, req.SessionID, cd, s.now()); err != nil {
-				return &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: breaker probe: %w", ErrPersistFailed, err)}
+				return storeError(err, "breaker probe")
 			}
 		}
 		if !probe && b.Open() { // (a reset may have closed it meanwhile)
@@ -218,16 +225,45 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 	var pe *Error
 	if errors.As(err, &pe) && pe.Reason.countsAsFailure() {
-		nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, pe.Err.Error(), s.cfg.MaxFailures, s.now())
+		nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, req.ID, pe.Error(), s.cfg.MaxFailures, s.now())
 		if berr != nil {
 			return errors.Join(err, fmt.Errorf("record breaker failure: %w", berr))
 		}
+		// A request counted before (a redelivery) that opened the breaker
+		// then reports it again: its events have deterministic ids.
+		opened = opened || nb.Open() && req.ID != "" && nb.OpenedBy == req.ID
 		res.Failures, res.CircuitOpened = nb.Failures, opened
 		if opened {
 			res.Breaker = &nb
 		}
 	}
 	return err
+}
+
+// storeError is the failure of a store operation: corrupt state is
+// permanent, a session gone is not found, anything else (an unreachable or
+// leaderless store) is worth retrying.
+func storeError(err error, what string) *Error {
+	switch {
+	case errors.Is(err, session.ErrCorrupt):
+		return &Error{Reason: ReasonCorruptSession, Err: fmt.Errorf("%w: %s: %w", ErrCorruptSession, what, err)}
+	case errors.Is(err, session.ErrNotFound):
+		return &Error{Reason: ReasonSessionNotFound, Err: fmt.Errorf("%w: %s: %w", ErrSessionNotFound, what, err)}
+	}
+	return &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: %s: %w", ErrPersistFailed, what, err)}
+}
+
+// openerFailure rebuilds the failure that opened a breaker from its
+// recorded last error ("reason: error", as Error.Error writes it).
+func openerFailure(last string) *Error {
+	reason, text, ok := strings.Cut(last, ": ")
+	switch r := Reason(reason); {
+	case ok && r.countsAsFailure():
+		sentinel := map[Reason]error{ReasonSummaryFailed: ErrSummaryFailed, ReasonInsufficientProgress: ErrInsufficientProgress,
+			ReasonInvariantViolated: ErrInvariant}[r]
+		return &Error{Reason: r, Retryable: r == ReasonSummaryFailed, Err: fmt.Errorf("%w (%s)", sentinel, text)}
+	}
+	return &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: fmt.Errorf("%w (%s)", ErrSummaryFailed, last)}
 }
 
 // plan is the state one attempt builds up.
@@ -329,7 +365,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if existing, err := s.store.Compaction(ctx, req.SessionID, id); err == nil {
 		return s.resume(ctx, p, existing, res)
 	} else if !errors.Is(err, session.ErrNotFound) {
-		return fail(ReasonPersistFailed, true, ErrPersistFailed, "read compaction %s: %v", id, err)
+		return storeError(err, "read compaction "+id)
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -403,23 +439,26 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := s.checkProgress(d, res.TokensBefore, afterTokens, len(after)); err != nil {
 		return err
 	}
-	if err := s.commit(ctx, commit); errors.Is(err, errWonByOther) {
-		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
-		if s.madeBy(ctx, req.SessionID, msg.ID, req.ID) {
-			// Another delivery of this very request won the race: the
-			// request compacted, whichever delivery answers.
-			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
-		}
-		res.CompactionMessageID, res.TailStartID, res.Summary = msg.ID, commit.TailStartID, text
-		res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(selected), afterTokens, summaryTokens
-		return nil
-	} else if err != nil {
+	existed, err := s.commit(ctx, commit)
+	if err != nil && !errors.Is(err, errWonByOther) {
 		return err
 	}
-	res.Outcome = OutcomeCompacted
 	res.CompactionMessageID, res.TailStartID = msg.ID, commit.TailStartID
 	res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(selected), afterTokens, summaryTokens
 	res.Summary = text
+	res.Outcome = OutcomeCompacted
+	if err != nil || existed {
+		// Another writer stored this compaction (same key, same id) first:
+		// it is the request named in the stored message that compacted
+		// (this one, when another delivery of it won); any other request
+		// answers already_compacted, so racing requests get one compacted.
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		if stored, ok := s.madeBy(ctx, req.SessionID, msg.ID, req.ID); ok {
+			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+		} else if stored != nil {
+			res.Summary = SummaryText(stored)
+		}
+	}
 	return nil
 }
 
@@ -443,31 +482,31 @@ func (s *Service) checkProgress(d Decision, before, after, afterMessages int) er
 // (errWonByOther); another compaction means plan again (errReplan). The
 // write is not cancelled with ctx: once the summary exists, finishing the
 // commit is cheaper than redoing it.
-func (s *Service) commit(ctx context.Context, c session.Commit) error {
-	err := s.store.Commit(context.WithoutCancel(ctx), c)
+func (s *Service) commit(ctx context.Context, c session.Commit) (existed bool, err error) {
+	existed, err = s.store.Commit(context.WithoutCancel(ctx), c)
 	switch {
 	case err == nil:
-		return nil
+		return existed, nil
 	case errors.Is(err, session.ErrConflict):
 		sess, lerr := s.store.Load(context.WithoutCancel(ctx), c.SessionID, false)
 		if lerr == nil && sess.Record.CompactionID == c.Compaction.ID {
-			return errWonByOther
+			return true, errWonByOther
 		}
-		return errReplan
+		return false, errReplan
 	case errors.Is(err, session.ErrNotFound):
-		return fail(ReasonSessionNotFound, false, ErrSessionNotFound, "session %s disappeared during compaction", c.SessionID)
+		return false, fail(ReasonSessionNotFound, false, ErrSessionNotFound, "session %s disappeared during compaction", c.SessionID)
 	}
-	return fail(ReasonPersistFailed, true, ErrPersistFailed, "commit compaction %s: %v", c.Compaction.ID, err)
+	return false, storeError(err, "commit compaction "+c.Compaction.ID)
 }
 
-// madeBy reports whether the stored compaction id was made by request
-// reqID (a read error answers false: already_compacted is still true).
-func (s *Service) madeBy(ctx context.Context, sessionID, id, reqID string) bool {
-	if reqID == "" {
-		return false
-	}
+// madeBy returns the stored compaction id and whether request reqID made
+// it (a read error answers nil, false: already_compacted is still true).
+func (s *Service) madeBy(ctx context.Context, sessionID, id, reqID string) (*session.Message, bool) {
 	m, err := s.store.Compaction(context.WithoutCancel(ctx), sessionID, id)
-	return err == nil && m.Compaction != nil && m.Compaction.RequestID == reqID
+	if err != nil {
+		return nil, false
+	}
+	return m, reqID != "" && m.Compaction != nil && m.Compaction.RequestID == reqID
 }
 
 // resume answers a request whose compaction already exists under its key:
@@ -488,7 +527,8 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	if m.Compaction == nil {
 		return fail(ReasonPersistFailed, false, ErrPersistFailed, "stored compaction %s has no metadata", m.ID)
 	}
-	err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC()))
+	mine := m.Compaction.RequestID == "" || m.Compaction.RequestID == res.RequestID
+	_, err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC()))
 	if errors.Is(err, errWonByOther) {
 		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
 		if res.RequestID != "" && m.Compaction.RequestID == res.RequestID {
@@ -499,7 +539,13 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	if err != nil {
 		return err
 	}
-	res.Outcome, res.Strategy = OutcomeCompacted, "resumed"
+	// Finishing another request's interrupted commit does not make this
+	// request the one that compacted: that is the request the compaction
+	// names (it answers compacted when it is redelivered).
+	res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "resumed"
+	if mine {
+		res.Outcome = OutcomeCompacted
+	}
 	return nil
 }
 
@@ -511,7 +557,7 @@ func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 		return nil, fail(ReasonSessionNotFound, false, ErrSessionNotFound, "no session %q", req.SessionID)
 	}
 	if err != nil {
-		return nil, fail(ReasonPersistFailed, true, ErrPersistFailed, "load session %s: %v", req.SessionID, err)
+		return nil, storeError(err, "load session "+req.SessionID)
 	}
 	model := firstNonEmpty(req.Model, sess.Record.Model)
 	info := s.table.Lookup(model)

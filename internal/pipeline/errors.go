@@ -33,6 +33,9 @@ var (
 	// breaks an invariant (a tool call without its result, a pinned message
 	// missing, a summary over budget); nothing is committed.
 	ErrInvariant = errors.New("compaction would break a context invariant")
+	// ErrCorruptSession is returned when the stored session does not
+	// decode.
+	ErrCorruptSession = errors.New("corrupt session")
 	// ErrContextLength is what a Summarizer returns (wrapped) when the
 	// prompt is over the summary model's input limit. The pipeline then
 	// re-chunks smaller instead of failing.
@@ -51,6 +54,9 @@ const (
 	ReasonInvalidRequest       Reason = "invalid_request"
 	ReasonInsufficientProgress Reason = "insufficient_progress"
 	ReasonInvariantViolated    Reason = "invariant_violated"
+	// ReasonCorruptSession: the stored session (or its breaker) does not
+	// decode; no retry can fix it, an operator must (or delete it).
+	ReasonCorruptSession Reason = "corrupt_session"
 )
 
 // Error is a failed compaction: the reason, whether retrying the same request

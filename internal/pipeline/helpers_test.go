@@ -89,13 +89,13 @@ type crashStore struct {
 	written map[string]session.Message
 }
 
-func (c *crashStore) Commit(ctx context.Context, cm session.Commit) error {
+func (c *crashStore) Commit(ctx context.Context, cm session.Commit) (bool, error) {
 	c.mu.Lock()
 	if !c.crashed {
 		c.crashed = true
 		c.written = map[string]session.Message{cm.Compaction.ID: cm.Compaction}
 		c.mu.Unlock()
-		return errors.New("connection reset")
+		return false, errors.New("connection reset")
 	}
 	c.mu.Unlock()
 	return c.Store.Commit(ctx, cm)

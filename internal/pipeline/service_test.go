@@ -545,25 +545,29 @@ func TestBreakerCooldownProbe(t *testing.T) {
 		}
 		return pipeline.SummaryResponse{}, nil, false
 	}
-	req := pipeline.Request{ID: "r", SessionID: "s", Trigger: pipeline.TriggerOverBudget}
-	for range cfg.MaxFailures {
-		svc.Compact(context.Background(), req)
+	n := 0
+	req := func() pipeline.Request { // a new request each time, as a runtime sends them
+		n++
+		return pipeline.Request{ID: fmt.Sprint("r", n), SessionID: "s", Trigger: pipeline.TriggerOverBudget}
 	}
-	if _, err := svc.Compact(context.Background(), req); !errors.Is(err, pipeline.ErrCircuitOpen) {
+	for range cfg.MaxFailures {
+		svc.Compact(context.Background(), req())
+	}
+	if _, err := svc.Compact(context.Background(), req()); !errors.Is(err, pipeline.ErrCircuitOpen) {
 		t.Fatalf("inside the cooldown: %v", err)
 	}
 	calls := rec.count.Load()
 	now = now.Add(2 * time.Minute)
-	res, err := svc.Compact(context.Background(), req) // the probe fails
+	res, err := svc.Compact(context.Background(), req()) // the probe fails
 	if !errors.Is(err, pipeline.ErrSummaryFailed) || rec.count.Load() == calls || res.CircuitOpened {
 		t.Fatalf("failed probe: %v %+v", err, res)
 	}
-	if _, err := svc.Compact(context.Background(), req); !errors.Is(err, pipeline.ErrCircuitOpen) {
+	if _, err := svc.Compact(context.Background(), req()); !errors.Is(err, pipeline.ErrCircuitOpen) {
 		t.Fatalf("right after a failed probe: %v", err)
 	}
 	failing = false
 	now = now.Add(2 * time.Minute)
-	res, err = svc.Compact(context.Background(), req)
+	res, err = svc.Compact(context.Background(), req())
 	if err != nil || res.Outcome != pipeline.OutcomeCompacted || !res.CircuitClosed {
 		t.Fatalf("successful probe: %v %+v", err, res)
 	}

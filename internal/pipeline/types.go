@@ -141,11 +141,12 @@ type SessionStore interface {
 	Compaction(ctx context.Context, sessionID, compactionID string) (*session.Message, error)
 	// Commit applies a compaction (see session.Commit). Creating a
 	// compaction message that already exists under the same id is not an
-	// error. It returns session.ErrConflict when the record has moved on
-	// from PrevCompactionID (to this very compaction too, when another
-	// writer committed it first), and never loses a message appended
-	// concurrently.
-	Commit(ctx context.Context, c session.Commit) error
+	// error: existed reports it (the stored one, another writer's, is the
+	// one committed then). It returns session.ErrConflict when the record
+	// has moved on from PrevCompactionID (to this very compaction too, when
+	// another writer committed it first), and never loses a message
+	// appended concurrently.
+	Commit(ctx context.Context, c session.Commit) (existed bool, err error)
 }
 
 // BreakerStore keeps the per-session circuit breakers. Every read-modify-
@@ -154,10 +155,12 @@ type BreakerStore interface {
 	// Breaker returns the session's breaker; a closed one with no failures
 	// when none is stored.
 	Breaker(ctx context.Context, sessionID string) (session.Breaker, error)
-	// RecordFailure counts one failure and opens the breaker when the count
-	// reaches maxFailures. opened is true only for the failure that opened
-	// it, so exactly one CompactionCircuitOpened is published.
-	RecordFailure(ctx context.Context, sessionID, lastError string, maxFailures int, now time.Time) (b session.Breaker, opened bool, err error)
+	// RecordFailure counts the failure of request requestID (once: a
+	// request counted already is not counted again, see Breaker.Fail) and
+	// opens the breaker when the count reaches maxFailures. opened is true
+	// only for the failure that opened it, so exactly one
+	// CompactionCircuitOpened is published.
+	RecordFailure(ctx context.Context, sessionID, requestID, lastError string, maxFailures int, now time.Time) (b session.Breaker, opened bool, err error)
 	// Reset closes the breaker and clears its count. It returns the state
 	// before the reset (closed with no failures when none was stored).
 	Reset(ctx context.Context, sessionID string, now time.Time) (session.Breaker, error)

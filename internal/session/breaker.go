@@ -1,6 +1,9 @@
 package session
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // BreakerState is the state of a session's compaction circuit breaker.
 type BreakerState string
@@ -23,6 +26,11 @@ type Breaker struct {
 	// breaker cooldown configured).
 	ProbeAt   *time.Time `json:"probe_at,omitempty"`
 	UpdatedAt time.Time  `json:"updated_at"`
+	// FailedRequests are the ids of the requests counted in Failures
+	// (the latest MaxTrackedRequests): a request's redeliveries count once.
+	FailedRequests []string `json:"failed_requests,omitempty"`
+	// OpenedBy is the request whose failure opened the breaker.
+	OpenedBy string `json:"opened_by,omitempty"`
 	// Revision is the store's revision, for compare-and-set.
 	Revision uint64 `json:"-"`
 }
@@ -42,4 +50,37 @@ func (b Breaker) ProbeDue(cooldown time.Duration, now time.Time) bool {
 		last = b.ProbeAt
 	}
 	return last == nil || !now.Before(last.Add(cooldown))
+}
+
+// MaxTrackedRequests bounds Breaker.FailedRequests.
+const MaxTrackedRequests = 16
+
+// Counted reports whether the failure of request id is already counted.
+func (b Breaker) Counted(id string) bool {
+	return id != "" && slices.Contains(b.FailedRequests, id)
+}
+
+// Fail counts a failure of request id at now, unless that request's failure
+// is counted already, and opens the breaker at maxFailures. It reports
+// whether it counted, and whether this failure opened the breaker. Every
+// breaker store applies this one rule.
+func (b *Breaker) Fail(id, lastError string, maxFailures int, now time.Time) (counted, opened bool) {
+	if b.Counted(id) {
+		return false, false
+	}
+	b.Failures++
+	b.LastError = lastError
+	b.UpdatedAt = now.UTC()
+	if id != "" {
+		b.FailedRequests = append(b.FailedRequests, id)
+		if n := len(b.FailedRequests); n > MaxTrackedRequests {
+			b.FailedRequests = slices.Clone(b.FailedRequests[n-MaxTrackedRequests:])
+		}
+	}
+	if !b.Open() && b.Failures >= maxFailures {
+		t := now.UTC()
+		b.State, b.OpenedAt, b.OpenedBy = BreakerOpen, &t, id
+		return true, true
+	}
+	return true, false
 }

@@ -6,11 +6,16 @@ package session
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Role is the author of a chat message.
@@ -186,9 +191,27 @@ type Record struct {
 	Compactions  int       `json:"compactions,omitempty"`
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
+	// Epoch names this incarnation of the session (a new one at every
+	// create): a store tags every value of the session with it, so that a
+	// value left by a deleted session of the same id is never read as
+	// this one's.
+	Epoch string `json:"epoch,omitempty"`
+	// CreateDigest is the digest of what created the session (CreateDigest):
+	// a create repeated with the same content is recognised and succeeds.
+	CreateDigest string `json:"create_digest,omitempty"`
+	// Pending marks a create still being written (one too large for one
+	// atomic write): the session is invisible until the create finishes.
+	Pending bool `json:"pending,omitempty"`
+	// Deleted marks a session being deleted: invisible, and no write
+	// applies to it any more.
+	Deleted bool `json:"deleted,omitempty"`
 	// Revision is the store's revision of the record, for compare-and-set.
 	Revision uint64 `json:"-"`
 }
+
+// Visible reports whether the record is a session readers see: not a create
+// still being written, not a delete under way.
+func (r *Record) Visible() bool { return !r.Pending && !r.Deleted }
 
 // Session is a loaded view of a session: its record, the latest compaction
 // (nil when none) and the messages the model still sees raw, in seq order:
@@ -222,4 +245,63 @@ type Commit struct {
 	// compaction was planned on (with its revision), from which a store may
 	// try its compare-and-set before re-reading.
 	Base *Record
+}
+
+// AppendOptions qualify an append.
+type AppendOptions struct {
+	// ExpectedHeadSeq, when set, applies the append only if the session's
+	// head seq is this one (optimistic concurrency for a runtime that wants
+	// it); otherwise nothing is written and the store answers a
+	// *HeadMovedError. An append whose messages are all stored already is
+	// answered as such whatever the head.
+	ExpectedHeadSeq *int64
+}
+
+// Appended is what an append did.
+type Appended struct {
+	// Messages are the append's messages as stored, in the order given:
+	// a new one with the seq it got, one whose id the session already held
+	// with that stored message's seq (a retried append is not applied
+	// twice).
+	Messages []Message
+	// New[i] reports whether Messages[i] was written by this append.
+	New []bool
+	// HeadSeq is the session's head after the append.
+	HeadSeq int64
+}
+
+// Applied counts the messages this append wrote.
+func (a Appended) Applied() int {
+	n := 0
+	for _, ok := range a.New {
+		if ok {
+			n++
+		}
+	}
+	return n
+}
+
+// digestNamespace roots the deterministic ids a create gives messages that
+// came without one.
+var digestNamespace = uuid.MustParse("7c1d3e0a-4b52-4f0e-9a6b-2d8f5e9c1a07")
+
+// CreateDigest is the digest of a create's content: the model, the limit and
+// each message as the runtime gave it (role, content, name, tool calls, tool
+// call id and id, if any). Token counts are left out: the store counts them.
+func CreateDigest(rec Record, msgs []Message) string {
+	h := sha256.New()
+	enc := json.NewEncoder(h)
+	_ = enc.Encode([]any{rec.SessionID, rec.Model, rec.ContextLimit, len(msgs)})
+	for i := range msgs {
+		m := &msgs[i]
+		_ = enc.Encode([]any{m.ID, m.Role, m.Content, m.Name, m.ToolCalls, m.ToolCallID})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CreatedMessageID is the id a create gives its i-th message when the
+// runtime gave it none: derived from the session and the create's digest,
+// so a repeated create writes the same ids.
+func CreatedMessageID(sessionID, digest string, i int) string {
+	return uuid.NewSHA1(digestNamespace, []byte(sessionID+"\x00"+digest+"\x00"+strconv.Itoa(i))).String()
 }

@@ -31,3 +31,28 @@ func (m *Message) Validate() error {
 	}
 	return nil
 }
+
+// Prepare validates a create's or an append's messages, gives each an id
+// (id(i) for one that came without) and its seq after head, and clears the
+// fields only a store sets. Ids must be unique within the call. Every store
+// prepares messages with it.
+func Prepare(msgs []Message, head int64, id func(i int) string) ([]Message, error) {
+	out := make([]Message, len(msgs))
+	seen := make(map[string]bool, len(msgs))
+	for i, m := range msgs {
+		if err := m.Validate(); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
+		}
+		if m.ID == "" {
+			m.ID = id(i)
+		}
+		if seen[m.ID] {
+			return nil, fmt.Errorf("%w: message %d: id %q given twice", ErrInvalid, i, m.ID)
+		}
+		seen[m.ID] = true
+		m.Seq = head + int64(i) + 1
+		m.IsCompaction, m.Compaction, m.SummarisedBy = false, nil, ""
+		out[i] = m
+	}
+	return out, nil
+}

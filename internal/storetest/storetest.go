@@ -21,14 +21,18 @@ type Store interface {
 	pipeline.SessionStore
 	Create(ctx context.Context, rec session.Record, msgs []session.Message) (session.Record, error)
 	Append(ctx context.Context, sessionID string, msgs ...session.Message) ([]session.Message, error)
+	AppendWith(ctx context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error)
 	Record(ctx context.Context, sessionID string) (session.Record, error)
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
+	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
+	Delete(ctx context.Context, sessionID string) error
 }
 
 // Breakers is a breaker store as the suite drives it.
 type Breakers interface {
 	pipeline.BreakerStore
 	List(ctx context.Context) ([]session.Breaker, error)
+	Delete(ctx context.Context, sessionID string) error
 }
 
 func text(s string) session.Content { return session.TextContent(s) }
@@ -115,7 +119,7 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 		rec, _ := s.Create(ctx, session.Record{SessionID: "c"}, conversation(5))
 		sess, _ := s.Load(ctx, "c", false)
 		c := compactionFor(rec, sess.Messages, 7, "")
-		if err := s.Commit(ctx, c); err != nil {
+		if _, err := s.Commit(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 		got, err := s.Load(ctx, "c", false)
@@ -145,14 +149,14 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 		rec, _ := s.Create(ctx, session.Record{SessionID: "d"}, conversation(5))
 		sess, _ := s.Load(ctx, "d", false)
 		first := compactionFor(rec, sess.Messages, 5, "")
-		if err := s.Commit(ctx, first); err != nil {
+		if _, err := s.Commit(ctx, first); err != nil {
 			t.Fatal(err)
 		}
 		// The same commit again, and another built on the old state.
-		if err := s.Commit(ctx, first); !errors.Is(err, session.ErrConflict) {
+		if _, err := s.Commit(ctx, first); !errors.Is(err, session.ErrConflict) {
 			t.Fatalf("repeat commit: %v, want ErrConflict", err)
 		}
-		if err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); !errors.Is(err, session.ErrConflict) {
+		if _, err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); !errors.Is(err, session.ErrConflict) {
 			t.Fatalf("stale commit: %v, want ErrConflict", err)
 		}
 		if _, comps, _ := s.History(ctx, "d"); len(comps) != 1 {
@@ -206,7 +210,7 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 		}()
 		go func() {
 			defer wg.Done()
-			if err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); err != nil {
+			if _, err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -214,6 +218,104 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 		got, _ := s.Load(ctx, "e", false)
 		if got.Record.HeadSeq != 31 || len(got.Messages) != 1+4+20 {
 			t.Fatalf("head %d, %d raw messages: an append was lost", got.Record.HeadSeq, len(got.Messages))
+		}
+	})
+	t.Run("a repeated create succeeds, another is refused", func(t *testing.T) {
+		s := newStore(t)
+		msgs := conversation(2)
+		first, err := s.Create(ctx, session.Record{SessionID: "g", Model: "gpt-4o"}, msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := s.Create(ctx, session.Record{SessionID: "g", Model: "gpt-4o"}, conversation(2))
+		if err != nil || again.HeadSeq != first.HeadSeq || again.Epoch != first.Epoch {
+			t.Fatalf("repeated create: %+v %v, want the first one %+v", again, err, first)
+		}
+		all, _, _ := s.History(ctx, "g")
+		if len(all) != 5 || all[0].ID == "" {
+			t.Fatalf("%d messages after a repeated create, want 5", len(all))
+		}
+		other := conversation(2)
+		other[1].Content = text("another question")
+		if _, err := s.Create(ctx, session.Record{SessionID: "g", Model: "gpt-4o"}, other); !errors.Is(err, session.ErrExists) {
+			t.Fatalf("create with other content: %v, want ErrExists", err)
+		}
+		dup := conversation(1)
+		dup[0].ID, dup[1].ID = "same", "same"
+		if _, err := s.Create(ctx, session.Record{SessionID: "h"}, dup); !errors.Is(err, session.ErrInvalid) {
+			t.Fatalf("ids given twice: %v, want ErrInvalid", err)
+		}
+	})
+	t.Run("appends with ids apply once", func(t *testing.T) {
+		s := newStore(t)
+		s.Create(ctx, session.Record{SessionID: "i"}, conversation(1))
+		batch := []session.Message{{ID: "u-1", Role: session.RoleUser, Content: text("hi")}, {ID: "a-1", Role: session.RoleAssistant, Content: text("hello")}}
+		a, err := s.AppendWith(ctx, "i", batch, session.AppendOptions{})
+		if err != nil || a.Applied() != 2 || a.HeadSeq != 5 || a.Messages[0].Seq != 4 || a.Messages[1].Seq != 5 {
+			t.Fatalf("first append: %+v %v", a, err)
+		}
+		again, err := s.AppendWith(ctx, "i", batch, session.AppendOptions{})
+		if err != nil || again.Applied() != 0 || again.HeadSeq != 5 || again.Messages[0].Seq != 4 || again.Messages[1].Seq != 5 {
+			t.Fatalf("repeated append: %+v %v, want nothing applied and the stored seqs", again, err)
+		}
+		more := append(batch, session.Message{ID: "u-2", Role: session.RoleUser, Content: text("next")})
+		part, err := s.AppendWith(ctx, "i", more, session.AppendOptions{})
+		if err != nil || part.Applied() != 1 || !part.New[2] || part.Messages[2].Seq != 6 {
+			t.Fatalf("append with one new id: %+v %v", part, err)
+		}
+		stale := int64(3)
+		_, err = s.AppendWith(ctx, "i", []session.Message{{ID: "u-3", Role: session.RoleUser, Content: text("late")}}, session.AppendOptions{ExpectedHeadSeq: &stale})
+		var moved *session.HeadMovedError
+		if !errors.As(err, &moved) || moved.Head != 6 {
+			t.Fatalf("append at a stale head: %v, want HeadMovedError with head 6", err)
+		}
+		// A retry of an applied append is answered whatever the head.
+		if r, err := s.AppendWith(ctx, "i", batch, session.AppendOptions{ExpectedHeadSeq: &stale}); err != nil || r.Applied() != 0 {
+			t.Fatalf("retry at a stale head: %+v %v", r, err)
+		}
+		head := int64(6)
+		if r, err := s.AppendWith(ctx, "i", []session.Message{{ID: "u-3", Role: session.RoleUser, Content: text("now")}}, session.AppendOptions{ExpectedHeadSeq: &head}); err != nil || r.HeadSeq != 7 {
+			t.Fatalf("append at the head: %+v %v", r, err)
+		}
+		if m, err := s.Message(ctx, "i", 4); err != nil || m.ID != "u-1" || m.Content.Text != "hi" {
+			t.Fatalf("Message 4: %+v %v", m, err)
+		}
+		if _, err := s.Message(ctx, "i", 8); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Message past the head: %v", err)
+		}
+		all, _, _ := s.History(ctx, "i")
+		if len(all) != 7 {
+			t.Fatalf("%d messages, want 7", len(all))
+		}
+	})
+	t.Run("delete removes everything and repeats", func(t *testing.T) {
+		s := newStore(t)
+		rec, _ := s.Create(ctx, session.Record{SessionID: "j"}, conversation(5))
+		sess, _ := s.Load(ctx, "j", false)
+		if _, err := s.Commit(ctx, compactionFor(rec, sess.Messages, 7, "")); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := s.Delete(ctx, "j"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.Load(ctx, "j", false); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Load after delete: %v", err)
+		}
+		if _, err := s.Compaction(ctx, "j", "comp-j-7"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("a compaction outlived its session: %v", err)
+		}
+		if _, err := s.Append(ctx, "j", session.Message{Role: session.RoleUser, Content: text("x")}); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Append after delete: %v", err)
+		}
+		// The id is free again, and the old messages do not come back.
+		if _, err := s.Create(ctx, session.Record{SessionID: "j"}, conversation(1)); err != nil {
+			t.Fatal(err)
+		}
+		all, comps, _ := s.History(ctx, "j")
+		if len(all) != 3 || len(comps) != 0 {
+			t.Fatalf("recreated session: %d messages, %d compactions", len(all), len(comps))
 		}
 	})
 }
@@ -229,7 +331,7 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 		}
 		opened := 0
 		for i := 1; i <= 4; i++ {
-			br, o, err := b.RecordFailure(ctx, "s", fmt.Sprint("fail ", i), 3, now)
+			br, o, err := b.RecordFailure(ctx, "s", fmt.Sprint("req-", i), fmt.Sprint("fail ", i), 3, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,8 +363,8 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 		if _, ok, err := b.Probe(ctx, "p", time.Minute, now); err != nil || ok {
 			t.Fatalf("a closed breaker let a probe through: %v %v", ok, err)
 		}
-		for range 3 {
-			b.RecordFailure(ctx, "p", "x", 3, now)
+		for i := range 3 {
+			b.RecordFailure(ctx, "p", fmt.Sprint("req-", i), "x", 3, now)
 		}
 		if _, ok, _ := b.Probe(ctx, "p", time.Minute, now.Add(30*time.Second)); ok {
 			t.Fatal("probe before the cooldown")
@@ -301,11 +403,11 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 		var wg sync.WaitGroup
 		var mu sync.Mutex
 		opened := 0
-		for range 10 {
+		for i := range 10 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, o, err := b.RecordFailure(ctx, "c", "x", 5, now)
+				_, o, err := b.RecordFailure(ctx, "c", fmt.Sprint("req-", i), "x", 5, now)
 				if err != nil {
 					t.Error(err)
 				}
@@ -320,6 +422,28 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 		br, _ := b.Breaker(ctx, "c")
 		if br.Failures != 10 || opened != 1 {
 			t.Fatalf("failures %d opened %d, want 10 and 1", br.Failures, opened)
+		}
+	})
+	t.Run("a request's failure counts once", func(t *testing.T) {
+		b := newStore(t)
+		for range 3 { // one request's redeliveries
+			br, o, err := b.RecordFailure(ctx, "r", "req-1", "x", 2, now)
+			if err != nil || o || br.Failures != 1 {
+				t.Fatalf("redelivered failure: %+v opened %v %v", br, o, err)
+			}
+		}
+		br, o, _ := b.RecordFailure(ctx, "r", "req-2", "y", 2, now)
+		if !o || br.Failures != 2 || br.OpenedBy != "req-2" {
+			t.Fatalf("second request: %+v opened %v", br, o)
+		}
+		if err := b.Delete(ctx, "r"); err != nil {
+			t.Fatal(err)
+		}
+		if br, _ := b.Breaker(ctx, "r"); br.Open() || br.Failures != 0 {
+			t.Fatalf("after delete: %+v", br)
+		}
+		if err := b.Delete(ctx, "r"); err != nil {
+			t.Fatalf("second delete: %v", err)
 		}
 	})
 }

@@ -1,0 +1,383 @@
+// Package app wires the service — the NATS connection (to an embedded
+// server or an existing one), provisioning, the stores, the pipeline, the
+// durable consumer, the micro endpoints, /metrics and the idle-session
+// sweeper — and runs its parts as one group: the first to stop (an error,
+// or the end of the context) stops the others (github.com/oklog/run); then
+// the connection drains and the embedded server stops. serve, demo and
+// bench build the service through it, so they run what a user deploys.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/run"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/metrics"
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/sessions"
+)
+
+// Config is everything the service is built from.
+type Config struct {
+	// NATSURL is the server to connect to; empty runs an embedded one
+	// with Embedded.
+	NATSURL  string
+	Creds    string
+	Embedded embedded.Options
+	// ConnName names the connection (default "compactor").
+	ConnName string
+
+	// Provision creates or updates the streams, buckets and consumer at
+	// start; Replicas, AckWait and MaxDeliver size them.
+	Provision  bool
+	Replicas   int
+	AckWait    time.Duration
+	MaxDeliver int
+
+	// Workers bounds the requests held at once (consumer) and the
+	// synchronous compactions at once (endpoint).
+	Workers       int
+	ShutdownGrace time.Duration
+	// Source is the CloudEvents source of the events published.
+	Source string
+	// MetricsAddr serves /metrics and /healthz ("": off).
+	MetricsAddr string
+	// SessionTTL deletes sessions nobody wrote to for that long (0: keep
+	// them), checked every SweepEvery (default a tenth of it, within
+	// 1 s..5 min).
+	SessionTTL time.Duration
+	SweepEvery time.Duration
+	// Version is the service's SemVer version (micro).
+	Version string
+
+	Pipeline   pipeline.Config
+	Models     *models.Table
+	Summarizer pipeline.Summarizer
+	Logger     *slog.Logger
+	// RetryDelay overrides the consumer's redelivery delays (tests).
+	RetryDelay func(delivered uint64) time.Duration
+}
+
+// App is a started service.
+type App struct {
+	// URL is the NATS server the service uses.
+	URL string
+	// NC and JS are the service's connection.
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Server   *server.Server // the embedded server, if any
+	Sessions *sessions.Service
+	Pipeline *pipeline.Service
+	Consumer *consumer.Consumer
+	Metrics  *metrics.Metrics
+	// MetricsAddr is where /metrics listens ("" when off).
+	MetricsAddr string
+
+	log    *slog.Logger
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// Start builds the service and starts its parts. It returns once the
+// service is provisioned and its endpoints are up (the consumer starts
+// pulling at once); Wait returns when it has stopped: after ctx's end
+// (a clean shutdown, nil), or after one part failed (its error).
+func Start(ctx context.Context, cfg Config) (a *App, err error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Summarizer == nil {
+		return nil, errors.New("app: a summarizer is required")
+	}
+	if cfg.Models == nil {
+		cfg.Models = models.Default()
+	}
+	if cfg.ConnName == "" {
+		cfg.ConnName = "compactor"
+	}
+	a = &App{log: log, done: make(chan struct{})}
+	var cleanups []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanups) - 1; i >= 0; i-- {
+				cleanups[i]()
+			}
+		}
+	}()
+
+	a.URL = cfg.NATSURL
+	if a.URL == "" {
+		eo := cfg.Embedded
+		if eo.Logger == nil {
+			eo.Logger = log
+		}
+		if a.Server, err = embedded.Start(eo); err != nil {
+			return nil, err
+		}
+		srv := a.Server
+		cleanups = append(cleanups, func() { embedded.Stop(srv) })
+		a.URL = srv.ClientURL()
+		log.Info("embedded nats-server started", slog.String("url", a.URL), slog.String("data_dir", eo.DataDir))
+	}
+	closed := make(chan struct{})
+	opts := []nats.Option{nats.Name(cfg.ConnName), nats.Timeout(5 * time.Second),
+		nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS", slog.String("error", err.Error()))
+			}
+		}),
+		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", slog.String("url", c.ConnectedUrlRedacted())) }),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
+		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
+			subj := ""
+			if s != nil {
+				subj = s.Subject
+			}
+			log.Warn("nats", slog.String("subject", subj), slog.String("error", err.Error()))
+		})}
+	if cfg.Creds != "" {
+		opts = append(opts, nats.UserCredentials(cfg.Creds))
+	}
+	if a.NC, err = nats.Connect(a.URL, opts...); err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", a.URL, err)
+	}
+	nc := a.NC
+	cleanups = append(cleanups, func() { nc.Close() })
+	if a.JS, err = jetstream.New(nc); err != nil {
+		return nil, err
+	}
+
+	setup, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelSetup()
+	if cfg.Provision {
+		if err := ProvisionAll(setup, a.JS, cfg.Replicas, cfg.AckWait, cfg.MaxDeliver); err != nil {
+			return nil, err
+		}
+	}
+	store, err := kvstore.NewSessions(setup, nc, a.JS)
+	if err != nil {
+		return nil, bucketHint(err)
+	}
+	breakers, err := kvstore.NewBreakers(setup, nc, a.JS)
+	if err != nil {
+		return nil, bucketHint(err)
+	}
+	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log)); err != nil {
+		return nil, err
+	}
+	a.Sessions = sessions.New(store, breakers, cfg.Models)
+	a.Metrics = metrics.New(func() consumer.Stats { return a.Consumer.Stats() })
+	a.Consumer = consumer.New(nc, a.JS, a.Pipeline, consumer.Options{Workers: cfg.Workers, Source: cfg.Source, Logger: log,
+		ShutdownGrace: cfg.ShutdownGrace, Observe: a.Metrics.Observe, RetryDelay: cfg.RetryDelay})
+	pub := &events.Publisher{JS: a.JS, Source: cfg.Source}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.cancel = cancel
+	cleanups = append(cleanups, cancel)
+	apiSrv, err := api.Start(runCtx, nc, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: breakers,
+		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: a.Metrics.Observe, ShutdownGrace: cfg.ShutdownGrace,
+		Stats: func() any { return a.Consumer.Stats() }})
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, func() { _ = apiSrv.Stop() })
+
+	var g run.Group
+	// The caller's context: its end is a clean shutdown.
+	g.Add(func() error {
+		select {
+		case <-ctx.Done():
+		case <-runCtx.Done():
+		}
+		return nil
+	}, func(error) { cancel() })
+	// The consumer, which drains, releases and waits for its work itself.
+	consCtx, stopCons := context.WithCancel(runCtx)
+	g.Add(func() error {
+		if err := a.Consumer.Run(consCtx); err != nil {
+			return fmt.Errorf("consumer stopped: %w", err)
+		}
+		return nil
+	}, func(error) { stopCons() })
+	// The micro endpoints: stopping them lets synchronous compactions
+	// finish within the grace.
+	apiStopped := make(chan struct{})
+	g.Add(func() error { <-apiStopped; return nil }, func(error) {
+		if err := apiSrv.Stop(); err != nil {
+			log.Warn("stop micro service", slog.String("error", err.Error()))
+		}
+		close(apiStopped)
+	})
+	// The connection: closed under the service, nothing works any more.
+	connDone := make(chan struct{})
+	g.Add(func() error {
+		select {
+		case <-closed:
+			return errors.New("the NATS connection closed")
+		case <-connDone:
+			return nil
+		}
+	}, func(error) { close(connDone) })
+	if cfg.MetricsAddr != "" {
+		l, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-addr %s: %w", cfg.MetricsAddr, err)
+		}
+		a.MetricsAddr = l.Addr().String()
+		hs := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 5 * time.Second}
+		g.Add(func() error {
+			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics server: %w", err)
+			}
+			return nil
+		}, func(error) {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer scancel()
+			_ = hs.Shutdown(sctx)
+		})
+		log.Info("metrics", slog.String("url", "http://"+a.MetricsAddr+"/metrics"))
+	}
+	if cfg.SessionTTL > 0 {
+		sweepCtx, stopSweep := context.WithCancel(runCtx)
+		every := cfg.SweepEvery
+		if every <= 0 {
+			every = min(max(cfg.SessionTTL/10, time.Second), 5*time.Minute)
+		}
+		g.Add(func() error { a.sweep(sweepCtx, cfg.SessionTTL, every); return nil }, func(error) { stopSweep() })
+	}
+
+	log.Info("serving", slog.String("nats_url", redact(a.URL)), slog.Int("workers", cfg.Workers),
+		slog.String("consumer", consumer.RequestStream+"/"+consumer.Durable), slog.Duration("session_ttl", cfg.SessionTTL))
+	go func() {
+		defer close(a.done)
+		a.err = g.Run()
+		log.Info("shutting down")
+		// Drain flushes the acks and results still buffered, then closes.
+		if err := nc.Drain(); err == nil {
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				log.Warn("NATS drain did not finish in 10s")
+			}
+		}
+		if a.Server != nil {
+			embedded.Stop(a.Server)
+		}
+		if a.err == nil {
+			log.Info("stopped")
+		}
+	}()
+	return a, nil
+}
+
+// Run starts the service and serves until ctx ends (nil) or a part fails.
+func Run(ctx context.Context, cfg Config) error {
+	a, err := Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	return a.Wait()
+}
+
+// Wait returns when the service has stopped, with the error that stopped
+// it (nil for a clean shutdown).
+func (a *App) Wait() error {
+	<-a.done
+	return a.err
+}
+
+// Stop shuts the service down cleanly and waits for it.
+func (a *App) Stop() error {
+	a.cancel()
+	return a.Wait()
+}
+
+// handler serves /metrics and /healthz (200 while connected to NATS).
+func (a *App) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", a.Metrics.Handler())
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if !a.NC.IsConnected() {
+			http.Error(w, "not connected to NATS: "+a.NC.Status().String(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	return mux
+}
+
+// sweep deletes idle sessions every period (jittered, so replicas spread
+// out; each delete is a compare-and-set, so replicas sweeping at once are
+// harmless).
+func (a *App) sweep(ctx context.Context, ttl, every time.Duration) {
+	for {
+		t := time.NewTimer(time.Duration(float64(every) * (0.75 + rand.Float64()/2)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		n, err := a.Sessions.Sweep(ctx, ttl)
+		if err != nil && ctx.Err() == nil {
+			a.log.Warn("session sweep", slog.String("error", err.Error()))
+		}
+		if n > 0 {
+			a.log.Info("idle sessions deleted", slog.Int("sessions", n), slog.Duration("session_ttl", ttl))
+		}
+	}
+}
+
+// ProvisionAll provisions the buckets, the streams and the consumer.
+func ProvisionAll(ctx context.Context, js jetstream.JetStream, replicas int, ackWait time.Duration, maxDeliver int) error {
+	if err := kvstore.Provision(ctx, js, replicas); err != nil {
+		return permissionHint(err)
+	}
+	if err := consumer.Provision(ctx, js, consumer.Settings{Replicas: replicas, AckWait: ackWait, MaxDeliver: maxDeliver}); err != nil {
+		return permissionHint(err)
+	}
+	return nil
+}
+
+func permissionHint(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
+		return fmt.Errorf("%w (a NATS user without the right to create streams sees a timeout: provision as an admin with `compactor provision`, then serve with --provision=false)", err)
+	}
+	return err
+}
+
+func bucketHint(err error) error {
+	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w (run `compactor serve` or `compactor provision` against this server first)", err)
+	}
+	return err
+}
+
+// redact hides a password in a URL for logs.
+func redact(url string) string {
+	if at := strings.LastIndex(url, "@"); at > 0 {
+		if i := strings.Index(url, "://"); i >= 0 && i < at {
+			return url[:i+3] + "***" + url[at:]
+		}
+	}
+	return url
+}

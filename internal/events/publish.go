@@ -1,0 +1,184 @@
+package events
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// DefaultSource is the CloudEvents source of the events the service writes.
+const DefaultSource = "urn:compactor"
+
+// publishTimeout bounds one publish; results are published even while the
+// service shuts down, so it does not follow the caller's cancellation.
+const publishTimeout = 10 * time.Second
+
+// Publisher writes the service's events to COMPACTION_EVENTS in binary
+// mode, each with a deterministic id that is also its Nats-Msg-Id, so a
+// publish repeated after a crash or a redelivery is stored once. Both
+// drivers (the durable consumer and the synchronous compact endpoint)
+// publish through it, by the one rule of Dispose.
+type Publisher struct {
+	JS     jetstream.JetStream
+	Source string
+	Now    func() time.Time
+}
+
+func (p *Publisher) now() time.Time {
+	if p.Now != nil {
+		return p.Now()
+	}
+	return time.Now()
+}
+
+func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data any) error {
+	src := p.Source
+	if src == "" {
+		src = DefaultSource
+	}
+	ev, err := NewEvent(id, typ, src, sessionID, p.now(), data)
+	if err != nil {
+		return fmt.Errorf("build %s event: %w", typ, err)
+	}
+	h, body := EncodeBinary(ev)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	if _, err := p.JS.PublishMsg(ctx, &nats.Msg{Subject: Subject(typ, sessionID), Header: h, Data: body}); err != nil {
+		return fmt.Errorf("publish %s: %w", typ, err)
+	}
+	return nil
+}
+
+// Result publishes what a request's result says: CompactionCircuitOpened
+// when it opened the breaker, its one result event (CompactionCompleted or
+// CompactionFailed), and CompactionCircuitClosed when it was a probe that
+// closed the breaker.
+func (p *Publisher) Result(ctx context.Context, res *pipeline.Result) error {
+	if res.CircuitOpened {
+		if err := p.CircuitOpened(ctx, res); err != nil {
+			return err
+		}
+	}
+	if err := p.Outcome(ctx, res); err != nil {
+		return err
+	}
+	if res.CircuitClosed {
+		b := session.Breaker{SessionID: res.SessionID, Failures: res.Failures}
+		if res.Breaker != nil {
+			b = *res.Breaker
+		}
+		return p.CircuitClosed(ctx, b, "probe")
+	}
+	return nil
+}
+
+// Outcome publishes only the result event of a request.
+func (p *Publisher) Outcome(ctx context.Context, res *pipeline.Result) error {
+	id := RequestResultID(res.RequestID)
+	if res.Failed {
+		return p.publish(ctx, id, TypeCompactionFailed, res.SessionID, FailedData(res))
+	}
+	return p.publish(ctx, id, TypeCompactionCompleted, res.SessionID, res)
+}
+
+// CircuitOpened publishes CompactionCircuitOpened for the failure that
+// opened a breaker.
+func (p *Publisher) CircuitOpened(ctx context.Context, res *pipeline.Result) error {
+	d := CircuitOpenedData(res)
+	return p.publish(ctx, CircuitID(res.SessionID, d.OpenedAt, TypeCompactionCircuitOpened),
+		TypeCompactionCircuitOpened, res.SessionID, d)
+}
+
+// CircuitClosed publishes CompactionCircuitClosed for breaker prev (its
+// state while open), closed by "operator" or "probe".
+func (p *Publisher) CircuitClosed(ctx context.Context, prev session.Breaker, by string) error {
+	var opened time.Time
+	if prev.OpenedAt != nil {
+		opened = *prev.OpenedAt
+	}
+	d := CircuitClosed{SessionID: prev.SessionID, Failures: prev.Failures, ClosedAt: p.now().UTC(), By: by}
+	return p.publish(ctx, CircuitID(prev.SessionID, opened, TypeCompactionCircuitClosed),
+		TypeCompactionCircuitClosed, prev.SessionID, d)
+}
+
+// Disposition is what a driver does with a request's result: the durable
+// consumer and the synchronous compact endpoint follow the one rule of
+// Dispose, so what is published for a request does not depend on how it
+// came.
+type Disposition int
+
+// Dispositions.
+const (
+	// Answer: publish the result's events, then acknowledge the request
+	// (the consumer) or reply with it (the endpoint).
+	Answer Disposition = iota
+	// Retry: publish nothing; the request is tried again (the consumer
+	// redelivers it later; the endpoint answers 503 and its caller repeats
+	// it with the same request id). Its one result event is still to come.
+	Retry
+	// Reject: publish the CompactionFailed and keep the request as a dead
+	// letter (the consumer) or answer it as refused (the endpoint): no
+	// retry can change the answer.
+	Reject
+)
+
+// Dispose decides what happens to a request's result. interrupted says the
+// driver itself stopped the work (its shutdown, its caller gone): the work
+// was not done, so nothing is published. last says no retry will follow
+// (the consumer's last delivery): a transient failure is then answered.
+//
+// A summary that failed after the provider's retry budget is answered at
+// once (CompactionFailed, summary_failed, retryable): the runtime learns
+// it, and the breaker counts the request once. Failures of the store or of
+// the process (persist_failed, a timeout) are retried.
+func Dispose(res *pipeline.Result, interrupted, last bool) Disposition {
+	switch {
+	case !res.Failed:
+		return Answer
+	case interrupted:
+		return Retry
+	case res.Reason == pipeline.ReasonInvalidRequest, res.Reason == pipeline.ReasonCorruptSession:
+		return Reject
+	case res.Retryable && res.Reason != pipeline.ReasonSummaryFailed && !last:
+		return Retry
+	}
+	return Answer
+}
+
+// ResetBreaker closes a session's breaker and, when it was open, publishes
+// CompactionCircuitClosed (by "operator"). It returns the breaker's state
+// before the reset. Resetting a closed breaker changes and publishes
+// nothing; resetting one opening twice publishes one event.
+func ResetBreaker(ctx context.Context, svc *pipeline.Service, pub *Publisher, sessionID string) (session.Breaker, error) {
+	prev, err := svc.ResetBreaker(ctx, sessionID)
+	if err != nil {
+		return prev, err
+	}
+	if prev.Open() {
+		if err := pub.CircuitClosed(ctx, prev, "operator"); err != nil {
+			return prev, err
+		}
+	}
+	return prev, nil
+}
+
+// ResetAll resets every breaker in list (an operator's move after an
+// outage) and returns the states before the reset, stopping at the first
+// error.
+func ResetAll(ctx context.Context, svc *pipeline.Service, pub *Publisher, list []session.Breaker) ([]session.Breaker, error) {
+	out := make([]session.Breaker, 0, len(list))
+	for _, b := range list {
+		prev, err := ResetBreaker(ctx, svc, pub, b.SessionID)
+		if err != nil {
+			return out, fmt.Errorf("reset breaker %s: %w", b.SessionID, err)
+		}
+		out = append(out, prev)
+	}
+	return out, nil
+}

@@ -1,0 +1,369 @@
+// Package sessions holds what runtimes and operators do with a session —
+// create it, append to it, read what the model sees, read one stored
+// message, delete it — over any store that keeps sessions: the JetStream KV
+// store in the service, the in-memory one for files and tests. Transports
+// (the micro endpoints, the CLI) decode, call these and answer; the rules
+// live here once.
+//
+// Writes are safe to repeat: a create repeated with the same content
+// succeeds, an append's messages are written once each (by id). So the use
+// cases retry a store that is briefly unavailable (a leader failover) within
+// a bound, and a caller that got no answer may simply send again.
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// Store keeps sessions: the pipeline's interface plus what runtimes use.
+type Store interface {
+	pipeline.SessionStore
+	// Create stores a new session with its first messages, all or nothing;
+	// the same create again answers the session, another content for the
+	// id session.ErrExists.
+	Create(ctx context.Context, rec session.Record, msgs []session.Message) (session.Record, error)
+	// AppendWith adds messages at the head, each id once.
+	AppendWith(ctx context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error)
+	Record(ctx context.Context, sessionID string) (session.Record, error)
+	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
+	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
+	// Delete removes every value of the session; none is not an error.
+	Delete(ctx context.Context, sessionID string) error
+}
+
+// Breakers is what deleting a session needs of the breaker store.
+type Breakers interface {
+	Delete(ctx context.Context, sessionID string) error
+}
+
+// DefaultRetryFor bounds how long a use case retries a store that is
+// unavailable (a leader election on a cluster takes a few seconds).
+const DefaultRetryFor = 15 * time.Second
+
+// DefaultModel is a session's model when its creator names none.
+const DefaultModel = "gpt-4o"
+
+// MaxMessagesPerCall bounds the messages of one create or append call
+// through a transport (one request): larger sessions are created, then
+// appended to, in several calls.
+const MaxMessagesPerCall = 499
+
+// Service runs the use cases. It is safe for concurrent use.
+type Service struct {
+	store    Store
+	breakers Breakers
+	table    *models.Table
+	retryFor time.Duration
+}
+
+// Option tunes a Service.
+type Option func(*Service)
+
+// WithRetryFor sets how long an unavailable store is retried (0: not at
+// all).
+func WithRetryFor(d time.Duration) Option { return func(s *Service) { s.retryFor = max(d, 0) } }
+
+// New returns the use cases over store and breakers (nil: deleting a
+// session leaves its breaker), counting tokens with table's encodings
+// (nil: the shipped table).
+func New(store Store, breakers Breakers, table *models.Table, opts ...Option) *Service {
+	if table == nil {
+		table = models.Default()
+	}
+	s := &Service{store: store, breakers: breakers, table: table, retryFor: DefaultRetryFor}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Store returns the store the service writes to.
+func (s *Service) Store() Store { return s.store }
+
+// retry runs f until it succeeds, fails for a reason other than an
+// unavailable store, or retryFor has passed, with jittered backoff.
+func (s *Service) retry(ctx context.Context, f func() error) error {
+	deadline := time.Now().Add(s.retryFor)
+	wait := 100 * time.Millisecond
+	for {
+		err := f()
+		if !errors.Is(err, session.ErrUnavailable) || !time.Now().Add(wait).Before(deadline) {
+			return err
+		}
+		t := time.NewTimer(time.Duration(float64(wait) * (0.5 + rand.Float64())))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+func (s *Service) counter(model string) (*tokens.Counter, error) {
+	return tokens.ForEncoding(s.table.Lookup(model).Encoding)
+}
+
+// LimitOf is a session's context limit: its own, else its model's window.
+func (s *Service) LimitOf(rec session.Record) int {
+	if rec.ContextLimit > 0 {
+		return rec.ContextLimit
+	}
+	return s.table.Lookup(rec.Model).ContextWindow
+}
+
+// Created is what creating a session answers (the same when repeated).
+type Created struct {
+	SessionID    string `json:"session_id"`
+	Model        string `json:"model"`
+	ContextLimit int    `json:"context_limit"`
+	Messages     int    `json:"messages"`
+	HeadSeq      int64  `json:"head_seq"`
+	Tokens       int    `json:"tokens"`
+}
+
+// Create stores a new session with msgs, each counted with the model's
+// encoding (an empty id gets a new UUID; an empty model DefaultModel). It
+// returns session.ErrExists for an id taken by another content and
+// session.ErrInvalid for a bad id or message; repeated with the same
+// content it succeeds and changes nothing.
+func (s *Service) Create(ctx context.Context, rec session.Record, msgs []session.Message) (Created, error) {
+	if rec.SessionID == "" {
+		rec.SessionID = uuid.NewString()
+	}
+	if rec.Model == "" {
+		rec.Model = DefaultModel
+	}
+	if rec.ContextLimit < 0 {
+		return Created{}, fmt.Errorf("%w: context_limit must be >= 0", session.ErrInvalid)
+	}
+	c, err := s.counter(rec.Model)
+	if err != nil {
+		return Created{}, err
+	}
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		msgs[i].Tokens = 0 // counted here, never trusted from the caller
+		c.Ensure(&msgs[i])
+	}
+	total := c.Context(msgs) // as the context is counted: with the reply priming
+	var stored session.Record
+	err = s.retry(ctx, func() (err error) {
+		stored, err = s.store.Create(ctx, rec, msgs)
+		return err
+	})
+	if err != nil {
+		return Created{}, err
+	}
+	return Created{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: s.LimitOf(rec), Messages: len(msgs),
+		HeadSeq: stored.HeadSeq, Tokens: total}, nil
+}
+
+// Appended is what an append answers.
+type Appended struct {
+	SessionID string `json:"session_id"`
+	// Status is "applied" when the append wrote messages, "not_applied"
+	// when every message's id was stored already (a repeated append).
+	Status string `json:"status"`
+	// HeadSeq is the session's head after the append.
+	HeadSeq  int64             `json:"head_seq"`
+	Messages []AppendedMessage `json:"messages"`
+	// IDs, FirstSeq and LastSeq sum up Messages.
+	IDs      []string `json:"ids"`
+	FirstSeq int64    `json:"first_seq"`
+	LastSeq  int64    `json:"last_seq"`
+	// Tokens counts the messages applied.
+	Tokens int `json:"tokens"`
+}
+
+// AppendedMessage says where one message of an append is.
+type AppendedMessage struct {
+	ID      string `json:"id"`
+	Seq     int64  `json:"seq"`
+	Applied bool   `json:"applied"`
+}
+
+// Append statuses.
+const (
+	StatusApplied    = "applied"
+	StatusNotApplied = "not_applied"
+)
+
+// Append adds msgs at the session's head, counted with the session model's
+// encoding. A message whose id the session holds is not written again
+// (give ids to make a retried append safe: one without gets a new UUID).
+// With opt.ExpectedHeadSeq set it applies only at that head, else it
+// returns a *session.HeadMovedError.
+func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message, opt session.AppendOptions) (Appended, error) {
+	if len(msgs) == 0 {
+		return Appended{}, fmt.Errorf("%w: messages is required", session.ErrInvalid)
+	}
+	var rec session.Record
+	err := s.retry(ctx, func() (err error) {
+		rec, err = s.store.Record(ctx, sid)
+		return err
+	})
+	if err != nil {
+		return Appended{}, err
+	}
+	c, err := s.counter(rec.Model)
+	if err != nil {
+		return Appended{}, err
+	}
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		if msgs[i].ID == "" {
+			msgs[i].ID = uuid.NewString() // once: every retry below writes the same id
+		}
+		msgs[i].Tokens = 0
+		c.Ensure(&msgs[i])
+	}
+	var a session.Appended
+	err = s.retry(ctx, func() (err error) {
+		a, err = s.store.AppendWith(ctx, sid, msgs, opt)
+		return err
+	})
+	if err != nil {
+		return Appended{}, err
+	}
+	out := Appended{SessionID: sid, Status: StatusNotApplied, HeadSeq: a.HeadSeq}
+	for i, m := range a.Messages {
+		out.Messages = append(out.Messages, AppendedMessage{ID: m.ID, Seq: m.Seq, Applied: a.New[i]})
+		out.IDs = append(out.IDs, m.ID)
+		if a.New[i] {
+			out.Status = StatusApplied
+			out.Tokens += m.Tokens
+		}
+	}
+	out.FirstSeq, out.LastSeq = a.Messages[0].Seq, a.Messages[len(a.Messages)-1].Seq
+	return out, nil
+}
+
+// ContextView is what the model sees now: pinned messages, the summary and
+// the raw tail, with their token count.
+type ContextView struct {
+	SessionID    string            `json:"session_id"`
+	Model        string            `json:"model"`
+	ContextLimit int               `json:"context_limit"`
+	HeadSeq      int64             `json:"head_seq"`
+	Tokens       int               `json:"tokens"`
+	CompactionID string            `json:"compaction_id,omitempty"`
+	Messages     []session.Message `json:"messages"`
+}
+
+// Context returns what the model sees now for the session.
+func (s *Service) Context(ctx context.Context, sid string) (ContextView, error) {
+	var sess *session.Session
+	err := s.retry(ctx, func() (err error) {
+		sess, err = s.store.Load(ctx, sid, false)
+		return err
+	})
+	if err != nil {
+		return ContextView{}, err
+	}
+	c, err := s.counter(sess.Record.Model)
+	if err != nil {
+		return ContextView{}, err
+	}
+	msgs := pipeline.ContextOf(sess)
+	return ContextView{SessionID: sid, Model: sess.Record.Model, ContextLimit: s.LimitOf(sess.Record), HeadSeq: sess.Record.HeadSeq,
+		Tokens: c.Context(msgs), CompactionID: sess.Record.CompactionID, Messages: msgs}, nil
+}
+
+// Message returns the session's stored message with seq, summarised or
+// not: the original of what a compaction summarised.
+func (s *Service) Message(ctx context.Context, sid string, seq int64) (session.Message, error) {
+	var m session.Message
+	err := s.retry(ctx, func() (err error) {
+		m, err = s.store.Message(ctx, sid, seq)
+		return err
+	})
+	return m, err
+}
+
+// History is a session's record, every message (summarised ones marked
+// with summarised_by) and every committed compaction.
+type History struct {
+	Record      session.Record    `json:"record"`
+	Messages    []session.Message `json:"messages"`
+	Compactions []session.Message `json:"compactions"`
+}
+
+// History returns the session's full history: nothing is ever dropped.
+func (s *Service) History(ctx context.Context, sid string) (History, error) {
+	var h History
+	err := s.retry(ctx, func() (err error) {
+		if h.Record, err = s.store.Record(ctx, sid); err != nil {
+			return err
+		}
+		h.Messages, h.Compactions, err = s.store.History(ctx, sid)
+		return err
+	})
+	if h.Compactions == nil {
+		h.Compactions = []session.Message{}
+	}
+	return h, err
+}
+
+// Deleted is what deleting a session answers: the same whether it existed
+// or not, so a repeated delete answers the same.
+type Deleted struct {
+	SessionID string `json:"session_id"`
+	Deleted   bool   `json:"deleted"`
+}
+
+// Delete removes every trace of the session: its record, messages (large
+// ones' chunks too), id index, compactions and breaker.
+func (s *Service) Delete(ctx context.Context, sid string) (Deleted, error) {
+	err := s.retry(ctx, func() error {
+		if err := s.store.Delete(ctx, sid); err != nil {
+			return err
+		}
+		if s.breakers != nil {
+			return s.breakers.Delete(ctx, sid)
+		}
+		return nil
+	})
+	if err != nil {
+		return Deleted{}, err
+	}
+	return Deleted{SessionID: sid, Deleted: true}, nil
+}
+
+// Sweeper is a store that can delete idle sessions itself.
+type Sweeper interface {
+	// Sweep deletes the sessions nobody wrote to within ttl and returns
+	// their ids.
+	Sweep(ctx context.Context, ttl time.Duration) ([]string, error)
+}
+
+// Sweep deletes the sessions nobody wrote to within ttl, with their
+// breakers, and returns how many; a store that cannot sweep deletes none.
+func (s *Service) Sweep(ctx context.Context, ttl time.Duration) (int, error) {
+	sw, ok := s.store.(Sweeper)
+	if !ok || ttl <= 0 {
+		return 0, nil
+	}
+	ids, err := sw.Sweep(ctx, ttl)
+	for _, sid := range ids {
+		if s.breakers != nil {
+			if berr := s.breakers.Delete(ctx, sid); berr != nil && err == nil {
+				err = berr
+			}
+		}
+	}
+	return len(ids), err
+}
