@@ -141,6 +141,9 @@ type Sessions struct {
 	// chunk is the largest value written whole; a message over it is
 	// stored in chunks of this size.
 	chunk int
+	// failWrite, in tests, fails a write (an atomic batch or a single
+	// value, by key of its last value) before it is sent.
+	failWrite func(key string) error
 }
 
 // NewSessions binds the provisioned sessions bucket.

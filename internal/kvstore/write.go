@@ -61,6 +61,11 @@ func (s *Sessions) batch(ctx context.Context, epoch string, items []item) (uint6
 	if len(items) > maxBatch {
 		return 0, fmt.Errorf("%w: %d values in one atomic write, at most %d", session.ErrInvalid, len(items), maxBatch)
 	}
+	if s.failWrite != nil {
+		if err := s.failWrite(items[len(items)-1].key); err != nil {
+			return 0, err
+		}
+	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	id := uuid.NewString()
@@ -120,6 +125,11 @@ func (s *Sessions) batch(ctx context.Context, epoch string, items []item) (uint6
 // put writes one value, tagged with epoch, with an expected revision when
 // expect is set, and returns its revision.
 func (s *Sessions) put(ctx context.Context, key string, data []byte, expect *uint64, epoch string) (uint64, error) {
+	if s.failWrite != nil {
+		if err := s.failWrite(key); err != nil {
+			return 0, err
+		}
+	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	m := nats.NewMsg(subject(SessionsBucket, key))

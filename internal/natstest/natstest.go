@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/embedded"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,6 +42,34 @@ func Server(t testing.TB, dir string, port int) *server.Server {
 func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// Cluster starts a three-node JetStream cluster in process, shut down at
+// the test's end.
+func Cluster(t testing.TB) *embedded.Cluster {
+	t.Helper()
+	c, err := embedded.StartCluster(3, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Shutdown)
+	return c
+}
+
+// ConnectURL opens a connection to url (a cluster's URLs: it reconnects
+// to another node when one dies), closed at the test's end.
+func ConnectURL(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,149 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Cluster is a JetStream cluster of nats-servers in the process, routed to
+// each other on loopback: for tests and fault runs that kill and restart
+// nodes (each keeps its ports and its store, as a real node restarting
+// does).
+type Cluster struct {
+	Nodes []*server.Server
+	opts  []*server.Options
+}
+
+// StartCluster starts n nodes storing under dir and waits for a JetStream
+// meta leader.
+func StartCluster(n int, dir string) (*Cluster, error) {
+	if n < 1 {
+		return nil, errors.New("cluster: want at least one node")
+	}
+	ports, err := freePorts(2 * n)
+	if err != nil {
+		return nil, err
+	}
+	var routes []*url.URL
+	for i := range n {
+		u, _ := url.Parse(fmt.Sprintf("nats-route://127.0.0.1:%d", ports[n+i]))
+		routes = append(routes, u)
+	}
+	c := &Cluster{}
+	for i := range n {
+		c.opts = append(c.opts, &server.Options{ServerName: fmt.Sprintf("N%d", i+1), Host: "127.0.0.1", Port: ports[i],
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), MaxPayload: 1 << 20,
+			Cluster: server.ClusterOpts{Name: "compactor-cluster", Host: "127.0.0.1", Port: ports[n+i]},
+			Routes:  routes, NoLog: true, NoSigs: true})
+		c.Nodes = append(c.Nodes, nil)
+	}
+	for i := range n {
+		if err := c.Restart(i); err != nil {
+			c.Shutdown()
+			return nil, err
+		}
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for c.MetaLeader() < 0 {
+		if time.Now().After(deadline) {
+			c.Shutdown()
+			return nil, errors.New("cluster: no JetStream meta leader within 60s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return c, nil
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var out []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out, nil
+}
+
+// URL is node i's client URL.
+func (c *Cluster) URL(i int) string { return fmt.Sprintf("nats://127.0.0.1:%d", c.opts[i].Port) }
+
+// URLs lists every node's client URL, comma-separated (a client's server
+// list: it reconnects to another node when one dies).
+func (c *Cluster) URLs() string {
+	var us []string
+	for i := range c.opts {
+		us = append(us, c.URL(i))
+	}
+	return strings.Join(us, ",")
+}
+
+// Kill stops node i at once (its clients are disconnected).
+func (c *Cluster) Kill(i int) {
+	if s := c.Nodes[i]; s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+		c.Nodes[i] = nil
+	}
+}
+
+// Restart starts node i again on its ports and store.
+func (c *Cluster) Restart(i int) error {
+	if c.Nodes[i] != nil {
+		return nil
+	}
+	o := *c.opts[i]
+	s, err := server.NewServer(&o)
+	if err != nil {
+		return fmt.Errorf("cluster node %d: %w", i+1, err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(20 * time.Second) {
+		s.Shutdown()
+		return fmt.Errorf("cluster node %d: not ready within 20s", i+1)
+	}
+	c.Nodes[i] = s
+	return nil
+}
+
+// Shutdown stops every node.
+func (c *Cluster) Shutdown() {
+	for i := range c.Nodes {
+		c.Kill(i)
+	}
+}
+
+// MetaLeader is the index of the JetStream meta leader, -1 when none.
+func (c *Cluster) MetaLeader() int {
+	for i, s := range c.Nodes {
+		if s != nil && s.JetStreamIsLeader() {
+			return i
+		}
+	}
+	return -1
+}
+
+// StreamLeader is the index of the node leading stream, -1 when none.
+func (c *Cluster) StreamLeader(stream string) int {
+	for i, s := range c.Nodes {
+		if s != nil && s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
