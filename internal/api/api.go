@@ -83,6 +83,8 @@ type Server struct {
 	d          Deps
 	log        *slog.Logger
 	sem        chan struct{}
+	ops        chan struct{}  // session and breaker operations running
+	opsWG      sync.WaitGroup // them
 	nc         *nats.Conn
 	ctx        context.Context // operations: values of Start's, never cancelled
 	work       context.Context // synchronous compactions: cancelled past the grace
@@ -117,7 +119,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ctx: context.WithoutCancel(ctx)}
+	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: make(chan struct{}, maxOps), ctx: context.WithoutCancel(ctx)}
 	s.work, s.cancelWork = context.WithCancel(s.ctx)
 	cfg := micro.Config{Name: Name, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
@@ -172,7 +174,7 @@ func (s *Server) Stop() error {
 	s.mu.Unlock()
 	s.stopOnce.Do(func() {
 		done := make(chan struct{})
-		go func() { s.wg.Wait(); close(done) }()
+		go func() { s.wg.Wait(); s.opsWG.Wait(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(s.d.ShutdownGrace):
@@ -263,13 +265,19 @@ func errorCode(err error) (int, string) {
 
 var errBadRequest = errors.New("bad request")
 
-func (s *Server) fail(r micro.Request, err error) {
+// errorAnswer is the code and body of an error answer.
+func errorAnswer(err error) (int, []byte) {
 	code, status := errorCode(err)
 	body := ErrorBody{Status: status, Code: code, Error: err.Error()}
 	if moved := (*session.HeadMovedError)(nil); errors.As(err, &moved) {
 		body.HeadSeq = &moved.Head
 	}
 	data, _ := json.Marshal(body)
+	return code, data
+}
+
+func (s *Server) fail(r micro.Request, err error) {
+	code, data := errorAnswer(err)
 	if rerr := r.Error(strconv.Itoa(code), headerText(err.Error()), data); rerr != nil {
 		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", rerr.Error()))
 	}
@@ -287,12 +295,6 @@ func headerText(s string) string {
 		s = s[:1024]
 	}
 	return s
-}
-
-func (s *Server) respond(r micro.Request, v any) {
-	if err := r.RespondJSON(v); err != nil {
-		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
-	}
 }
 
 func decode(r micro.Request, v any) error {
@@ -316,17 +318,35 @@ func checkSessionID(sid string) error {
 // unavailable store included.
 const opTimeout = 30 * time.Second
 
-// answer runs the store operation f (bounded by opTimeout) and responds
-// with its value or its error.
+// maxOps bounds the session and breaker operations running at once.
+const maxOps = 256
+
+// answer runs the store operation f (bounded by opTimeout) in its own
+// goroutine, so that one operation waiting on the store (a failover) does
+// not hold up the endpoint's other requests, and answers on the reply
+// subject with its value or its error.
 func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
-	ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
-	defer cancel()
-	v, err := f(ctx)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
-	s.respond(r, v)
+	reply := r.Reply()
+	s.ops <- struct{}{}
+	s.opsWG.Add(1)
+	go func() {
+		defer func() { <-s.ops; s.opsWG.Done() }()
+		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
+		defer cancel()
+		v, err := f(ctx)
+		if err != nil {
+			code, body := errorAnswer(err)
+			s.replyTo(reply, strconv.Itoa(code), headerText(err.Error()), body)
+			return
+		}
+		body, err := json.Marshal(v)
+		if err != nil {
+			code, body := errorAnswer(err)
+			s.replyTo(reply, strconv.Itoa(code), headerText(err.Error()), body)
+			return
+		}
+		s.replyTo(reply, "", "", body)
+	}()
 }
 
 // withSession answers f for the body {"session_id"}.

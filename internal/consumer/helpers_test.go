@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -17,9 +18,11 @@ import (
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/schemas"
@@ -361,4 +364,57 @@ func (f *flakyStore) Commit(ctx context.Context, c session.Commit) (bool, error)
 
 func flaky(fails int64) func(pipeline.SessionStore) pipeline.SessionStore {
 	return func(s pipeline.SessionStore) pipeline.SessionStore { return &flakyStore{SessionStore: s, fails: fails} }
+}
+
+// provider starts a local OpenAI-compatible model behaving as b and
+// returns the service's router to it (the openai provider, retries as in
+// production but quick).
+func (e *env) provider(b fakeprovider.Behaviour) (*fakeprovider.Server, pipeline.Summarizer) {
+	e.t.Helper()
+	fp, err := fakeprovider.Start(b)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(fp.Close)
+	retry := router.DefaultRetry()
+	retry.Base, retry.Max = 20*time.Millisecond, 100*time.Millisecond
+	r, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: fp.URL, Timeout: time.Minute, Retry: &retry,
+		Extractive: extractive.New(e.counter), Getenv: func(string) string { return "" }})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fp, r
+}
+
+// openAIConfig is a pipeline config that summarises with the openai
+// provider's model.
+func openAIConfig() pipeline.Config {
+	cfg := pipeline.DefaultConfig()
+	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
+	return cfg
+}
+
+// coreResults counts the result events a core subscriber (not the stream)
+// sees on compaction.*.>, by event id.
+func (e *env) coreResults() func() map[string]int {
+	e.t.Helper()
+	nc, _ := natstest.Connect(e.t, e.srv)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	_, err := nc.Subscribe("compaction.*.>", func(m *nats.Msg) {
+		if t := m.Header.Get("ce-type"); t == events.TypeCompactionCompleted || t == events.TypeCompactionFailed {
+			mu.Lock()
+			seen[m.Header.Get("ce-id")]++
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	nc.Flush()
+	return func() map[string]int {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
+	}
 }

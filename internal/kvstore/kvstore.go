@@ -62,8 +62,11 @@ const casRetries = 50
 // max_payload are stored in chunks.
 const MaxMessageBytes = 64 << 20
 
-// opTimeout bounds one backend request whose context has no deadline.
-const opTimeout = 10 * time.Second
+// opTimeout bounds one backend request. A request sent just before its
+// server died is never answered: it must not hold the operation (and
+// whatever waits behind it) for the caller's whole deadline, when a retry
+// through another server would succeed.
+const opTimeout = 5 * time.Second
 
 // hdrEpoch tags every value of a session with its record's epoch.
 const hdrEpoch = "Compactor-Epoch"
@@ -164,11 +167,9 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now, chunk: chunk}, nil
 }
 
-// withTimeout bounds a backend request whose context has no deadline.
+// withTimeout bounds one backend request to opTimeout (or ctx's earlier
+// deadline).
 func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
 	return context.WithTimeout(ctx, opTimeout)
 }
 
@@ -180,7 +181,7 @@ func unavailable(ctx context.Context, what string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
 	var apiErr *jetstream.APIError

@@ -498,6 +498,64 @@ func TestResumeInterruptedCommit(t *testing.T) {
 	}
 }
 
+// Issue 11, sixth defect: two distinct requests, one of which wrote the
+// compaction and died before its commit, the other finishing that commit:
+// exactly one answers compacted (the one the compaction names, when it is
+// redelivered), the other already_compacted.
+func TestOneCompactedPerCompaction(t *testing.T) {
+	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+	e.importSession(t, "s", 3000, chat(30))
+	crashing := &crashStore{Store: e.store}
+	svc, err := pipeline.New(crashing, e.breakers, rec, pipeline.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Compact(context.Background(), pipeline.Request{ID: "A", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); !errors.Is(err, pipeline.ErrPersistFailed) {
+		t.Fatalf("A's crashed commit: %v", err)
+	}
+	b, err := svc.Compact(context.Background(), pipeline.Request{ID: "B", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || b.Outcome != pipeline.OutcomeAlreadyCompacted || b.Strategy != "resumed" {
+		t.Fatalf("B, finishing A's commit: %v %+v", err, b)
+	}
+	a, err := svc.Compact(context.Background(), pipeline.Request{ID: "A", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || a.Outcome != pipeline.OutcomeCompacted || a.CompactionMessageID != b.CompactionMessageID {
+		t.Fatalf("A redelivered: %v %+v", err, a)
+	}
+	c, err := svc.Compact(context.Background(), pipeline.Request{ID: "C", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || c.Outcome == pipeline.OutcomeCompacted {
+		t.Fatalf("a third request: %v %+v", err, c)
+	}
+}
+
+// A redelivery of the request whose failure opened the breaker answers the
+// same failure and reports the opening again (its events have fixed ids),
+// instead of circuit_open; its failure is not counted twice.
+func TestRedeliveredOpenerAnswersItsFailure(t *testing.T) {
+	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+	e.importSession(t, "s", 3000, chat(30))
+	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+		return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
+	}
+	var last *pipeline.Result
+	for i := range 3 {
+		last, _ = e.svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprint("r", i), SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	}
+	if !last.CircuitOpened {
+		t.Fatalf("the third failure did not open the breaker: %+v", last)
+	}
+	again, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "r2", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if !errors.Is(err, pipeline.ErrSummaryFailed) || !again.CircuitOpened || again.Reason != pipeline.ReasonSummaryFailed || again.Failures != 3 {
+		t.Fatalf("the opener redelivered: %v %+v", err, again)
+	}
+	other, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "r9", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if !errors.Is(err, pipeline.ErrCircuitOpen) || other.CircuitOpened {
+		t.Fatalf("another request: %v %+v", err, other)
+	}
+	if b, _ := e.breakers.Breaker(context.Background(), "s"); b.Failures != 3 {
+		t.Fatalf("breaker %+v", b)
+	}
+}
+
 func TestKeepFirstUserMessage(t *testing.T) {
 	cfg := pipeline.DefaultConfig()
 	cfg.KeepFirstUserMessage = true

@@ -5,6 +5,9 @@ import (
 	"unicode/utf8"
 )
 
+// MaxIDBytes bounds a message id a runtime gives.
+const MaxIDBytes = 256
+
 // Validate checks a chat message as a runtime sent it: a known role, valid
 // UTF-8, tool results that name their call, and tool calls with ids. It
 // returns an error wrapping ErrInvalid that says which field is wrong.
@@ -14,6 +17,9 @@ func (m *Message) Validate() error {
 	}
 	if !utf8.ValidString(m.Content.Text) || !utf8.ValidString(m.Name) {
 		return fmt.Errorf("%w: content is not valid UTF-8", ErrInvalid)
+	}
+	if len(m.ID) > MaxIDBytes || !utf8.ValidString(m.ID) {
+		return fmt.Errorf("%w: id must be valid UTF-8 of at most %d bytes", ErrInvalid, MaxIDBytes)
 	}
 	if m.Role == RoleTool && m.ToolCallID == "" {
 		return fmt.Errorf("%w: tool message without tool_call_id", ErrInvalid)

@@ -23,6 +23,9 @@ var ErrFormat = errors.New("not a conversation")
 // wireMessage is a chat message as found in the wild: OpenAI's fields, plus
 // SWE-agent's tool_call_ids list.
 type wireMessage struct {
+	// ID is the runtime's own id of the message, kept: an append repeated
+	// with the same ids is applied once.
+	ID          wireID             `json:"id"`
 	Role        session.Role       `json:"role"`
 	Content     session.Content    `json:"content"`
 	Name        string             `json:"name"`
@@ -31,8 +34,32 @@ type wireMessage struct {
 	ToolCallIDs []string           `json:"tool_call_ids"`
 }
 
+// wireID is a message id: a string, or a number taken as its decimal text.
+type wireID string
+
+func (id *wireID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	switch {
+	case len(b) == 0 || string(b) == "null":
+		*id = ""
+	case b[0] == '"':
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*id = wireID(s)
+	default:
+		var n json.Number
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("id must be a string or a number, got %s", b)
+		}
+		*id = wireID(n.String())
+	}
+	return nil
+}
+
 func (w wireMessage) message() session.Message {
-	m := session.Message{Role: w.Role, Content: w.Content, Name: w.Name, ToolCalls: w.ToolCalls, ToolCallID: w.ToolCallID}
+	m := session.Message{ID: string(w.ID), Role: w.Role, Content: w.Content, Name: w.Name, ToolCalls: w.ToolCalls, ToolCallID: w.ToolCallID}
 	if m.ToolCallID == "" && len(w.ToolCallIDs) > 0 {
 		m.ToolCallID = w.ToolCallIDs[0]
 	}

@@ -1,0 +1,294 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/fakeprovider"
+	"github.com/compactor/compactor/internal/natstest"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/router"
+	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// service starts the wired service against url with a model behaving as
+// b, stopped at the test's end.
+func service(t *testing.T, url string, b fakeprovider.Behaviour, mod func(*app.Config)) (*app.App, *fakeprovider.Server) {
+	t.Helper()
+	fp, err := fakeprovider.Start(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fp.Close)
+	counter, _ := tokens.ForEncoding("cl100k_base")
+	retry := router.DefaultRetry()
+	retry.Base, retry.Max = 20*time.Millisecond, 100*time.Millisecond
+	sum, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: fp.URL, Timeout: time.Minute, Retry: &retry,
+		Extractive: extractive.New(counter), Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
+	c := app.Config{NATSURL: url, Provision: true, AckWait: 2 * time.Second, ShutdownGrace: 200 * time.Millisecond,
+		Pipeline: cfg, Summarizer: sum, RetryDelay: func(uint64) time.Duration { return 50 * time.Millisecond }}
+	if mod != nil {
+		mod(&c)
+	}
+	a, err := app.Start(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop() })
+	return a, fp
+}
+
+// call makes a micro request and decodes its answer: the error code ("" on
+// success) and the body.
+func call(t *testing.T, nc *nats.Conn, subject string, req any, out any) string {
+	t.Helper()
+	b, _ := json.Marshal(req)
+	m, err := nc.Request(subject, b, 30*time.Second)
+	if err != nil {
+		t.Fatalf("%s: %v", subject, err)
+	}
+	if out != nil && len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, out); err != nil {
+			t.Fatalf("%s answered %q: %v", subject, m.Data, err)
+		}
+	}
+	return m.Header.Get("Nats-Service-Error-Code")
+}
+
+func chatJSON(turns int) []map[string]any {
+	out := []map[string]any{{"role": "system", "content": "You are a support agent for an airline."}}
+	for i := range turns {
+		out = append(out, map[string]any{"id": fmt.Sprintf("u%d", i), "role": "user", "content": fmt.Sprintf("question %d: where is my bag tagged BAG-%04d?", i, i)},
+			map[string]any{"id": fmt.Sprintf("a%d", i), "role": "assistant", "content": fmt.Sprintf("bag BAG-%04d is in Lisbon, it arrives on day %d", i, i%28+1)})
+	}
+	return out
+}
+
+// Issue 11, second defect, over the endpoints: a create and an append
+// repeated (a runtime retrying after a timeout) are applied once; a stale
+// expected head is refused with the head; errors say what happened.
+func TestSessionWritesAreIdempotent(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	service(t, srv.ClientURL(), nil, nil)
+	nc, _ := natstest.Connect(t, srv)
+	create := map[string]any{"session_id": "s1", "context_limit": 3000, "messages": chatJSON(3)}
+	var c1, c2 sessions.Created
+	if code := call(t, nc, api.SubjectCreate, create, &c1); code != "" || c1.HeadSeq != 7 {
+		t.Fatalf("create: %s %+v", code, c1)
+	}
+	if code := call(t, nc, api.SubjectCreate, create, &c2); code != "" || c2 != c1 {
+		t.Fatalf("the same create again: %s %+v, want %+v", code, c2, c1)
+	}
+	other := map[string]any{"session_id": "s1", "messages": chatJSON(1)}
+	var eb api.ErrorBody
+	if code := call(t, nc, api.SubjectCreate, other, &eb); code != "409" || eb.Status != api.StatusNotApplied {
+		t.Fatalf("another create on the id: %s %+v", code, eb)
+	}
+	app1 := map[string]any{"session_id": "s1", "messages": []map[string]any{{"id": "u-x", "role": "user", "content": "and my other bag?"}}}
+	var a1, a2 sessions.Appended
+	if code := call(t, nc, api.SubjectAppend, app1, &a1); code != "" || a1.Status != sessions.StatusApplied || a1.HeadSeq != 8 {
+		t.Fatalf("append: %s %+v", code, a1)
+	}
+	if code := call(t, nc, api.SubjectAppend, app1, &a2); code != "" || a2.Status != sessions.StatusNotApplied || a2.HeadSeq != 8 || a2.Messages[0].Seq != 8 {
+		t.Fatalf("the same append again: %s %+v", code, a2)
+	}
+	stale := map[string]any{"session_id": "s1", "expected_head_seq": 5, "messages": []map[string]any{{"id": "u-y", "role": "user", "content": "hello?"}}}
+	eb = api.ErrorBody{}
+	if code := call(t, nc, api.SubjectAppend, stale, &eb); code != "409" || eb.Status != api.StatusNotApplied || eb.HeadSeq == nil || *eb.HeadSeq != 8 {
+		t.Fatalf("append at a stale head: %s %+v", code, eb)
+	}
+	eb = api.ErrorBody{}
+	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "nope", "messages": chatJSON(1)}, &eb); code != "404" || eb.Status != api.StatusNotApplied {
+		t.Fatalf("append to no session: %s %+v", code, eb)
+	}
+	var h sessions.History
+	if code := call(t, nc, api.SubjectHistory, map[string]any{"session_id": "s1"}, &h); code != "" || len(h.Messages) != 8 {
+		t.Fatalf("history: %s, %d messages", code, len(h.Messages))
+	}
+	var d1, d2 sessions.Deleted
+	if call(t, nc, api.SubjectDelete, map[string]any{"session_id": "s1"}, &d1) != "" || call(t, nc, api.SubjectDelete, map[string]any{"session_id": "s1"}, &d2) != "" || d1 != d2 || !d1.Deleted {
+		t.Fatalf("delete twice: %+v %+v", d1, d2)
+	}
+	if code := call(t, nc, api.SubjectContext, map[string]any{"session_id": "s1"}, nil); code != "404" {
+		t.Fatalf("context after delete: %s", code)
+	}
+}
+
+// Issue 11, sixth defect, the endpoint's half: a synchronous compaction cut
+// short by the instance's shutdown publishes nothing (it used to publish a
+// retryable CompactionFailed, which then stayed the request's only stored
+// result); the caller's retry with the same request_id on another instance
+// completes, and that is the one stored result.
+func TestInterruptedSyncCompactionPublishesNothing(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	first, fp := service(t, srv.ClientURL(), func(string) fakeprovider.Action { return fakeprovider.Action{Hang: true} }, nil)
+	nc, js := natstest.Connect(t, srv)
+	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 1500, "messages": chatJSON(60)}, nil); code != "" {
+		t.Fatalf("create: %s", code)
+	}
+	req, _ := json.Marshal(map[string]any{"session_id": "s1", "request_id": "sync-1"})
+	reply := make(chan *nats.Msg, 1)
+	go func() {
+		m, err := nc.Request(api.SubjectCompact, req, 30*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		reply <- m
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, _, hung, _ := fp.Stats(); hung == 0; _, _, hung, _ = fp.Stats() {
+		if time.Now().After(deadline) {
+			t.Fatal("the model was not called")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if m := <-reply; m == nil || m.Header.Get("Nats-Service-Error-Code") != "503" {
+		t.Fatalf("interrupted compaction answered %v", m)
+	}
+	if n := resultCount(t, js, "s1"); n != 0 {
+		t.Fatalf("%d result events published for an interrupted compaction", n)
+	}
+	service(t, srv.ClientURL(), nil, nil)
+	var res map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
+		t.Fatalf("the retry: %s %v", code, res)
+	}
+	msgs := streamResults(t, js, "s1")
+	if len(msgs) != 1 || msgs[0].Header.Get("ce-type") != events.TypeCompactionCompleted || msgs[0].Header.Get("ce-id") != events.RequestResultID("sync-1") {
+		t.Fatalf("stored results %v", msgs)
+	}
+}
+
+func streamResults(t *testing.T, js jetstream.JetStream, sid string) []*jetstream.RawStreamMsg {
+	t.Helper()
+	ctx := context.Background()
+	st, err := js.Stream(ctx, consumer.ResultStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*jetstream.RawStreamMsg
+	info, _ := st.Info(ctx)
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		if strings.HasSuffix(m.Subject, "."+sid) && !strings.Contains(m.Subject, "circuit") {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func resultCount(t *testing.T, js jetstream.JetStream, sid string) int {
+	return len(streamResults(t, js, sid))
+}
+
+// Issue 11, second defect on a cluster: a runtime appends through the
+// endpoint, one message per request with its own id, while the leader of
+// the sessions stream is killed. Every answer is applied or a 503 that
+// says to retry (never a raw transport error); retrying with the same
+// ids, the session ends with every message exactly once, in order.
+func TestAppendsThroughLeaderFailover(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a three-node cluster")
+	}
+	c := natstest.Cluster(t)
+	service(t, c.URLs(), nil, func(cfg *app.Config) { cfg.Replicas = 3 })
+	leader := -1
+	for deadline := time.Now().Add(30 * time.Second); leader < 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		leader = c.StreamLeader("KV_sessions")
+	}
+	if leader < 0 {
+		t.Fatal("no leader for KV_sessions")
+	}
+	nc, _ := natstest.ConnectURL(t, c.URL((leader+1)%3))
+	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "f1", "messages": chatJSON(1)}, nil); code != "" {
+		t.Fatalf("create: %s", code)
+	}
+	const n = 120
+	var mu sync.Mutex
+	codes := map[string]int{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range n {
+			body, _ := json.Marshal(map[string]any{"session_id": "f1", "messages": []map[string]any{{"id": fmt.Sprintf("m%03d", i), "role": "user", "content": fmt.Sprintf("message %d", i)}}})
+			for try := 0; ; try++ {
+				m, err := nc.Request(api.SubjectAppend, body, 10*time.Second)
+				code := "timeout"
+				if err == nil {
+					code = m.Header.Get("Nats-Service-Error-Code")
+					var eb api.ErrorBody
+					if code != "" && (json.Unmarshal(m.Data, &eb) != nil || eb.Status != api.StatusRetry) {
+						t.Errorf("message %d: answered %s %q, want applied or a retry", i, code, m.Data)
+						return
+					}
+				} else if !errorsIsTimeout(err) {
+					t.Errorf("message %d: %v", i, err)
+					return
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+				if code == "" {
+					break
+				}
+				if try > 20 {
+					t.Errorf("message %d: still %s after %d tries", i, code, try)
+					return
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c.Kill(leader)
+	<-done
+	if err := c.Restart(leader); err != nil {
+		t.Fatal(err)
+	}
+	var h sessions.History
+	if code := call(t, nc, api.SubjectHistory, map[string]any{"session_id": "f1"}, &h); code != "" {
+		t.Fatalf("history: %s", code)
+	}
+	var got []string
+	for _, m := range h.Messages[3:] {
+		got = append(got, m.ID)
+	}
+	if len(got) != n {
+		t.Fatalf("%d messages appended, want %d (answers %v)", len(got), n, codes)
+	}
+	for i, id := range got {
+		if id != fmt.Sprintf("m%03d", i) {
+			t.Fatalf("message %d is %s (answers %v)", i, id, codes)
+		}
+	}
+	t.Logf("answers through the failover: %v", codes)
+}
+
+func errorsIsTimeout(err error) bool {
+	return err == nats.ErrTimeout || strings.Contains(err.Error(), "timeout")
+}

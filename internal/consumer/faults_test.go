@@ -1,0 +1,114 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/fakeprovider"
+	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Issue 11, third defect: a model slower than AckWait (3 s against 2 s),
+// more requests than the replicas work on at once: nothing pulled is left
+// unattended to be redelivered to the other replica. Each request is
+// summarised once (one model call each), and a core subscriber sees one
+// result per request.
+func TestSlowModelIsNotDoneTwice(t *testing.T) {
+	e := newEnv(t)
+	fp, sum := e.provider(func(string) fakeprovider.Action { return fakeprovider.Action{Delay: 3 * time.Second} })
+	const n = 8
+	for i := range n {
+		e.importSession(fmt.Sprintf("s%d", i), 3000, chat(40))
+	}
+	seen := e.coreResults()
+	a := e.start(sum, openAIConfig(), consumer.Options{Workers: 2})
+	b := e.start(sum, openAIConfig(), consumer.Options{Workers: 2})
+	for i := range n {
+		e.request(fmt.Sprintf("evt-%d", i), events.TypeContextOverBudget, fmt.Sprintf("s%d", i), false)
+	}
+	e.waitFor("every result", 40*time.Second, func() bool { return len(seen()) == n })
+	time.Sleep(2 * testAckWait) // what would be redelivered has been by now
+	for id, count := range seen() {
+		if count != 1 {
+			t.Errorf("result %s seen %d times by a core subscriber", id, count)
+		}
+	}
+	if calls, _, _, _ := fp.Stats(); calls != n {
+		t.Errorf("%d model calls for %d requests", calls, n)
+	}
+	if got := a.cons.Stats().Received + b.cons.Stats().Received; got != n {
+		t.Errorf("%d deliveries for %d requests", got, n)
+	}
+}
+
+// Issue 11, fourth defect: model calls that hang (here 10, more than the 8
+// workers a process used to have) do not stall other sessions: the 10
+// others are answered while the hanging calls still hang, and those are
+// answered once the model comes back.
+func TestHangingCallsDoNotStallOtherSessions(t *testing.T) {
+	e := newEnv(t)
+	fp, sum := e.provider(func(prompt string) fakeprovider.Action {
+		return fakeprovider.Action{Hang: strings.Contains(prompt, "HANG-MARKER")}
+	})
+	for i := range 10 {
+		msgs := chat(40)
+		msgs[1].Content = session.TextContent("HANG-MARKER " + msgs[1].Content.Text)
+		e.importSession(fmt.Sprintf("hang%d", i), 3000, msgs)
+		e.importSession(fmt.Sprintf("ok%d", i), 3000, chat(40))
+	}
+	e.start(sum, openAIConfig(), consumer.Options{})
+	for i := range 10 {
+		e.request(fmt.Sprintf("evt-hang%d", i), events.TypeContextOverBudget, fmt.Sprintf("hang%d", i), false)
+	}
+	e.waitFor("the hanging calls", 10*time.Second, func() bool { _, _, hung, _ := fp.Stats(); return hung == 10 })
+	for i := range 10 {
+		e.request(fmt.Sprintf("evt-ok%d", i), events.TypeContextOverBudget, fmt.Sprintf("ok%d", i), false)
+	}
+	for i := range 10 {
+		if got := e.resultsFor(fmt.Sprintf("ok%d", i), 1, 10*time.Second, events.TypeCompactionCompleted); len(got) != 1 {
+			t.Fatalf("ok%d not answered while other sessions' calls hang: %+v", i, got)
+		}
+	}
+	if _, _, hung, _ := fp.Stats(); hung != 10 {
+		t.Fatalf("%d calls hung", hung)
+	}
+	fp.Release()
+	for i := range 10 {
+		if got := e.resultsFor(fmt.Sprintf("hang%d", i), 1, 10*time.Second, events.TypeCompactionCompleted); len(got) != 1 {
+			t.Fatalf("hang%d after the model came back: %+v", i, got)
+		}
+	}
+}
+
+// Issue 11, seventh defect: a record that does not decode fails at once,
+// with a clear reason: CompactionFailed (corrupt_session, not retryable)
+// and a dead letter; no redelivery (it used to be retried for minutes).
+func TestCorruptSessionFailsAtOnce(t *testing.T) {
+	e := newEnv(t)
+	kv, err := e.js.KeyValue(context.Background(), kvstore.SessionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), "s1.rec", []byte(`{"session_id":"s1","head_seq":"three"}`)); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(nil, openAIConfig(), consumer.Options{})
+	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	if len(got) != 1 || got[0].Data["reason"] != "corrupt_session" || got[0].Data["retryable"] != false || !strings.Contains(got[0].Data["error"].(string), "record does not decode") {
+		t.Fatalf("results %+v", got)
+	}
+	e.waitFor("the dead letter", 5*time.Second, func() bool { return len(e.streamEvents(consumer.DLQStream)) == 1 })
+	if m := e.streamEvents(consumer.DLQStream)[0]; !strings.Contains(m.Header.Get(consumer.HeaderReason), "corrupt_session") {
+		t.Fatalf("dead letter reason %q", m.Header.Get(consumer.HeaderReason))
+	}
+	if st := r.cons.Stats(); st.Retried != 0 || st.Received != 1 {
+		t.Fatalf("stats %+v: a corrupt session was retried", st)
+	}
+}
