@@ -4,7 +4,7 @@ BIN     := bin/compactor
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench microbench lint fmt tidy run demo clean
+.PHONY: build test test-race test-short bench chaos microbench lint fmt tidy run demo clean
 
 build:
 	$(GO) build -o $(BIN) ./cmd/compactor
@@ -25,6 +25,13 @@ test-short:
 # docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 3 minutes on 2 cores).
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
+
+# Faults under load (about 3 minutes on 2 cores): a three-node cluster, two
+# serve replicas, 50 runtimes for a minute, a stream leader and a replica
+# killed, a model failing 30% of calls; checks and writes
+# docs/RELIABILITY.md. Exit 1 when a goal is not met.
+chaos: build
+	$(BIN) chaos --out docs/RELIABILITY.md
 
 # The Go micro-benchmarks of counting, selection and in-memory compactions.
 microbench:

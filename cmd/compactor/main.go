@@ -35,6 +35,7 @@ func commands() []command {
 		{"demo", "everything on one machine: a real conversation compacted as it grows, before and after", runDemo},
 		{"provision", "create the streams, buckets and consumer on a NATS server (as an admin)", runProvision},
 		{"bench", "measure overhead and throughput against the JetStream floor, model cost, scale; write docs/BENCHMARKS.md", runBench},
+		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
 		{"version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintln(stdout, version)

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/compactor/compactor/internal/chaos"
+)
+
+// runChaos is `compactor chaos`: a three-node cluster, two serve replicas
+// (this binary), runtimes writing and requesting while a stream leader and a
+// replica are killed; it checks what the runtimes were told against what is
+// stored and writes docs/RELIABILITY.md. Exit 1 when a goal is not met.
+func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	runtimes := fs.Int("runtimes", 50, "runtimes writing at once")
+	duration := fs.Duration("duration", time.Minute, "`DURATION` of the load; the faults happen within it")
+	failRate := fs.Float64("fail-rate", 0.3, "share of model calls that fail")
+	out := fs.String("out", "docs/RELIABILITY.md", "write the report to this Markdown `FILE` (empty: print JSON only)")
+	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+	pos, err := parseFlags(fs, args, stdout, "chaos [--runtimes N] [--duration D] [--out FILE]")
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 {
+		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1", errUsage)
+	}
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	rep, err := chaos.Run(ctx, chaos.Options{Binary: bin, Runtimes: *runtimes, Duration: *duration, FailRate: *failRate, Progress: stderr})
+	if err != nil {
+		return err
+	}
+	if *asJSON || *out == "" {
+		if err := printJSON(stdout, rep); err != nil {
+			return err
+		}
+	}
+	md := rep.Markdown("compactor " + strings.Join(append([]string{"chaos"}, args...), " "))
+	if *out != "" {
+		if err := os.WriteFile(*out, []byte(md), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", *out)
+	}
+	if !*asJSON {
+		fmt.Fprint(stdout, md)
+	}
+	if !rep.Pass() {
+		return fmt.Errorf("%w: a reliability goal was not met", errFailed)
+	}
+	return nil
+}
