@@ -18,6 +18,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/fakeprovider"
+	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/router"
@@ -291,4 +292,49 @@ func TestAppendsThroughLeaderFailover(t *testing.T) {
 
 func errorsIsTimeout(err error) bool {
 	return err == nats.ErrTimeout || strings.Contains(err.Error(), "timeout")
+}
+
+// serve --session-ttl: the service deletes sessions nobody wrote to for the
+// TTL, with their breakers, and keeps the others.
+func TestIdleSessionsExpire(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	service(t, srv.ClientURL(), nil, func(c *app.Config) { c.SessionTTL, c.SweepEvery = 2*time.Second, 200*time.Millisecond })
+	nc, _ := natstest.Connect(t, srv)
+	for _, sid := range []string{"idle", "busy"} {
+		if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": sid, "messages": chatJSON(1)}, nil); code != "" {
+			t.Fatalf("create %s: %s", sid, code)
+		}
+	}
+	// A breaker of the idle session goes with it.
+	bnc, bjs := natstest.Connect(t, srv)
+	breakers, err := kvstore.NewBreakers(context.Background(), bnc, bjs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := breakers.RecordFailure(context.Background(), "idle", "r1", "summary_failed: x", 3, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for turn := 0; ; turn++ {
+		body := map[string]any{"session_id": "busy", "messages": []map[string]any{{"id": fmt.Sprint("t", turn), "role": "user", "content": "still here"}}}
+		if code := call(t, nc, api.SubjectAppend, body, nil); code != "" {
+			t.Fatalf("busy was swept while in use: %s", code)
+		}
+		if call(t, nc, api.SubjectContext, map[string]any{"session_id": "idle"}, nil) == "404" {
+			for wait := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				b, err := breakers.Breaker(context.Background(), "idle")
+				if err == nil && b.Failures == 0 {
+					break
+				}
+				if time.Now().After(wait) {
+					t.Fatalf("the swept session's breaker: %+v %v", b, err)
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an idle session was not swept within 10s")
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }

@@ -1,0 +1,72 @@
+package sessions_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
+)
+
+func msgs(texts ...string) []session.Message {
+	var out []session.Message
+	for i, t := range texts {
+		role := session.RoleUser
+		if i%2 == 1 {
+			role = session.RoleAssistant
+		}
+		out = append(out, session.Message{Role: role, Content: session.TextContent(t)})
+	}
+	return out
+}
+
+// The use cases run over the in-memory store as over KV: counted tokens,
+// repeated writes applied once, delete with the breaker.
+func TestUseCasesOverMemory(t *testing.T) {
+	ctx := context.Background()
+	store, breakers := memstore.New(), memstore.NewBreakers()
+	svc := sessions.New(store, breakers, nil)
+	first := append([]session.Message{{Role: session.RoleSystem, Content: session.TextContent("be brief")}}, msgs("hi", "hello")...)
+	c, err := svc.Create(ctx, session.Record{SessionID: "s"}, first)
+	if err != nil || c.Model != sessions.DefaultModel || c.Tokens == 0 || c.HeadSeq != 3 {
+		t.Fatalf("create: %+v %v", c, err)
+	}
+	if again, err := svc.Create(ctx, session.Record{SessionID: "s"}, first); err != nil || again != c {
+		t.Fatalf("the same create: %+v %v", again, err)
+	}
+	turn := msgs("where is my bag?")
+	turn[0].ID = "u1"
+	a, err := svc.Append(ctx, "s", turn, session.AppendOptions{})
+	if err != nil || a.Status != sessions.StatusApplied || a.Tokens == 0 || a.HeadSeq != 4 {
+		t.Fatalf("append: %+v %v", a, err)
+	}
+	if turn[0].Tokens != 0 {
+		t.Fatal("Append changed the caller's messages")
+	}
+	if a2, err := svc.Append(ctx, "s", turn, session.AppendOptions{}); err != nil || a2.Status != sessions.StatusNotApplied || a2.Tokens != 0 {
+		t.Fatalf("the same append: %+v %v", a2, err)
+	}
+	v, err := svc.Context(ctx, "s")
+	if err != nil || len(v.Messages) != 4 || v.Tokens == 0 || v.HeadSeq != 4 {
+		t.Fatalf("context: %+v %v", v, err)
+	}
+	if m, err := svc.Message(ctx, "s", 4); err != nil || m.ID != "u1" {
+		t.Fatalf("message: %+v %v", m, err)
+	}
+	breakers.RecordFailure(ctx, "s", "r1", "x", 3, time.Now())
+	if d, err := svc.Delete(ctx, "s"); err != nil || !d.Deleted {
+		t.Fatalf("delete: %+v %v", d, err)
+	}
+	if _, err := svc.Context(ctx, "s"); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("context after delete: %v", err)
+	}
+	if b, _ := breakers.Breaker(ctx, "s"); b.Failures != 0 {
+		t.Fatalf("the breaker outlived its session: %+v", b)
+	}
+	if _, err := svc.Append(ctx, "s", msgs("x"), session.AppendOptions{}); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("append after delete: %v", err)
+	}
+}
