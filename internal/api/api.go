@@ -196,6 +196,13 @@ func (s *Server) replyTo(reply, code, desc string, body []byte) {
 	if reply == "" {
 		return
 	}
+	if room := int(s.nc.MaxPayload()) - 8<<10; len(body) > room {
+		// An answer over max_payload cannot be sent: say so instead of
+		// leaving the caller to time out.
+		msg := fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read the session with the CLI, or raise the server's max_payload", len(body), room)
+		body, _ = json.Marshal(ErrorBody{Status: StatusFailed, Code: 413, Error: msg})
+		code, desc = "413", msg
+	}
 	m := nats.NewMsg(reply)
 	m.Data = body
 	if code != "" {

@@ -338,3 +338,39 @@ func TestIdleSessionsExpire(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 }
+
+// A tool result of 900 KB (over one stored value: it is kept in chunks)
+// sent through the endpoints is stored, compacted, and read back; an answer
+// that would not fit one NATS message (the whole context of a session
+// holding 1.6 MB) says so at once instead of leaving the caller waiting.
+func TestLargeMessagesThroughTheEndpoints(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	service(t, srv.ClientURL(), nil, nil)
+	nc, _ := natstest.Connect(t, srv)
+	big := strings.Repeat("2026-12-03T10:00:00Z worker-3 processed batch 42: ok\n", 900_000/52)
+	msgs := append(chatJSON(30), map[string]any{"id": "call-a", "role": "assistant", "tool_calls": []map[string]any{{"id": "c1", "type": "function",
+		"function": map[string]any{"name": "read_log", "arguments": `{"path":"/var/log/nightly.log"}`}}}},
+		map[string]any{"id": "log-1", "role": "tool", "tool_call_id": "c1", "content": big})
+	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "big", "context_limit": 8000, "messages": msgs}, nil); code != "" {
+		t.Fatalf("create: %s", code)
+	}
+	var eb api.ErrorBody
+	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "big", "messages": []map[string]any{{"id": "log-2", "role": "user", "content": big}}}, &eb); code != "" {
+		t.Fatalf("append: %s %+v", code, eb)
+	}
+	eb = api.ErrorBody{}
+	if code := call(t, nc, api.SubjectContext, map[string]any{"session_id": "big"}, &eb); code != "413" || !strings.Contains(eb.Error, "max_payload") {
+		t.Fatalf("a 1.8 MB context: %s %+v", code, eb)
+	}
+	var res map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "big", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {
+		t.Fatalf("compact: %s %v", code, res)
+	}
+	var m struct {
+		ID      string `json:"id"`
+		Content string `json:"content"`
+	}
+	if code := call(t, nc, api.SubjectMessage, map[string]any{"session_id": "big", "seq": 63}, &m); code != "" || m.ID != "log-1" || m.Content != big {
+		t.Fatalf("the stored log: %s, %s, %d bytes", code, m.ID, len(m.Content))
+	}
+}
