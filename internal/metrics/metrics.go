@@ -43,7 +43,7 @@ func New(stats func() consumer.Stats) *Metrics {
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_completed_total",
 			Help: "Requests answered with CompactionCompleted, by outcome and trigger."}, []string{"outcome", "trigger"}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_failed_total",
-			Help: "Requests that failed, by reason and whether a retry may pass (a retryable failure is redelivered; only its last delivery answers CompactionFailed)."}, []string{"reason", "retryable"}),
+			Help: "Failed attempts at requests, by reason and whether a retry may pass (summary_failed is answered at once; a storage failure is redelivered, and only its last delivery answers CompactionFailed)."}, []string{"reason", "retryable"}),
 		opened: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "circuits_opened_total",
 			Help: "Session breakers opened (one CompactionCircuitOpened each)."}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "request_duration_seconds",
