@@ -262,7 +262,7 @@ func errorCode(err error) (int, string) {
 		return 404, StatusNotApplied
 	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrHeadMoved):
 		return 409, StatusNotApplied
-	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return 503, StatusRetry
 	case errors.Is(err, session.ErrCorrupt):
 		return 500, StatusNotApplied
@@ -338,7 +338,7 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 	s.opsWG.Add(1)
 	go func() {
 		defer func() { <-s.ops; s.opsWG.Done() }()
-		ctx, cancel := context.WithTimeout(s.ctx, opTimeout)
+		ctx, cancel := context.WithTimeout(s.work, opTimeout) // cancelled past the shutdown grace
 		defer cancel()
 		v, err := f(ctx)
 		if err != nil {

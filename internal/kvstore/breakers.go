@@ -111,19 +111,23 @@ func (b *Breakers) Probe(ctx context.Context, sid string, cooldown time.Duration
 	})
 }
 
-// Reset implements pipeline.BreakerStore.
+// Reset implements pipeline.BreakerStore: it deletes the breaker at the
+// revision read, reading again when another writer moved it meanwhile.
 func (b *Breakers) Reset(ctx context.Context, sid string, _ time.Time) (session.Breaker, error) {
-	br, err := b.get(ctx, sid)
-	if err != nil || br.Revision == 0 {
-		return br, err
-	}
-	if err := b.kv.Delete(ctx, sid, jetstream.LastRevision(br.Revision)); err != nil {
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
-			return b.Reset(ctx, sid, time.Time{}) // moved meanwhile: reset what is there now
+	for range casRetries {
+		br, err := b.get(ctx, sid)
+		if err != nil || br.Revision == 0 {
+			return br, err
 		}
-		return session.Breaker{}, unavailable(ctx, "reset breaker "+sid, err)
+		err = b.kv.Delete(ctx, sid, jetstream.LastRevision(br.Revision))
+		if err == nil {
+			return br, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !errors.Is(err, jetstream.ErrKeyExists) {
+			return session.Breaker{}, unavailable(ctx, "reset breaker "+sid, err)
+		}
 	}
-	return br, nil
+	return session.Breaker{}, fmt.Errorf("reset breaker %s: %w after %d tries", sid, session.ErrConflict, casRetries)
 }
 
 // Delete removes the session's breaker and its history (a session deleted
