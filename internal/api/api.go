@@ -43,6 +43,7 @@ const (
 	SubjectMessage  = "compactor.session.message"
 	SubjectHistory  = "compactor.session.history"
 	SubjectDelete   = "compactor.session.delete"
+	SubjectUpload   = "compactor.session.upload"
 	defaultTimeout  = 5 * time.Minute
 	defaultWorkers  = 64
 )
@@ -146,8 +147,9 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		{"session_create", SubjectCreate, "store a new session, all or nothing: {\"session_id\", \"model\", \"context_limit\", \"messages\"}; the same create again succeeds", s.sessionCreate},
 		{"session_append", SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\", \"expected_head_seq\"}; a message whose id is stored already is not appended again", s.sessionAppend},
 		{"session_context", SubjectContext, "what the model sees now: pinned + summary + raw tail, with tokens", s.sessionContext},
-		{"session_message", SubjectMessage, "one stored message, summarised or not: {\"session_id\", \"seq\"}", s.sessionMessage},
+		{"session_message", SubjectMessage, "one stored message, summarised or not: {\"session_id\", \"seq\"}; with \"part\", that part of its JSON (base64), for a message over one answer", s.sessionMessage},
 		{"session_history", SubjectHistory, "the record, every message and every compaction", s.sessionHistory},
+		{"session_upload", SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
 		{"session_delete", SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	} {
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject),
@@ -199,7 +201,7 @@ func (s *Server) replyTo(reply, code, desc string, body []byte) {
 	if room := int(s.nc.MaxPayload()) - 8<<10; len(body) > room {
 		// An answer over max_payload cannot be sent: say so instead of
 		// leaving the caller to time out.
-		msg := fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read the session with the CLI, or raise the server's max_payload", len(body), room)
+		msg := fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read large messages one by one in parts (compactor.session.message with \"part\"), or raise the server's max_payload", len(body), room)
 		body, _ = json.Marshal(ErrorBody{Status: StatusFailed, Code: 413, Error: msg})
 		code, desc = "413", msg
 	}
@@ -566,6 +568,10 @@ func (s *Server) sessionCreate(r micro.Request) {
 			return
 		}
 	}
+	if isUploadRef(b.Messages) {
+		s.fail(r, fmt.Errorf("%w: a create cannot take uploads (they belong to a session): create the session, then append them", errBadRequest))
+		return
+	}
 	msgs, err := parseMessages(b.Messages, true)
 	if err != nil {
 		s.fail(r, err)
@@ -574,6 +580,21 @@ func (s *Server) sessionCreate(r micro.Request) {
 	s.answer(r, func(ctx context.Context) (any, error) {
 		return s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
 	})
+}
+
+// isUploadRef reports whether a messages array holds a {"upload_id"}
+// element.
+func isUploadRef(raw json.RawMessage) bool {
+	var elems []map[string]json.RawMessage
+	if json.Unmarshal(raw, &elems) != nil {
+		return false
+	}
+	for _, e := range elems {
+		if len(e) == 1 && e["upload_id"] != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // AppendBody is the body of session.append.
@@ -595,13 +616,57 @@ func (s *Server) sessionAppend(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	msgs, err := parseMessages(b.Messages, false)
-	if err != nil {
+	if !isUploadRef(b.Messages) {
+		msgs, err := parseMessages(b.Messages, false)
+		if err != nil {
+			s.fail(r, err)
+			return
+		}
+		s.answer(r, func(ctx context.Context) (any, error) {
+			return s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
+		})
+		return
+	}
+	// Messages uploaded in parts take their place, then are appended.
+	s.answer(r, func(ctx context.Context) (any, error) {
+		raw, ids, err := s.d.Sessions.ResolveUploads(ctx, b.SessionID, b.Messages)
+		if err != nil {
+			return nil, err
+		}
+		msgs, err := parseMessages(raw, false)
+		if err != nil {
+			return nil, err
+		}
+		out, err := s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
+		if err == nil {
+			s.d.Sessions.DropUploads(ctx, b.SessionID, ids)
+		}
+		return out, err
+	})
+}
+
+// UploadBody is the body of session.upload.
+type UploadBody struct {
+	SessionID string `json:"session_id"`
+	UploadID  string `json:"upload_id"`
+	Part      int    `json:"part"`
+	Parts     int    `json:"parts"`
+	// Data is a piece of the message's JSON, base64-encoded.
+	Data []byte `json:"data"`
+}
+
+func (s *Server) sessionUpload(r micro.Request) {
+	var b UploadBody
+	if err := decode(r, &b); err != nil {
+		s.fail(r, err)
+		return
+	}
+	if err := checkSessionID(b.SessionID); err != nil {
 		s.fail(r, err)
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) {
-		return s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
+		return s.d.Sessions.Upload(ctx, b.SessionID, b.UploadID, b.Part, b.Parts, b.Data)
 	})
 }
 
@@ -627,6 +692,7 @@ func (s *Server) sessionMessage(r micro.Request) {
 	var b struct {
 		SessionID string `json:"session_id"`
 		Seq       int64  `json:"seq"`
+		Part      *int   `json:"part"`
 	}
 	if err := decode(r, &b); err != nil {
 		s.fail(r, err)
@@ -638,6 +704,12 @@ func (s *Server) sessionMessage(r micro.Request) {
 	}
 	if b.Seq < 1 {
 		s.fail(r, fmt.Errorf("%w: seq must be >= 1", errBadRequest))
+		return
+	}
+	if b.Part != nil {
+		s.answer(r, func(ctx context.Context) (any, error) {
+			return s.d.Sessions.MessagePart(ctx, b.SessionID, b.Seq, *b.Part)
+		})
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) { return s.d.Sessions.Message(ctx, b.SessionID, b.Seq) })

@@ -374,3 +374,73 @@ func TestLargeMessagesThroughTheEndpoints(t *testing.T) {
 		t.Fatalf("the stored log: %s, %s, %d bytes", code, m.ID, len(m.Content))
 	}
 }
+
+// A runtime's message over max_payload (a 1.6 MB log, a request carries at
+// most 1 MB) reaches the service in parts (session.upload: out of order,
+// one part twice), is appended by its upload id beside its tool call,
+// compacts, and is read back in parts (session.message with part); the
+// parts are gone once appended, and an upload with a part missing is
+// refused.
+func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	service(t, srv.ClientURL(), nil, nil)
+	nc, js := natstest.Connect(t, srv)
+	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "up", "context_limit": 8000, "messages": chatJSON(30)}, nil); code != "" {
+		t.Fatalf("create: %s", code)
+	}
+	big := strings.Repeat("2026-12-03T10:00:00Z worker-3 processed batch 42: ok\n", 1_600_000/52)
+	msg, _ := json.Marshal(map[string]any{"id": "log-1", "role": "tool", "tool_call_id": "c1", "content": big})
+	var parts [][]byte
+	for rest := msg; len(rest) > 0; {
+		n := min(len(rest), sessions.MaxUploadPartBytes)
+		parts = append(parts, rest[:n])
+		rest = rest[n:]
+	}
+	for _, i := range []int{2, 0, 1, 0, 3} {
+		var up sessions.Uploaded
+		if code := call(t, nc, api.SubjectUpload, map[string]any{"session_id": "up", "upload_id": "u-log", "part": i, "parts": len(parts), "data": parts[i]}, &up); code != "" || up.Bytes != len(parts[i]) {
+			t.Fatalf("upload part %d: %s %+v", i, code, up)
+		}
+	}
+	appendBody := map[string]any{"session_id": "up", "messages": []any{
+		map[string]any{"id": "call-a", "role": "assistant", "tool_calls": []map[string]any{{"id": "c1", "type": "function", "function": map[string]any{"name": "read_log", "arguments": `{}`}}}},
+		map[string]any{"upload_id": "u-log"}}}
+	var ap sessions.Appended
+	if code := call(t, nc, api.SubjectAppend, appendBody, &ap); code != "" || ap.Status != sessions.StatusApplied || len(ap.Messages) != 2 || ap.Messages[1].ID != "log-1" {
+		t.Fatalf("append: %s %+v", code, ap)
+	}
+	kv, _ := js.KeyValue(context.Background(), "sessions")
+	if l, err := kv.ListKeysFiltered(context.Background(), "up.u.>"); err == nil {
+		for k := range l.Keys() {
+			t.Fatalf("an upload outlived its append: %s", k)
+		}
+	}
+	var res map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "up", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {
+		t.Fatalf("compact: %s %v", code, res)
+	}
+	seq := ap.Messages[1].Seq
+	var joined []byte
+	for part, total := 0, 1; part < total; part++ {
+		var mp sessions.MessagePart
+		if code := call(t, nc, api.SubjectMessage, map[string]any{"session_id": "up", "seq": seq, "part": part}, &mp); code != "" {
+			t.Fatalf("message part %d: %s", part, code)
+		}
+		total = mp.Parts
+		joined = append(joined, mp.Data...)
+	}
+	var back struct {
+		ID      string `json:"id"`
+		Content string `json:"content"`
+	}
+	if err := json.Unmarshal(joined, &back); err != nil || back.ID != "log-1" || back.Content != big {
+		t.Fatalf("the log read back in parts: %v, %d bytes", err, len(back.Content))
+	}
+	if code := call(t, nc, api.SubjectUpload, map[string]any{"session_id": "up", "upload_id": "u-2", "part": 1, "parts": 2, "data": []byte(`"x"}`)}, nil); code != "" {
+		t.Fatalf("upload: %s", code)
+	}
+	var eb api.ErrorBody
+	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "up", "messages": []any{map[string]any{"upload_id": "u-2"}}}, &eb); code != "400" || !strings.Contains(eb.Error, "part 0") {
+		t.Fatalf("an incomplete upload: %s %+v", code, eb)
+	}
+}

@@ -125,6 +125,11 @@ func (s *Sessions) batch(ctx context.Context, epoch string, items []item) (uint6
 // put writes one value, tagged with epoch, with an expected revision when
 // expect is set, and returns its revision.
 func (s *Sessions) put(ctx context.Context, key string, data []byte, expect *uint64, epoch string) (uint64, error) {
+	return s.putWith(ctx, key, data, expect, epoch, nil)
+}
+
+// putWith is put with more headers.
+func (s *Sessions) putWith(ctx context.Context, key string, data []byte, expect *uint64, epoch string, hdr map[string]string) (uint64, error) {
 	if s.failWrite != nil {
 		if err := s.failWrite(key); err != nil {
 			return 0, err
@@ -134,6 +139,9 @@ func (s *Sessions) put(ctx context.Context, key string, data []byte, expect *uin
 	defer cancel()
 	m := nats.NewMsg(subject(SessionsBucket, key))
 	m.Data = data
+	for k, v := range hdr {
+		m.Header.Set(k, v)
+	}
 	if epoch != "" {
 		m.Header.Set(hdrEpoch, epoch)
 	}

@@ -37,6 +37,7 @@ type entry struct {
 	compactions map[string]session.Message
 	order       []string         // compaction ids in commit order
 	ids         map[string]int64 // message id to seq
+	uploads     map[string]map[int]uploadPart
 }
 
 // New returns an empty store.
@@ -365,4 +366,64 @@ func (b *Breakers) List(_ context.Context) ([]session.Breaker, error) {
 		return 0
 	})
 	return out, nil
+}
+
+// PutUploadPart stores part of parts of upload id for the session.
+func (s *Store) PutUploadPart(_ context.Context, sessionID, id string, part, parts int, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sessions[sessionID]
+	if !ok {
+		return fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
+	}
+	if e.uploads == nil {
+		e.uploads = map[string]map[int]uploadPart{}
+	}
+	if e.uploads[id] == nil {
+		e.uploads[id] = map[int]uploadPart{}
+	}
+	e.uploads[id][part] = uploadPart{parts: parts, data: slices.Clone(data)}
+	return nil
+}
+
+// UploadParts returns upload id's parts joined.
+func (s *Store) UploadParts(_ context.Context, sessionID, id string) ([]byte, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.sessions[sessionID]
+	if !ok {
+		return nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
+	}
+	ps, ok := e.uploads[id]
+	if !ok || len(ps) == 0 {
+		return nil, fmt.Errorf("upload %q of session %s: %w", id, sessionID, session.ErrNotFound)
+	}
+	p0, ok := ps[0]
+	if !ok {
+		return nil, fmt.Errorf("upload %q of session %s: %w (its part 0 is missing)", id, sessionID, session.ErrNotFound)
+	}
+	var out []byte
+	for i := range p0.parts {
+		p, ok := ps[i]
+		if !ok || p.parts != p0.parts {
+			return nil, fmt.Errorf("%w: upload %q of session %s: part %d of %d is missing", session.ErrInvalid, id, sessionID, i, p0.parts)
+		}
+		out = append(out, p.data...)
+	}
+	return out, nil
+}
+
+// DeleteUpload removes upload id's parts.
+func (s *Store) DeleteUpload(_ context.Context, sessionID, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.sessions[sessionID]; ok {
+		delete(e.uploads, id)
+	}
+	return nil
+}
+
+type uploadPart struct {
+	parts int
+	data  []byte
 }

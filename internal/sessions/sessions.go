@@ -13,6 +13,7 @@ package sessions
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -41,6 +42,11 @@ type Store interface {
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	// Delete removes every value of the session; none is not an error.
 	Delete(ctx context.Context, sessionID string) error
+	// PutUploadPart, UploadParts and DeleteUpload keep a large message's
+	// parts until an append names it (see Upload).
+	PutUploadPart(ctx context.Context, sessionID, uploadID string, part, parts int, data []byte) error
+	UploadParts(ctx context.Context, sessionID, uploadID string) ([]byte, error)
+	DeleteUpload(ctx context.Context, sessionID, uploadID string) error
 }
 
 // Breakers is what deleting a session needs of the breaker store.
@@ -366,4 +372,122 @@ func (s *Service) Sweep(ctx context.Context, ttl time.Duration) (int, error) {
 		}
 	}
 	return len(ids), err
+}
+
+// Upload limits: a part is at most MaxUploadPartBytes (so that a request
+// carrying it, base64-encoded, fits the default 1 MB max_payload), a
+// message at most MaxUploadParts parts (64 MiB).
+const (
+	MaxUploadPartBytes = 512 << 10
+	MaxUploadParts     = 128
+)
+
+// Uploaded is what storing an upload's part answers.
+type Uploaded struct {
+	SessionID string `json:"session_id"`
+	UploadID  string `json:"upload_id"`
+	Part      int    `json:"part"`
+	Parts     int    `json:"parts"`
+	Bytes     int    `json:"bytes"`
+}
+
+// Upload stores part (0-based) of parts of a message too large for one
+// request: the message's JSON, cut anywhere. An append then names it with
+// {"upload_id": id} in place of the message (ResolveUploads); the parts
+// are removed once it is appended. The same part again replaces it.
+func (s *Service) Upload(ctx context.Context, sid, uploadID string, part, parts int, data []byte) (Uploaded, error) {
+	switch {
+	case uploadID == "" || len(uploadID) > session.MaxIDBytes:
+		return Uploaded{}, fmt.Errorf("%w: upload_id must be 1-%d bytes", session.ErrInvalid, session.MaxIDBytes)
+	case parts < 1 || parts > MaxUploadParts || part < 0 || part >= parts:
+		return Uploaded{}, fmt.Errorf("%w: part %d of %d: want 0 <= part < parts <= %d", session.ErrInvalid, part, parts, MaxUploadParts)
+	case len(data) == 0 || len(data) > MaxUploadPartBytes:
+		return Uploaded{}, fmt.Errorf("%w: a part is 1 to %d bytes, got %d", session.ErrInvalid, MaxUploadPartBytes, len(data))
+	}
+	err := s.retry(ctx, func() error { return s.store.PutUploadPart(ctx, sid, uploadID, part, parts, data) })
+	if err != nil {
+		return Uploaded{}, err
+	}
+	return Uploaded{SessionID: sid, UploadID: uploadID, Part: part, Parts: parts, Bytes: len(data)}, nil
+}
+
+// ResolveUploads replaces, in a JSON array of messages, each element that
+// is {"upload_id": id} by the message uploaded under id, and returns the
+// array and the upload ids it used.
+func (s *Service) ResolveUploads(ctx context.Context, sid string, raw json.RawMessage) (json.RawMessage, []string, error) {
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return raw, nil, nil // not an array: the parser says what is wrong
+	}
+	var ids []string
+	for i, e := range elems {
+		var ref map[string]json.RawMessage
+		if json.Unmarshal(e, &ref) != nil || len(ref) != 1 || ref["upload_id"] == nil {
+			continue
+		}
+		var id string
+		if err := json.Unmarshal(ref["upload_id"], &id); err != nil || id == "" {
+			return nil, nil, fmt.Errorf("%w: message %d: upload_id must be a string", session.ErrInvalid, i)
+		}
+		var data []byte
+		err := s.retry(ctx, func() (err error) {
+			data, err = s.store.UploadParts(ctx, sid, id)
+			return err
+		})
+		if err != nil {
+			if errors.Is(err, session.ErrNotFound) {
+				err = fmt.Errorf("%w: message %d: %v", session.ErrInvalid, i, err)
+			}
+			return nil, nil, err
+		}
+		if !json.Valid(data) {
+			return nil, nil, fmt.Errorf("%w: message %d: upload %q is not one JSON message", session.ErrInvalid, i, id)
+		}
+		elems[i] = data
+		ids = append(ids, id)
+	}
+	if ids == nil {
+		return raw, nil, nil
+	}
+	out, err := json.Marshal(elems)
+	return out, ids, err
+}
+
+// DropUploads removes uploads an append has used (best effort: a session's
+// delete or sweep removes what is left).
+func (s *Service) DropUploads(ctx context.Context, sid string, ids []string) {
+	for _, id := range ids {
+		_ = s.store.DeleteUpload(ctx, sid, id)
+	}
+}
+
+// MessagePart is one part of a stored message's JSON, for a message too
+// large for one answer.
+type MessagePart struct {
+	SessionID string `json:"session_id"`
+	Seq       int64  `json:"seq"`
+	Part      int    `json:"part"`
+	Parts     int    `json:"parts"`
+	// Data is the part's bytes (base64 in JSON); the parts joined are the
+	// message's JSON.
+	Data []byte `json:"data"`
+}
+
+// MessagePart returns part (0-based) of the stored message seq, cut in
+// parts of MaxUploadPartBytes.
+func (s *Service) MessagePart(ctx context.Context, sid string, seq int64, part int) (MessagePart, error) {
+	m, err := s.Message(ctx, sid, seq)
+	if err != nil {
+		return MessagePart{}, err
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return MessagePart{}, err
+	}
+	parts := (len(b) + MaxUploadPartBytes - 1) / MaxUploadPartBytes
+	if part < 0 || part >= parts {
+		return MessagePart{}, fmt.Errorf("%w: part %d: message %d has parts 0..%d", session.ErrInvalid, part, seq, parts-1)
+	}
+	end := min(len(b), (part+1)*MaxUploadPartBytes)
+	return MessagePart{SessionID: sid, Seq: seq, Part: part, Parts: parts, Data: b[part*MaxUploadPartBytes : end]}, nil
 }

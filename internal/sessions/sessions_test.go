@@ -3,6 +3,7 @@ package sessions_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +56,27 @@ func TestUseCasesOverMemory(t *testing.T) {
 	}
 	if m, err := svc.Message(ctx, "s", 4); err != nil || m.ID != "u1" {
 		t.Fatalf("message: %+v %v", m, err)
+	}
+	// A message in two uploaded parts, appended by its upload id.
+	whole := []byte(`{"id":"big","role":"user","content":"a long paste"}`)
+	for i, part := range [][]byte{whole[:20], whole[20:]} {
+		if _, err := svc.Upload(ctx, "s", "up-1", i, 2, part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, ids, err := svc.ResolveUploads(ctx, "s", []byte(`[{"upload_id":"up-1"}]`))
+	if err != nil || len(ids) != 1 || string(raw) != "["+string(whole)+"]" {
+		t.Fatalf("resolve: %s %v %v", raw, ids, err)
+	}
+	svc.DropUploads(ctx, "s", ids)
+	if _, _, err := svc.ResolveUploads(ctx, "s", []byte(`[{"upload_id":"up-1"}]`)); !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("a dropped upload: %v", err)
+	}
+	if _, err := svc.Upload(ctx, "s", "up-2", 2, 2, whole); !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("part out of range: %v", err)
+	}
+	if mp, err := svc.MessagePart(ctx, "s", 4, 0); err != nil || mp.Parts != 1 || !strings.Contains(string(mp.Data), `"u1"`) {
+		t.Fatalf("message part: %+v %v", mp, err)
 	}
 	breakers.RecordFailure(ctx, "s", "r1", "x", 3, time.Now())
 	if d, err := svc.Delete(ctx, "s"); err != nil || !d.Deleted {
