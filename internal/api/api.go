@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -287,23 +286,9 @@ func errorAnswer(err error) (int, []byte) {
 
 func (s *Server) fail(r micro.Request, err error) {
 	code, data := errorAnswer(err)
-	if rerr := r.Error(strconv.Itoa(code), headerText(err.Error()), data); rerr != nil {
+	if rerr := r.Error(strconv.Itoa(code), events.HeaderValue(err.Error()), data); rerr != nil {
 		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", rerr.Error()))
 	}
-}
-
-// headerText makes an error text one header line.
-func headerText(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > 1024 {
-		s = s[:1024]
-	}
-	return s
 }
 
 func decode(r micro.Request, v any) error {
@@ -314,6 +299,20 @@ func decode(r micro.Request, v any) error {
 		return fmt.Errorf("%w: body: %v", errBadRequest, err)
 	}
 	return nil
+}
+
+// decodeSession decodes the body into v and checks its session id (sid
+// points into v); on an error it answers and returns false.
+func (s *Server) decodeSession(r micro.Request, v any, sid *string) bool {
+	err := decode(r, v)
+	if err == nil {
+		err = checkSessionID(*sid)
+	}
+	if err != nil {
+		s.fail(r, err)
+		return false
+	}
+	return true
 }
 
 func checkSessionID(sid string) error {
@@ -345,13 +344,13 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 		v, err := f(ctx)
 		if err != nil {
 			code, body := errorAnswer(err)
-			s.replyTo(reply, strconv.Itoa(code), headerText(err.Error()), body)
+			s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
 			return
 		}
 		body, err := json.Marshal(v)
 		if err != nil {
 			code, body := errorAnswer(err)
-			s.replyTo(reply, strconv.Itoa(code), headerText(err.Error()), body)
+			s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
 			return
 		}
 		s.replyTo(reply, "", "", body)
@@ -361,12 +360,7 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 // withSession answers f for the body {"session_id"}.
 func (s *Server) withSession(r micro.Request, f func(context.Context, string) (any, error)) {
 	var ref sessionRef
-	if err := decode(r, &ref); err != nil {
-		s.fail(r, err)
-		return
-	}
-	if err := checkSessionID(ref.SessionID); err != nil {
-		s.fail(r, err)
+	if !s.decodeSession(r, &ref, &ref.SessionID) {
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) { return f(ctx, ref.SessionID) })
@@ -447,7 +441,7 @@ func (s *Server) compact(r micro.Request) {
 		if cerr == nil { // answered, but the event could not be published
 			desc = "the result could not be published: retry with the same request_id"
 		}
-		s.replyTo(r.Reply(), code, headerText(desc), body)
+		s.replyTo(r.Reply(), code, events.HeaderValue(desc), body)
 	}()
 }
 
@@ -608,26 +602,11 @@ type AppendBody struct {
 
 func (s *Server) sessionAppend(r micro.Request) {
 	var b AppendBody
-	if err := decode(r, &b); err != nil {
-		s.fail(r, err)
+	if !s.decodeSession(r, &b, &b.SessionID) {
 		return
 	}
-	if err := checkSessionID(b.SessionID); err != nil {
-		s.fail(r, err)
-		return
-	}
-	if !isUploadRef(b.Messages) {
-		msgs, err := parseMessages(b.Messages, false)
-		if err != nil {
-			s.fail(r, err)
-			return
-		}
-		s.answer(r, func(ctx context.Context) (any, error) {
-			return s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
-		})
-		return
-	}
-	// Messages uploaded in parts take their place, then are appended.
+	// Messages uploaded in parts ({"upload_id"}) take their places, and
+	// are removed once appended.
 	s.answer(r, func(ctx context.Context) (any, error) {
 		raw, ids, err := s.d.Sessions.ResolveUploads(ctx, b.SessionID, b.Messages)
 		if err != nil {
@@ -657,12 +636,7 @@ type UploadBody struct {
 
 func (s *Server) sessionUpload(r micro.Request) {
 	var b UploadBody
-	if err := decode(r, &b); err != nil {
-		s.fail(r, err)
-		return
-	}
-	if err := checkSessionID(b.SessionID); err != nil {
-		s.fail(r, err)
+	if !s.decodeSession(r, &b, &b.SessionID) {
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) {
@@ -694,12 +668,7 @@ func (s *Server) sessionMessage(r micro.Request) {
 		Seq       int64  `json:"seq"`
 		Part      *int   `json:"part"`
 	}
-	if err := decode(r, &b); err != nil {
-		s.fail(r, err)
-		return
-	}
-	if err := checkSessionID(b.SessionID); err != nil {
-		s.fail(r, err)
+	if !s.decodeSession(r, &b, &b.SessionID) {
 		return
 	}
 	if b.Seq < 1 {

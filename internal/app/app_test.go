@@ -21,7 +21,6 @@ import (
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 )
@@ -36,10 +35,7 @@ func service(t *testing.T, url string, b fakeprovider.Behaviour, mod func(*app.C
 	}
 	t.Cleanup(fp.Close)
 	counter, _ := tokens.ForEncoding("cl100k_base")
-	retry := router.DefaultRetry()
-	retry.Base, retry.Max = 20*time.Millisecond, 100*time.Millisecond
-	sum, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: fp.URL, Timeout: time.Minute, Retry: &retry,
-		Extractive: extractive.New(counter), Getenv: func(string) string { return "" }})
+	sum, err := fp.Summarizer(extractive.New(counter))
 	if err != nil {
 		t.Fatal(err)
 	}

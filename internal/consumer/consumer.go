@@ -455,12 +455,12 @@ func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.Ms
 			out.Header[k] = v
 		}
 	}
-	out.Header.Set(HeaderReason, headerValue(reason))
-	out.Header.Set(HeaderSubject, headerValue(msg.Subject()))
+	out.Header.Set(HeaderReason, events.HeaderValue(reason))
+	out.Header.Set(HeaderSubject, events.HeaderValue(msg.Subject()))
 	out.Header.Set(HeaderStreamSeq, strconv.FormatUint(md.Sequence.Stream, 10))
 	out.Header.Set(HeaderDeliveries, strconv.FormatUint(md.NumDelivered, 10))
 	if requestID != "" {
-		out.Header.Set(HeaderRequestID, headerValue(requestID))
+		out.Header.Set(HeaderRequestID, events.HeaderValue(requestID))
 	}
 	out.Header.Set(jetstream.MsgIDHeader, fmt.Sprintf("dlq-%s-%d", md.Stream, md.Sequence.Stream))
 	out.Data = msg.Data()
@@ -477,21 +477,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.Ms
 	}
 	c.dead.Add(1)
 	c.log.Warn("dead-lettered", slog.String("subject", msg.Subject()), slog.Uint64("stream_seq", md.Sequence.Stream), slog.String("reason", reason))
-	if err := msg.TermWithReason(headerValue(reason)); err != nil {
+	if err := msg.TermWithReason(events.HeaderValue(reason)); err != nil {
 		c.log.Warn("term", slog.String("error", err.Error()))
 	}
-}
-
-// headerValue makes text safe as one header value: one line, at most 1 KB.
-func headerValue(s string) string {
-	s = strings.Map(func(r rune) rune {
-		if r == '\r' || r == '\n' || r < 0x20 && r != '\t' {
-			return ' '
-		}
-		return r
-	}, s)
-	if len(s) > 1024 {
-		s = s[:1024]
-	}
-	return s
 }

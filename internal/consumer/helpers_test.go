@@ -22,7 +22,6 @@ import (
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/schemas"
@@ -376,10 +375,7 @@ func (e *env) provider(b fakeprovider.Behaviour) (*fakeprovider.Server, pipeline
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(fp.Close)
-	retry := router.DefaultRetry()
-	retry.Base, retry.Max = 20*time.Millisecond, 100*time.Millisecond
-	r, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: fp.URL, Timeout: time.Minute, Retry: &retry,
-		Extractive: extractive.New(e.counter), Getenv: func(string) string { return "" }})
+	r, err := fp.Summarizer(extractive.New(e.counter))
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -181,4 +182,19 @@ func ResetAll(ctx context.Context, svc *pipeline.Service, pub *Publisher, list [
 		out = append(out, prev)
 	}
 	return out, nil
+}
+
+// HeaderValue makes text safe as one header value: one line, no control
+// characters, at most 1 KB.
+func HeaderValue(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == '\r' || r == '\n' || r < 0x20 && r != '\t' {
+			return ' '
+		}
+		return r
+	}, s)
+	if len(s) > 1024 {
+		s = s[:1024]
+	}
+	return s
 }

@@ -16,6 +16,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/router"
 )
 
 // Action is what the server does with one call.
@@ -191,4 +194,15 @@ func summaryOf(prompt string) string {
 	}
 	return "## Goal\n- continue the user's task\n## User instructions\n- (none)\n## Decisions\n- (none)\n## Facts and identifiers\n" +
 		strings.Join(facts, "\n") + "\n## Files and artifacts\n- (none)\n## Errors and fixes\n- (none)\n## Open tasks\n- (none)\n"
+}
+
+// Summarizer is the service's model router pointed at the server: its
+// openai provider (no key), retrying as in production but quickly (20 ms
+// doubling to 100 ms), a call bounded to a minute; extractive is the
+// router's offline provider.
+func (s *Server) Summarizer(extractive pipeline.Summarizer) (pipeline.Summarizer, error) {
+	retry := router.DefaultRetry()
+	retry.Base, retry.Max = 20*time.Millisecond, 100*time.Millisecond
+	return router.FromSettings(router.Settings{Provider: "openai", BaseURL: s.URL, Timeout: time.Minute, Retry: &retry,
+		Extractive: extractive, Getenv: func(string) string { return "" }})
 }

@@ -41,16 +41,7 @@ func Server(t testing.TB, dir string, port int) *server.Server {
 // Connect opens a connection to s, closed at the test's end.
 func Connect(t testing.TB, s *server.Server) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return nc, js
+	return ConnectURL(t, s.ClientURL())
 }
 
 // Cluster starts a three-node JetStream cluster in process, shut down at
