@@ -200,6 +200,11 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = apiSrv.Stop() })
+	// The endpoints' subscriptions reach the server before Start says the
+	// service is up, so a request right after is not "no responders".
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
+		return nil, fmt.Errorf("subscribe the endpoints: %w", err)
+	}
 
 	var g run.Group
 	// The caller's context: its end is a clean shutdown.
