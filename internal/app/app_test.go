@@ -343,7 +343,9 @@ func TestLargeMessagesThroughTheEndpoints(t *testing.T) {
 	srv := natstest.Server(t, t.TempDir(), -1)
 	service(t, srv.ClientURL(), nil, nil)
 	nc, _ := natstest.Connect(t, srv)
-	logOf := func(n int) string { return strings.Repeat("2026-12-03T10:00:00Z worker-3 processed batch 42: ok\n", n/52) }
+	logOf := func(n int) string {
+		return strings.Repeat("2026-12-03T10:00:00Z worker-3 processed batch 42: ok\n", n/52)
+	}
 	toolCall := func(id string) map[string]any {
 		return map[string]any{"id": "call-" + id, "role": "assistant", "tool_calls": []map[string]any{{"id": id, "type": "function",
 			"function": map[string]any{"name": "read_log", "arguments": `{"path":"/var/log/nightly.log"}`}}}}
