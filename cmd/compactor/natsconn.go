@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/sessions"
@@ -115,8 +116,5 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, table *mod
 			return stores{js: js, kv: s, breakers: b, sessions: sessions.New(s, b, table)}, nil
 		}
 	}
-	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
-		err = fmt.Errorf("%w (run `compactor serve` or `compactor provision` against this server first)", err)
-	}
-	return stores{}, err
+	return stores{}, app.BucketHint(err)
 }

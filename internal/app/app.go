@@ -114,6 +114,9 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if cfg.ConnName == "" {
 		cfg.ConnName = "compactor"
 	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = consumer.DefaultWorkers
+	}
 	a = &App{log: log, done: make(chan struct{})}
 	var cleanups []func()
 	defer func() {
@@ -176,11 +179,11 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	}
 	store, err := kvstore.NewSessions(setup, nc, a.JS)
 	if err != nil {
-		return nil, bucketHint(err)
+		return nil, BucketHint(err)
 	}
 	breakers, err := kvstore.NewBreakers(setup, nc, a.JS)
 	if err != nil {
-		return nil, bucketHint(err)
+		return nil, BucketHint(err)
 	}
 	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log)); err != nil {
 		return nil, err
@@ -370,7 +373,8 @@ func permissionHint(err error) error {
 	return err
 }
 
-func bucketHint(err error) error {
+// BucketHint says what to do about a bucket that is not there.
+func BucketHint(err error) error {
 	if errors.Is(err, jetstream.ErrBucketNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("%w (run `compactor serve` or `compactor provision` against this server first)", err)
 	}

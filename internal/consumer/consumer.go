@@ -348,8 +348,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	if c.opt.Observe != nil {
 		c.opt.Observe(res)
 	}
-	switch {
-	case disp == events.Retry:
+	if disp == events.Retry {
 		delay := c.opt.RetryDelay(md.NumDelivered)
 		log.Warn("transient failure, retrying", slog.String("reason", string(res.Reason)), slog.String("error", res.Error), slog.Duration("delay", delay))
 		c.retried.Add(1)
@@ -359,15 +358,14 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		return
 	}
 	reason := res.Error
-	if res.Reason != pipeline.ReasonInvalidRequest {
-		reason = fmt.Sprintf("%s: %s", res.Reason, res.Error)
-	}
-	if res.Failed && last && res.Retryable && res.Reason != pipeline.ReasonSummaryFailed {
-		// The last delivery of a transient failure: answer the runtime and
-		// keep the request.
+	switch {
+	case disp == events.Reject && res.Retryable:
+		// The last delivery of a transient failure: the runtime is
+		// answered, the request kept.
 		reason = fmt.Sprintf("max deliveries (%d): %s: %s", md.NumDelivered, res.Reason, res.Error)
 		res.Error = fmt.Sprintf("gave up after %d deliveries: %s", md.NumDelivered, res.Error)
-		disp = events.Reject
+	case res.Reason != pipeline.ReasonInvalidRequest:
+		reason = fmt.Sprintf("%s: %s", res.Reason, res.Error)
 	}
 	if err := c.pub.Result(ctx, res); err != nil {
 		c.retryPublish(log, msg, err)

@@ -132,7 +132,8 @@ const (
 // Dispose decides what happens to a request's result. interrupted says the
 // driver itself stopped the work (its shutdown, its caller gone): the work
 // was not done, so nothing is published. last says no retry will follow
-// (the consumer's last delivery): a transient failure is then answered.
+// (the consumer's last delivery): a transient failure is then answered and
+// kept as a dead letter.
 //
 // A summary that failed after the provider's retry budget is answered at
 // once (CompactionFailed, summary_failed, retryable): the runtime learns
@@ -146,7 +147,10 @@ func Dispose(res *pipeline.Result, interrupted, last bool) Disposition {
 		return Retry
 	case res.Reason == pipeline.ReasonInvalidRequest, res.Reason == pipeline.ReasonCorruptSession:
 		return Reject
-	case res.Retryable && res.Reason != pipeline.ReasonSummaryFailed && !last:
+	case res.Retryable && res.Reason != pipeline.ReasonSummaryFailed:
+		if last {
+			return Reject
+		}
 		return Retry
 	}
 	return Answer

@@ -470,17 +470,24 @@ func TestContextLengthErrorRechunks(t *testing.T) {
 	}
 }
 
+// crashingEnv is a session "s" whose store loses the first commit after
+// writing its compaction message (as a crash between the two writes).
+func crashingEnv(t *testing.T) (*env, *recorder, *pipeline.Service) {
+	t.Helper()
+	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+	e.importSession(t, "s", 3000, chat(30))
+	svc, err := pipeline.New(&crashStore{Store: e.store}, e.breakers, rec, pipeline.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, rec, svc
+}
+
 // A crash between writing the compaction message and moving the record:
 // the retried request finds the message under its key and commits it,
 // without a model call.
 func TestResumeInterruptedCommit(t *testing.T) {
-	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
-	e.importSession(t, "s", 3000, chat(30))
-	crashing := &crashStore{Store: e.store}
-	svc, err := pipeline.New(crashing, e.breakers, rec, pipeline.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	e, rec, svc := crashingEnv(t)
 	res, err := svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
 	if !errors.Is(err, pipeline.ErrPersistFailed) || !res.Retryable {
 		t.Fatalf("crashed commit: %v %+v", err, res)
@@ -503,13 +510,7 @@ func TestResumeInterruptedCommit(t *testing.T) {
 // exactly one answers compacted (the one the compaction names, when it is
 // redelivered), the other already_compacted.
 func TestOneCompactedPerCompaction(t *testing.T) {
-	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
-	e.importSession(t, "s", 3000, chat(30))
-	crashing := &crashStore{Store: e.store}
-	svc, err := pipeline.New(crashing, e.breakers, rec, pipeline.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, svc := crashingEnv(t)
 	if _, err := svc.Compact(context.Background(), pipeline.Request{ID: "A", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); !errors.Is(err, pipeline.ErrPersistFailed) {
 		t.Fatalf("A's crashed commit: %v", err)
 	}

@@ -12,6 +12,7 @@
 package sessions
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -415,6 +416,9 @@ func (s *Service) Upload(ctx context.Context, sid, uploadID string, part, parts 
 // is {"upload_id": id} by the message uploaded under id, and returns the
 // array and the upload ids it used.
 func (s *Service) ResolveUploads(ctx context.Context, sid string, raw json.RawMessage) (json.RawMessage, []string, error) {
+	if !bytes.Contains(raw, []byte(`"upload_id"`)) {
+		return raw, nil, nil // the usual append: nothing to decode twice
+	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return raw, nil, nil // not an array: the parser says what is wrong
