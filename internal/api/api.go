@@ -413,7 +413,8 @@ func (s *Server) compact(r micro.Request) {
 			s.d.Observe(res)
 		}
 		if disp != events.Retry {
-			if err := s.d.Publisher.Result(ctx, res); err != nil {
+			// A repeated request may have been answered before.
+			if err := s.d.Publisher.Once(ctx, res, res.Strategy == "redelivered"); err != nil {
 				s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
 				disp = events.Retry // the caller's retry publishes it
 			}

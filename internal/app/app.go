@@ -192,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Metrics = metrics.New(func() consumer.Stats { return a.Consumer.Stats() })
 	a.Consumer = consumer.New(nc, a.JS, a.Pipeline, consumer.Options{Workers: cfg.Workers, Source: cfg.Source, Logger: log,
 		ShutdownGrace: cfg.ShutdownGrace, Observe: a.Metrics.Observe, RetryDelay: cfg.RetryDelay})
-	pub := &events.Publisher{JS: a.JS, Source: cfg.Source}
+	pub := &events.Publisher{JS: a.JS, Source: cfg.Source, Stream: consumer.ResultStream}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	cleanups = append(cleanups, cancel)

@@ -630,13 +630,18 @@ func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error
 	}
 	out := map[string]storedResult{}
 	for {
-		batch, err := oc.FetchNoWait(500)
+		// (A fetch that does not wait may find a consumer just made with
+		// nothing delivered yet: wait, and stop at the last pending one.)
+		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return nil, err
 		}
-		n := 0
+		n, pending := 0, uint64(1)
 		for m := range batch.Messages() {
 			n++
+			if md, err := m.Metadata(); err == nil {
+				pending = md.NumPending
+			}
 			var d struct {
 				Outcome  string `json:"outcome"`
 				Reason   string `json:"reason"`
@@ -650,7 +655,7 @@ func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error
 			}
 			out[m.Headers().Get("ce-id")] = storedResult{typ: typ, outcome: outcome, llmCalls: d.LLMCalls}
 		}
-		if n == 0 {
+		if n == 0 || pending == 0 {
 			return out, nil
 		}
 	}

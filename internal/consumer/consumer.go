@@ -111,7 +111,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, svc *pipeline.Service, opt Optio
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{js: js, svc: svc, pub: &events.Publisher{JS: js, Source: opt.Source}, opt: opt, log: log,
+	return &Consumer{js: js, svc: svc, pub: &events.Publisher{JS: js, Source: opt.Source, Stream: ResultStream}, opt: opt, log: log,
 		maxNC: int(nc.MaxPayload()), queues: map[string][]*delivery{}, held: map[*delivery]struct{}{},
 		freed: make(chan struct{}, 1)}
 }
@@ -367,7 +367,10 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	case res.Reason != pipeline.ReasonInvalidRequest:
 		reason = fmt.Sprintf("%s: %s", res.Reason, res.Error)
 	}
-	if err := c.pub.Result(ctx, res); err != nil {
+	// A request delivered again may have been answered by a replica that
+	// died before acknowledging it.
+	again := md.NumDelivered > 1 || res.Strategy == "redelivered"
+	if err := c.pub.Once(ctx, res, again); err != nil {
 		c.retryPublish(log, msg, err)
 		return
 	}

@@ -9,9 +9,12 @@ import (
 
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Issue 11, third defect: a model slower than AckWait (3 s against 2 s),
@@ -110,5 +113,49 @@ func TestCorruptSessionFailsAtOnce(t *testing.T) {
 	}
 	if st := r.cons.Stats(); st.Retried != 0 || st.Received != 1 {
 		t.Fatalf("stats %+v: a corrupt session was retried", st)
+	}
+}
+
+// A replica that published a request's result and died before
+// acknowledging it: the redelivery does not publish the result again (the
+// stream would keep one, but a core subscriber would see two), and the
+// request is acknowledged.
+func TestRedeliveryDoesNotRepublish(t *testing.T) {
+	e := newEnv(t)
+	e.importSession("s1", 3000, chat(40))
+	seen := e.coreResults()
+	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	// The replica that dies: it takes the delivery, compacts, publishes,
+	// and never acknowledges.
+	cons, err := e.js.Consumer(context.Background(), consumer.RequestStream, consumer.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := <-batch.Messages(); !ok {
+		t.Fatal("no delivery")
+	}
+	svc, err := pipeline.New(e.store, e.breakers, extractive.New(e.counter), pipeline.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Compact(context.Background(), pipeline.Request{ID: "evt-1", SessionID: "s1", Trigger: pipeline.TriggerOverBudget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&events.Publisher{JS: e.js, Stream: consumer.ResultStream}).Result(context.Background(), res); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
+	e.waitFor("the redelivery answered", 10*time.Second, func() bool { return r.cons.Stats().Completed == 1 && e.pendingRequests() == 0 })
+	time.Sleep(200 * time.Millisecond)
+	if n := seen()[events.RequestResultID("evt-1")]; n != 1 {
+		t.Fatalf("a core subscriber saw the result %d times", n)
+	}
+	if got := e.resultsFor("s1", 1, time.Second, events.TypeCompactionCompleted); len(got) != 1 || got[0].Data["outcome"] != "compacted" {
+		t.Fatalf("stored results %+v", got)
 	}
 }

@@ -29,6 +29,10 @@ type Publisher struct {
 	JS     jetstream.JetStream
 	Source string
 	Now    func() time.Time
+	// Stream is the result stream (COMPACTION_EVENTS), read by Once to
+	// tell whether a request's result is stored already; empty: Once
+	// always publishes.
+	Stream string
 }
 
 func (p *Publisher) now() time.Time {
@@ -77,6 +81,47 @@ func (p *Publisher) Result(ctx context.Context, res *pipeline.Result) error {
 		return p.CircuitClosed(ctx, b, "probe")
 	}
 	return nil
+}
+
+// Once is Result for a request that may have been answered before (a
+// redelivery, a repeated synchronous request): when its result event is
+// stored already, it is not published again (JetStream's dedup would keep
+// the stream to one, but a core subscriber would see it twice); only a
+// probe's CircuitClosed, published after it, is published (again, under
+// its fixed id). again says the request may have been answered before.
+func (p *Publisher) Once(ctx context.Context, res *pipeline.Result, again bool) error {
+	if !again || !p.stored(ctx, res) {
+		return p.Result(ctx, res)
+	}
+	if res.CircuitClosed {
+		b := session.Breaker{SessionID: res.SessionID, Failures: res.Failures}
+		if res.Breaker != nil {
+			b = *res.Breaker
+		}
+		return p.CircuitClosed(ctx, b, "probe")
+	}
+	return nil
+}
+
+// stored reports whether the request's result event is the last stored on
+// its subject (read from the stream's leader); an error answers false: the
+// publish then happens, and dedup keeps the stream to one.
+func (p *Publisher) stored(ctx context.Context, res *pipeline.Result) bool {
+	if p.Stream == "" {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+	defer cancel()
+	st, err := p.JS.Stream(ctx, p.Stream)
+	if err != nil {
+		return false
+	}
+	typ := TypeCompactionCompleted
+	if res.Failed {
+		typ = TypeCompactionFailed
+	}
+	m, err := st.GetLastMsgForSubject(ctx, Subject(typ, res.SessionID))
+	return err == nil && m.Header.Get("Nats-Msg-Id") == RequestResultID(res.RequestID)
 }
 
 // Outcome publishes only the result event of a request.
