@@ -399,9 +399,12 @@ func (s *Server) compact(r micro.Request) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.sem <- struct{}{}
+	// The result events carry the caller's trace (traceparent and
+	// tracestate headers, as on any NATS request).
+	trace := events.TraceFromHeader(r.Headers())
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
-		ctx, cancel := context.WithTimeout(s.work, s.d.Timeout)
+		ctx, cancel := context.WithTimeout(events.WithTrace(s.work, trace), s.d.Timeout)
 		defer cancel()
 		preq := pipeline.Request{ID: req.RequestID, SessionID: req.SessionID, Trigger: req.Trigger, Model: req.Model,
 			ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens, MessageCount: req.MessageCount,

@@ -189,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		return nil, err
 	}
 	a.Sessions = sessions.New(store, breakers, cfg.Models)
-	a.Metrics = metrics.New(func() consumer.Stats { return a.Consumer.Stats() })
+	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
 	a.Consumer = consumer.New(nc, a.JS, a.Pipeline, consumer.Options{Workers: cfg.Workers, Source: cfg.Source, Logger: log,
 		ShutdownGrace: cfg.ShutdownGrace, Observe: a.Metrics.Observe, RetryDelay: cfg.RetryDelay})
 	pub := &events.Publisher{JS: a.JS, Source: cfg.Source, Stream: consumer.ResultStream}

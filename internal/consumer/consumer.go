@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -54,8 +55,13 @@ type Stats struct {
 	Failed       int64 `json:"failed"`
 	Retried      int64 `json:"retried"`
 	DeadLettered int64 `json:"dead_lettered"`
-	Released     int64 `json:"released"`
-	InFlight     int64 `json:"in_flight"`
+	// DeadLetteredBy breaks DeadLettered down by reason: invalid_request
+	// (it could not be decoded, or the pipeline refused it),
+	// corrupt_session, or max_deliveries (a transient failure on its last
+	// delivery).
+	DeadLetteredBy map[string]int64 `json:"dead_lettered_by,omitempty"`
+	Released       int64            `json:"released"`
+	InFlight       int64            `json:"in_flight"`
 }
 
 // Consumer runs the pipeline for the requests of the durable consumer
@@ -85,6 +91,7 @@ type Consumer struct {
 	wg sync.WaitGroup
 
 	received, completed, failed, retried, dead, released, inflight atomic.Int64
+	deadBy                                                         map[string]int64 // under mu
 }
 
 type delivery struct {
@@ -112,7 +119,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, svc *pipeline.Service, opt Optio
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Consumer{js: js, svc: svc, pub: &events.Publisher{JS: js, Source: opt.Source, Stream: ResultStream}, opt: opt, log: log,
-		maxNC: int(nc.MaxPayload()), queues: map[string][]*delivery{}, held: map[*delivery]struct{}{},
+		maxNC: int(nc.MaxPayload()), queues: map[string][]*delivery{}, held: map[*delivery]struct{}{}, deadBy: map[string]int64{},
 		freed: make(chan struct{}, 1)}
 }
 
@@ -129,8 +136,11 @@ func DefaultRetryDelay(delivered uint64) time.Duration {
 
 // Stats returns the counters.
 func (c *Consumer) Stats() Stats {
+	c.mu.Lock()
+	by := maps.Clone(c.deadBy)
+	c.mu.Unlock()
 	return Stats{Received: c.received.Load(), Completed: c.completed.Load(), Failed: c.failed.Load(),
-		Retried: c.retried.Load(), DeadLettered: c.dead.Load(), Released: c.released.Load(), InFlight: c.inflight.Load()}
+		Retried: c.retried.Load(), DeadLettered: c.dead.Load(), DeadLetteredBy: by, Released: c.released.Load(), InFlight: c.inflight.Load()}
 }
 
 // Run consumes until ctx is cancelled, then shuts down cleanly: it stops
@@ -325,14 +335,13 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		_ = msg.Term()
 		return
 	}
-	req, _, err := events.DecodeRequest(msg.Headers(), msg.Data())
-	if err == nil {
-		err = checkSubject(msg.Subject(), req)
-	}
+	req, ev, err := events.DecodeRequest(msg.Subject(), msg.Headers(), msg.Data())
 	if err != nil {
-		c.deadLetter(ctx, d, md, "", err.Error())
+		ctx = events.WithTrace(ctx, events.TraceFromHeader(msg.Headers()))
+		c.reject(ctx, d, md, req, err)
 		return
 	}
+	ctx = events.WithTrace(ctx, events.TraceOf(ev))
 	log := c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
 
 	res, cerr := c.svc.Compact(ctx, req)
@@ -357,12 +366,12 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		}
 		return
 	}
-	reason := res.Error
+	reason, class := res.Error, string(res.Reason)
 	switch {
 	case disp == events.Reject && res.Retryable:
 		// The last delivery of a transient failure: the runtime is
 		// answered, the request kept.
-		reason = fmt.Sprintf("max deliveries (%d): %s: %s", md.NumDelivered, res.Reason, res.Error)
+		reason, class = fmt.Sprintf("max deliveries (%d): %s: %s", md.NumDelivered, res.Reason, res.Error), "max_deliveries"
 		res.Error = fmt.Sprintf("gave up after %d deliveries: %s", md.NumDelivered, res.Error)
 	case res.Reason != pipeline.ReasonInvalidRequest:
 		reason = fmt.Sprintf("%s: %s", res.Reason, res.Error)
@@ -380,7 +389,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		c.completed.Add(1)
 	}
 	if disp == events.Reject {
-		c.deadLetter(ctx, d, md, req.ID, reason)
+		c.deadLetter(ctx, d, md, req.ID, class, reason)
 		return
 	}
 	c.ack(log, msg)
@@ -407,26 +416,6 @@ func (c *Consumer) ack(log *slog.Logger, msg jetstream.Msg) {
 	}
 }
 
-// checkSubject requires the subject to agree with the event: its type and
-// session id.
-func checkSubject(subject string, req pipeline.Request) error {
-	typ, sid, ok := events.RequestSubject(subject)
-	if !ok {
-		return fmt.Errorf("%w: subject %q is not agent.context.over_budget.<session_id> or agent.context.overflow.<session_id>", events.ErrInvalid, subject)
-	}
-	want := pipeline.TriggerOverBudget
-	if typ == events.TypeContextOverflow {
-		want = pipeline.TriggerOverflow
-	}
-	if req.Trigger != want {
-		return fmt.Errorf("%w: subject %q is for %s events, got a %s request", events.ErrInvalid, subject, typ, req.Trigger)
-	}
-	if sid != req.SessionID {
-		return fmt.Errorf("%w: subject's session %q differs from data.session_id %q", events.ErrInvalid, sid, req.SessionID)
-	}
-	return nil
-}
-
 // publishTimeout bounds a dead letter's publish and a request's ack.
 const publishTimeout = 10 * time.Second
 
@@ -440,11 +429,29 @@ const (
 	HeaderTruncated  = "Compactor-Dlq-Truncated"
 )
 
+// reject answers a request that cannot be decoded: when it names an id
+// and a session (the subject's), the runtime waiting for it gets its
+// CompactionFailed (invalid_request, with the reason); then the request
+// is dead-lettered. A result that cannot be published redelivers the
+// request: it is answered, or dead-lettered, later.
+func (c *Consumer) reject(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, req pipeline.Request, err error) {
+	if req.ID != "" && req.SessionID != "" {
+		res := &pipeline.Result{RequestID: req.ID, SessionID: req.SessionID, Trigger: req.Trigger, Failed: true,
+			Reason: pipeline.ReasonInvalidRequest, Error: err.Error()}
+		if perr := c.pub.Once(ctx, res, md.NumDelivered > 1); perr != nil {
+			c.retryPublish(c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID)), d.msg, perr)
+			return
+		}
+		c.failed.Add(1)
+	}
+	c.deadLetter(ctx, d, md, req.ID, string(pipeline.ReasonInvalidRequest), err.Error())
+}
+
 // deadLetter copies a request that will never be processed to
-// compaction.dlq.<session_id> with the reason, then terminates it. When
+// compactor.dlq.<session_id> with the reason, then terminates it. When
 // the copy cannot be written the request is redelivered instead: nothing
 // is lost.
-func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, requestID, reason string) {
+func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, requestID, class, reason string) {
 	msg := d.msg
 	sid := d.sessionID
 	if !events.ValidSessionID(sid) {
@@ -477,6 +484,9 @@ func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.Ms
 		return
 	}
 	c.dead.Add(1)
+	c.mu.Lock()
+	c.deadBy[class]++
+	c.mu.Unlock()
 	c.log.Warn("dead-lettered", slog.String("subject", msg.Subject()), slog.Uint64("stream_seq", md.Sequence.Stream), slog.String("reason", reason))
 	if err := msg.TermWithReason(events.HeaderValue(reason)); err != nil {
 		c.log.Warn("term", slog.String("error", err.Error()))

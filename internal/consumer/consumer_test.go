@@ -318,6 +318,25 @@ func TestMalformedInputs(t *testing.T) {
 		if !strings.Contains(reason, tc.reason) {
 			t.Errorf("%s: DLQ reason %q does not say %q", tc.name, reason, tc.reason)
 		}
+		// A request with an id and a session is answered too: the runtime
+		// waiting for it learns why at once.
+		_, sid, _ := events.RequestSubject(tc.subject)
+		got := filter(e.results(), sid, events.TypeCompactionFailed)
+		if tc.header == nil {
+			if len(got) != 0 {
+				t.Errorf("%s: a request without an id answered: %+v", tc.name, got)
+			}
+			continue
+		}
+		if len(got) != 1 || got[0].Data["reason"] != "invalid_request" || got[0].Data["request_id"] != tc.header.Get("ce-id") ||
+			!strings.Contains(got[0].Data["error"].(string), tc.reason) || got[0].ID != events.RequestResultID(tc.header.Get("ce-id")) {
+			t.Errorf("%s: want one CompactionFailed invalid_request saying %q, got %+v", tc.name, tc.reason, got)
+		}
+	}
+	for _, m := range e.streamEvents(consumer.DLQStream) {
+		if !strings.HasPrefix(m.Subject, "compactor.dlq.") {
+			t.Errorf("dead letter on %s, want compactor.dlq.<session>", m.Subject)
+		}
 	}
 }
 
@@ -448,7 +467,7 @@ func TestDeliveriesExhaustedEndInDLQ(t *testing.T) {
 	if m.Subject != events.DLQPrefix+"s1" || !strings.Contains(m.Header.Get(consumer.HeaderReason), "max deliveries") || m.Header.Get(consumer.HeaderRequestID) != "evt-1" {
 		t.Fatalf("dead letter %s %v", m.Subject, m.Header)
 	}
-	if _, _, err := events.DecodeRequest(m.Header, m.Data); err != nil {
+	if _, _, err := events.DecodeRequest(m.Header.Get(consumer.HeaderSubject), m.Header, m.Data); err != nil {
 		t.Fatalf("the dead letter is not the original request: %v", err)
 	}
 	if e.pendingRequests() != 0 {

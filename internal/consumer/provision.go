@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/events"
 )
 
 // Stream, subject and consumer names (SPEC §8).
@@ -19,9 +21,9 @@ const (
 	ResultStream   = "COMPACTION_EVENTS"
 	DLQStream      = "COMPACTION_DLQ"
 	Durable        = "compactor"
-	RequestSubject = "agent.context.>"
-	ResultSubject  = "compaction.>"
-	DLQSubject     = "compaction.dlq.>"
+	RequestSubject = events.RequestSubjects
+	ResultSubject  = events.ResultSubjects
+	DLQSubject     = events.DLQSubjects
 )
 
 // Defaults of the durable consumer.
@@ -66,10 +68,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, set Settings) error 
 	if maxDeliver <= 0 {
 		maxDeliver = MaxDeliver
 	}
+	// The DLQ comes before the results: an older DLQ stream holds
+	// compaction.dlq.>, which must be freed (its subjects migrated to
+	// compactor.dlq.>) before COMPACTION_EVENTS can take compaction.>.
+	// The dead letters it holds stay, under their old subjects.
 	streams := []jetstream.StreamConfig{
 		{Name: RequestStream, Subjects: []string{RequestSubject}, Retention: jetstream.WorkQueuePolicy, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
-		{Name: ResultStream, Subjects: []string{"compaction.completed.>", "compaction.failed.>", "compaction.circuit_opened.>", "compaction.circuit_closed.>"}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
 		{Name: DLQStream, Subjects: []string{DLQSubject, MaxDeliveriesAdvisory}, Duplicates: DedupWindow, MaxAge: 30 * 24 * time.Hour},
+		{Name: ResultStream, Subjects: []string{ResultSubject}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
 	}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = replicas, jetstream.FileStorage

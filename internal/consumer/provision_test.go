@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -44,5 +45,56 @@ func TestProvisionIdempotent(t *testing.T) {
 	info, _ := st.Info(ctx)
 	if info.State.Msgs != 1 {
 		t.Fatalf("%d requests stored, want 1", info.State.Msgs)
+	}
+}
+
+// A server provisioned before the dead letters moved to compactor.dlq.>
+// has a DLQ stream on compaction.dlq.> and results on four subjects.
+// Provisioning migrates both: the old dead letters stay, new ones go to
+// the new prefix, and a consumer bound by subject compaction.> finds the
+// result stream (it failed with "no stream matches subject" before).
+func TestProvisionMigratesTheDLQ(t *testing.T) {
+	_, nc, js := natstest.Start(t)
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: consumer.DLQStream, Subjects: []string{"compaction.dlq.>", consumer.MaxDeliveriesAdvisory}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: consumer.ResultStream,
+		Subjects: []string{"compaction.completed.>", "compaction.failed.>", "compaction.circuit_opened.>", "compaction.circuit_closed.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, events.LegacyDLQPrefix+"s1", []byte("an old dead letter")); err != nil {
+		t.Fatal(err)
+	}
+	if err := consumer.Provision(ctx, js, consumer.Settings{}); err != nil {
+		t.Fatal(err)
+	}
+	dlq, _ := js.Stream(ctx, consumer.DLQStream)
+	if got := dlq.CachedInfo().Config.Subjects; len(got) != 2 || got[0] != events.DLQSubjects {
+		t.Fatalf("DLQ subjects %v", got)
+	}
+	if _, err := js.Publish(ctx, events.DLQPrefix+"s1", []byte("a new dead letter")); err != nil {
+		t.Fatal(err)
+	}
+	info, _ := dlq.Info(ctx)
+	if info.State.Msgs != 2 {
+		t.Fatalf("DLQ holds %d messages, want the old one and the new one", info.State.Msgs)
+	}
+	// The legacy API binds a subscription by subject alone, as the
+	// CloudEvents SDK's JetStream binding does.
+	old, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := old.SubscribeSync("compaction.>")
+	if err != nil {
+		t.Fatalf("a consumer on compaction.>: %v", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if _, err := js.Publish(ctx, events.FailedPrefix+"s1", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || m.Subject != events.FailedPrefix+"s1" {
+		t.Fatalf("result through compaction.>: %v %v", m, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -45,125 +44,66 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
 }
 
-// header returns a header's first value, matching the name case-
-// insensitively (the SDK's NATS binding does not).
-func header(h map[string][]string, name string) (string, bool) {
-	for k, v := range h {
-		if strings.EqualFold(k, name) && len(v) > 0 {
-			return v[0], true
+// DecodeRequest reads the request event a message on subject carries, in
+// either content mode (DecodeEvent), validates its attributes, type and
+// data (against schemas/context_request.json), checks them against the
+// subject (its route's type, its session id), and returns the pipeline
+// request. Every error wraps ErrInvalid; with an error, the request holds
+// what could be read of its id, session (the subject's) and trigger, so
+// that a request the service can attribute is still answered.
+func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline.Request, cloudevents.Event, error) {
+	var req pipeline.Request
+	route, sid, ok := RequestSubject(subject)
+	if ok {
+		req.Trigger = route.Trigger
+		if ValidSessionID(sid) {
+			req.SessionID = sid
 		}
 	}
-	return "", false
-}
-
-// DecodeRequest reads a request event in binary mode (attributes as ce-
-// headers, values percent-decoded) or structured mode (Content-Type
-// application/cloudevents+json), validates its attributes, type and data
-// (against schemas/context_request.json), and returns the pipeline request.
-// Every error wraps ErrInvalid.
-func DecodeRequest(h map[string][]string, body []byte) (pipeline.Request, cloudevents.Event, error) {
-	var ev cloudevents.Event
+	if v, found := header(h, headerPrefix+"id"); found {
+		if id, err := DecodeHeaderValue(v); err == nil {
+			req.ID = id
+		}
+	}
 	if len(body) > MaxRequestBytes {
-		return pipeline.Request{}, ev, invalid("body of %d bytes, over %d", len(body), MaxRequestBytes)
+		return req, cloudevents.Event{}, invalid("body of %d bytes, over %d", len(body), MaxRequestBytes)
 	}
 	if !utf8.Valid(body) {
-		return pipeline.Request{}, ev, invalid("body is not valid UTF-8")
+		return req, cloudevents.Event{}, invalid("body is not valid UTF-8")
 	}
-	ct, _ := header(h, "Content-Type")
-	if strings.HasPrefix(strings.ToLower(ct), "application/cloudevents") {
-		if err := json.Unmarshal(body, &ev); err != nil {
-			return pipeline.Request{}, ev, invalid("structured event: %v", err)
-		}
-	} else {
-		spec, ok := header(h, "ce-specversion")
-		if !ok {
-			return pipeline.Request{}, ev, invalid("not a CloudEvent: no ce-specversion header and no application/cloudevents content type")
-		}
-		if spec != cloudevents.CloudEventsVersionV1 {
-			return pipeline.Request{}, ev, invalid("specversion %q is not %s", spec, cloudevents.CloudEventsVersionV1)
-		}
-		ev = cloudevents.New(spec)
-		for k, v := range h {
-			name, ok := cutPrefixFold(k, "ce-")
-			if !ok || len(v) == 0 {
-				continue
-			}
-			val, err := url.PathUnescape(v[0])
-			if err != nil || !utf8.ValidString(val) {
-				return pipeline.Request{}, ev, invalid("header %s is not a valid percent-encoded UTF-8 value", k)
-			}
-			if err := setAttr(&ev, strings.ToLower(name), val); err != nil {
-				return pipeline.Request{}, ev, invalid("header %s: %v", k, err)
-			}
-		}
-		if ct == "" {
-			ct = "application/json"
-		}
-		if err := ev.SetData(ct, body); err != nil {
-			return pipeline.Request{}, ev, invalid("data: %v", err)
-		}
+	ev, err := DecodeEvent(h, body)
+	if ev.ID() != "" {
+		req.ID = ev.ID()
 	}
-	if err := ev.Validate(); err != nil {
-		return pipeline.Request{}, ev, invalid("not a valid CloudEvent: %v", err)
+	if err != nil {
+		return req, ev, invalid("%v", err)
 	}
-	var trig pipeline.Trigger
-	switch ev.Type() {
-	case TypeContextOverBudget:
-		trig = pipeline.TriggerOverBudget
-	case TypeContextOverflow:
-		trig = pipeline.TriggerOverflow
-	default:
-		return pipeline.Request{}, ev, invalid("type %q is not %s or %s", ev.Type(), TypeContextOverBudget, TypeContextOverflow)
+	if !ok {
+		return req, ev, invalid("subject %q is not %s<session_id> or %s<session_id>", subject, OverBudgetPrefix, OverflowPrefix)
 	}
-	if dct := ev.DataContentType(); dct != "" && !strings.HasPrefix(dct, "application/json") {
-		return pipeline.Request{}, ev, invalid("datacontenttype %q is not application/json", dct)
+	if ev.Type() != route.Type {
+		return req, ev, invalid("type %q is not %s, the type of subject %q", ev.Type(), route.Type, subject)
+	}
+	if dct := ev.DataContentType(); dct != "" && !strings.HasPrefix(strings.ToLower(dct), "application/json") {
+		return req, ev, invalid("datacontenttype %q is not application/json", dct)
 	}
 	data := ev.Data()
 	if err := schemas.Validate(schemas.ContextRequest, data); err != nil {
-		return pipeline.Request{}, ev, invalid("data: %v", err)
+		return req, ev, invalid("data: %v", err)
 	}
 	var d RequestData
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&d); err != nil {
-		return pipeline.Request{}, ev, invalid("data: %v", err)
+		return req, ev, invalid("data: %v", err)
+	}
+	if d.SessionID != sid {
+		return req, ev, invalid("subject's session %q differs from data.session_id %q", sid, d.SessionID)
 	}
 	if s := ev.Subject(); s != "" && s != d.SessionID {
-		return pipeline.Request{}, ev, invalid("subject %q differs from data.session_id %q", s, d.SessionID)
+		return req, ev, invalid("subject %q differs from data.session_id %q", s, d.SessionID)
 	}
-	return pipeline.Request{ID: ev.ID(), SessionID: d.SessionID, Trigger: trig, Model: d.Model, ContextLimit: d.ContextLimit,
+	return pipeline.Request{ID: ev.ID(), SessionID: d.SessionID, Trigger: route.Trigger, Model: d.Model, ContextLimit: d.ContextLimit,
 		RequestedTokens: d.RequestedTokens, MessageCount: d.MessageCount, SummaryModel: d.SummaryModel,
 		SummaryContextLimit: d.SummaryContextLimit, Focus: d.Focus}, ev, nil
-}
-
-func cutPrefixFold(s, prefix string) (string, bool) {
-	if len(s) > len(prefix) && strings.EqualFold(s[:len(prefix)], prefix) {
-		return s[len(prefix):], true
-	}
-	return "", false
-}
-
-func setAttr(ev *cloudevents.Event, name, val string) error {
-	switch name {
-	case "specversion":
-	case "id":
-		ev.SetID(val)
-	case "source":
-		ev.SetSource(val)
-	case "type":
-		ev.SetType(val)
-	case "subject":
-		ev.SetSubject(val)
-	case "dataschema":
-		ev.SetDataSchema(val)
-	case "time":
-		t, err := time.Parse(time.RFC3339Nano, val)
-		if err != nil {
-			return err
-		}
-		ev.SetTime(t)
-	default:
-		ev.SetExtension(name, val)
-	}
-	return nil
 }
 
 // resultNamespace roots the deterministic ids of result events.
@@ -200,25 +140,4 @@ func NewEvent(id, typ, source, sessionID string, now time.Time, data any) (cloud
 		return ev, err
 	}
 	return ev, ev.Validate()
-}
-
-// EncodeBinary writes an event in binary mode: each attribute a ce- header
-// (percent-encoded), the data as the body, and Nats-Msg-Id set to the id so
-// that JetStream drops a duplicate publish.
-func EncodeBinary(ev cloudevents.Event) (map[string][]string, []byte) {
-	h := map[string][]string{
-		"ce-specversion": {ev.SpecVersion()},
-		"ce-id":          {url.PathEscape(ev.ID())},
-		"ce-source":      {url.PathEscape(ev.Source())},
-		"ce-type":        {url.PathEscape(ev.Type())},
-		"Content-Type":   {ev.DataContentType()},
-		"Nats-Msg-Id":    {ev.ID()},
-	}
-	if s := ev.Subject(); s != "" {
-		h["ce-subject"] = []string{url.PathEscape(s)}
-	}
-	if !ev.Time().IsZero() {
-		h["ce-time"] = []string{ev.Time().UTC().Format(time.RFC3339Nano)}
-	}
-	return h, ev.Data()
 }

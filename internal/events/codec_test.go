@@ -21,7 +21,7 @@ func binary(typ, data string) (map[string][]string, []byte) {
 
 func TestDecodeBinaryAndStructured(t *testing.T) {
 	h, body := binary("ContextOverBudget", `{"session_id":"sess-1","model":"gpt-4o","context_limit":8000,"requested_tokens":9100,"message_count":80}`)
-	req, ev, err := events.DecodeRequest(h, body)
+	req, ev, err := events.DecodeRequest(events.OverBudgetPrefix+"sess-1", h, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestDecodeBinaryAndStructured(t *testing.T) {
 	}
 	structured := `{"specversion":"1.0","id":"evt-2","source":"runtime","type":"context_overflow","subject":"sess-1","datacontenttype":"application/json",
 		"data":{"session_id":"sess-1","provider":"openai","error_code":"context_length_exceeded","error_message":"maximum context length is 8192 tokens"}}`
-	req, _, err = events.DecodeRequest(map[string][]string{"content-type": {"application/cloudevents+json"}}, []byte(structured))
+	req, _, err = events.DecodeRequest(events.OverflowPrefix+"sess-1", map[string][]string{"content-type": {"application/cloudevents+json"}}, []byte(structured))
 	if err != nil || req.Trigger != pipeline.TriggerOverflow || req.ID != "evt-2" || req.SessionID != "sess-1" {
 		t.Fatalf("structured: %+v %v", req, err)
 	}
@@ -55,6 +55,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"oversized", nil, `{"session_id":"s","focus":"` + strings.Repeat("x", events.MaxRequestBytes) + `"}`, "over"},
 		{"data not JSON", nil, `[1,2`, "data"},
 		{"subject mismatch", nil, `{"session_id":"other"}`, "subject"},
+		{"batch", map[string][]string{"Content-Type": {"application/cloudevents-batch+json"}}, "[]", "batch"},
+		{"wrong subject", nil, ok, "is not context_overflow"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -68,7 +70,11 @@ func TestDecodeErrors(t *testing.T) {
 			if tt.h != nil {
 				h = tt.h
 			}
-			_, _, err := events.DecodeRequest(h, body)
+			subject := events.OverBudgetPrefix + "sess-1"
+			if tt.name == "wrong subject" {
+				subject = events.OverflowPrefix + "sess-1"
+			}
+			_, _, err := events.DecodeRequest(subject, h, body)
 			if !errors.Is(err, events.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want ErrInvalid mentioning %q", err, tt.want)
 			}
@@ -93,7 +99,8 @@ func TestResultEventsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	h, body := events.EncodeBinary(ev)
-	if h["Nats-Msg-Id"][0] != id || h["ce-type"][0] != "CompactionCompleted" || h["ce-subject"][0] != "sess-1" || h["Content-Type"][0] != "application/json" {
+	if h["Nats-Msg-Id"][0] != id || h["ce-type"][0] != "CompactionCompleted" || h["ce-subject"][0] != "sess-1" || h["Content-Type"][0] != "application/json" ||
+		h["ce-datacontenttype"][0] != "application/json" || h["ce-source"][0] != "compactor" {
 		t.Fatalf("headers %v", h)
 	}
 	if err := schemas.Validate(schemas.CompactionCompleted, body); err != nil {
@@ -114,7 +121,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add("1.0", "ContextOverBudget", "text/plain", `{"session_id":""}`)
 	f.Fuzz(func(t *testing.T, spec, typ, ct, body string) {
 		h := map[string][]string{"ce-specversion": {spec}, "ce-id": {"i"}, "ce-source": {"s"}, "ce-type": {typ}, "Content-Type": {ct}}
-		req, _, err := events.DecodeRequest(h, []byte(body))
+		req, _, err := events.DecodeRequest(events.OverBudgetPrefix+"s1", h, []byte(body))
 		if err != nil {
 			if !errors.Is(err, events.ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
@@ -137,9 +144,9 @@ func TestSubjects(t *testing.T) {
 		{"agent.context.other.s", "", "", false},
 		{"compaction.completed.s", "", "", false},
 	} {
-		typ, sid, ok := events.RequestSubject(tc.subject)
-		if typ != tc.typ || sid != tc.sid || ok != tc.ok {
-			t.Errorf("RequestSubject(%q) = %q %q %v", tc.subject, typ, sid, ok)
+		r, sid, ok := events.RequestSubject(tc.subject)
+		if typ := r.Type; typ != tc.typ || sid != tc.sid || ok != tc.ok {
+			t.Errorf("RequestSubject(%q) = %q %q %v", tc.subject, r.Type, sid, ok)
 		}
 	}
 	if got := events.Subject(events.TypeCompactionCircuitOpened, "s"); got != "compaction.circuit_opened.s" {

@@ -51,6 +51,7 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 	if err != nil {
 		return fmt.Errorf("build %s event: %w", typ, err)
 	}
+	traceFrom(ctx).apply(&ev)
 	h, body := EncodeBinary(ev)
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()

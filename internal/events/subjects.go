@@ -3,6 +3,9 @@ package events
 import (
 	"regexp"
 	"strings"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Subject prefixes of the contract (SPEC §8); the session id is the last
@@ -14,26 +17,78 @@ const (
 	FailedPrefix        = "compaction.failed."
 	CircuitOpenedPrefix = "compaction.circuit_opened."
 	CircuitClosedPrefix = "compaction.circuit_closed."
-	DLQPrefix           = "compaction.dlq."
+	// DLQPrefix is where dead letters go: a prefix apart from the results,
+	// so that compaction.> is one stream (COMPACTION_EVENTS) and a client
+	// binding a consumer by that subject finds it. Until version 0.4 it
+	// was compaction.dlq.
+	DLQPrefix = "compactor.dlq."
+	// LegacyDLQPrefix is the dead letters' prefix before it moved; the
+	// DLQ stream's subjects are migrated at provisioning.
+	LegacyDLQPrefix = "compaction.dlq."
 )
 
-var prefixes = map[string]string{
-	TypeContextOverBudget:       OverBudgetPrefix,
-	TypeContextOverflow:         OverflowPrefix,
-	TypeCompactionCompleted:     CompletedPrefix,
-	TypeCompactionFailed:        FailedPrefix,
-	TypeCompactionCircuitOpened: CircuitOpenedPrefix,
-	TypeCompactionCircuitClosed: CircuitClosedPrefix,
+// The subjects of the three streams: each prefix is one stream's.
+const (
+	RequestSubjects = "agent.context.>"
+	ResultSubjects  = "compaction.>"
+	DLQSubjects     = DLQPrefix + ">"
+)
+
+// Route is one event type of the contract: its subject, who publishes it
+// and the JSON Schema of its data.
+type Route struct {
+	Type   string
+	Prefix string
+	// Request: runtimes publish it to AGENT_CONTEXT and the service
+	// consumes it; otherwise the service publishes it to
+	// COMPACTION_EVENTS.
+	Request bool
+	// Trigger is a request's pipeline trigger.
+	Trigger pipeline.Trigger
+	// Schema names the data's schema in package schemas.
+	Schema string
+}
+
+// Contract is every event type of the contract, the one table that
+// decoding, publishing, provisioning, the CLI and the AsyncAPI document's
+// test read.
+var Contract = []Route{
+	{Type: TypeContextOverBudget, Prefix: OverBudgetPrefix, Request: true, Trigger: pipeline.TriggerOverBudget, Schema: schemas.ContextRequest},
+	{Type: TypeContextOverflow, Prefix: OverflowPrefix, Request: true, Trigger: pipeline.TriggerOverflow, Schema: schemas.ContextRequest},
+	{Type: TypeCompactionCompleted, Prefix: CompletedPrefix, Schema: schemas.CompactionCompleted},
+	{Type: TypeCompactionFailed, Prefix: FailedPrefix, Schema: schemas.CompactionFailed},
+	{Type: TypeCompactionCircuitOpened, Prefix: CircuitOpenedPrefix, Schema: schemas.CompactionCircuitOpened},
+	{Type: TypeCompactionCircuitClosed, Prefix: CircuitClosedPrefix, Schema: schemas.CompactionCircuitClosed},
+}
+
+// RouteOf returns the route of an event type.
+func RouteOf(typ string) (Route, bool) {
+	for _, r := range Contract {
+		if r.Type == typ {
+			return r, true
+		}
+	}
+	return Route{}, false
+}
+
+// RequestRoute returns the route of the request type with trigger t.
+func RequestRoute(t pipeline.Trigger) (Route, bool) {
+	for _, r := range Contract {
+		if r.Request && r.Trigger == t {
+			return r, true
+		}
+	}
+	return Route{}, false
 }
 
 // Subject is where an event of type typ about session sessionID goes; ""
 // for an unknown type.
 func Subject(typ, sessionID string) string {
-	p, ok := prefixes[typ]
+	r, ok := RouteOf(typ)
 	if !ok {
 		return ""
 	}
-	return p + sessionID
+	return r.Prefix + sessionID
 }
 
 var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
@@ -42,13 +97,16 @@ var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 // and one key token (letters, digits, '_' and '-', at most 200).
 func ValidSessionID(id string) bool { return token.MatchString(id) }
 
-// RequestSubject splits a request's subject into its event type and session
-// id; ok is false when the subject is not a request subject.
-func RequestSubject(subject string) (typ, sessionID string, ok bool) {
-	for _, typ := range []string{TypeContextOverBudget, TypeContextOverflow} {
-		if sid, found := strings.CutPrefix(subject, prefixes[typ]); found {
-			return typ, sid, true
+// RequestSubject splits a request's subject into its route and session id;
+// ok is false when the subject is not a request subject.
+func RequestSubject(subject string) (r Route, sessionID string, ok bool) {
+	for _, r := range Contract {
+		if !r.Request {
+			continue
+		}
+		if sid, found := strings.CutPrefix(subject, r.Prefix); found {
+			return r, sid, true
 		}
 	}
-	return "", "", false
+	return Route{}, "", false
 }

@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"net/http"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -33,11 +34,16 @@ type Metrics struct {
 	summaryToks prometheus.Histogram
 }
 
-// New registers the collectors. stats, when not nil, is read at every
-// scrape for the consumer's delivery counters.
-func New(stats func() consumer.Stats) *Metrics {
+// New registers the collectors. version is the service's, reported as
+// compactor_build_info; stats, when not nil, is read at every scrape for
+// the consumer's delivery counters.
+func New(version string, stats func() consumer.Stats) *Metrics {
 	reg := prometheus.NewRegistry()
 	f := func(c prometheus.Collector) { reg.MustRegister(c) }
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: "build_info",
+		Help: "Always 1; its labels say which build runs."}, []string{"version", "goversion"})
+	info.WithLabelValues(version, runtime.Version()).Set(1)
+	f(info)
 	m := &Metrics{
 		reg: reg,
 		completed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_completed_total",
@@ -77,7 +83,6 @@ func New(stats func() consumer.Stats) *Metrics {
 		}{
 			{"deliveries_received_total", "Request deliveries pulled from AGENT_CONTEXT.", func(s consumer.Stats) int64 { return s.Received }, false},
 			{"deliveries_retried_total", "Deliveries handed back with a delay after a transient failure.", func(s consumer.Stats) int64 { return s.Retried }, false},
-			{"deliveries_dead_lettered_total", "Requests copied to COMPACTION_DLQ and terminated.", func(s consumer.Stats) int64 { return s.DeadLettered }, false},
 			{"deliveries_released_total", "Deliveries handed back at shutdown for another replica.", func(s consumer.Stats) int64 { return s.Released }, false},
 			{"compactions_in_flight", "Requests being worked on now.", func(s consumer.Stats) int64 { return s.InFlight }, true},
 		} {
@@ -89,8 +94,25 @@ func New(stats func() consumer.Stats) *Metrics {
 				f(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
 			}
 		}
+		f(deadLetters{stats: stats, desc: prometheus.NewDesc(ns+"_deliveries_dead_lettered_total",
+			"Requests copied to COMPACTION_DLQ and terminated, by reason: invalid_request, corrupt_session or max_deliveries.", []string{"reason"}, nil)})
 	}
 	return m
+}
+
+// deadLetters reports the consumer's dead letters by reason at each
+// scrape.
+type deadLetters struct {
+	stats func() consumer.Stats
+	desc  *prometheus.Desc
+}
+
+func (d deadLetters) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
+
+func (d deadLetters) Collect(ch chan<- prometheus.Metric) {
+	for reason, n := range d.stats().DeadLetteredBy {
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.CounterValue, float64(n), reason)
+	}
 }
 
 // Observe counts one request's result.

@@ -12,7 +12,9 @@ import (
 )
 
 func TestObserveAndScrape(t *testing.T) {
-	m := metrics.New(func() consumer.Stats { return consumer.Stats{Received: 5, Retried: 2, DeadLettered: 1, InFlight: 3} })
+	m := metrics.New("1.2.3", func() consumer.Stats {
+		return consumer.Stats{Received: 5, Retried: 2, DeadLettered: 1, DeadLetteredBy: map[string]int64{"invalid_request": 1}, InFlight: 3}
+	})
 	m.Observe(&pipeline.Result{Trigger: pipeline.TriggerOverBudget, Outcome: pipeline.OutcomeCompacted, TokensBefore: 9000, TokensAfter: 3000,
 		MessagesSummarised: 40, SummaryTokens: 800, LLMCalls: 2, InputTokens: 7000, OutputTokens: 800, DurationMS: 120})
 	m.Observe(&pipeline.Result{Trigger: pipeline.TriggerOverflow, Outcome: pipeline.OutcomeNoop, DurationMS: 3})
@@ -34,7 +36,9 @@ func TestObserveAndScrape(t *testing.T) {
 		`compactor_request_duration_seconds_count{outcome="failed"} 1`,
 		"compactor_deliveries_received_total 5",
 		"compactor_deliveries_retried_total 2",
-		"compactor_deliveries_dead_lettered_total 1",
+		`compactor_deliveries_dead_lettered_total{reason="invalid_request"} 1`,
+		`compactor_build_info{goversion="go`,
+		`version="1.2.3"} 1`,
 		"compactor_compactions_in_flight 3",
 		"go_goroutines",
 	} {

@@ -1,0 +1,75 @@
+package events
+
+import (
+	"context"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+)
+
+// Trace is a request's distributed-tracing context: the CloudEvents
+// distributed-tracing extension (traceparent and tracestate, W3C Trace
+// Context). The events that answer a request carry it, so a trace spans
+// the runtime's request and the service's result.
+type Trace struct {
+	Parent string
+	State  string
+}
+
+// TraceOf returns an event's trace extensions.
+func TraceOf(ev cloudevents.Event) Trace {
+	var t Trace
+	if v, ok := ev.Extensions()["traceparent"].(string); ok {
+		t.Parent = v
+	}
+	if v, ok := ev.Extensions()["tracestate"].(string); ok {
+		t.State = v
+	}
+	return t
+}
+
+// TraceFromHeader reads a trace from a message's headers: W3C's traceparent
+// and tracestate, or their ce- forms.
+func TraceFromHeader(h map[string][]string) Trace {
+	var t Trace
+	for _, name := range []string{"traceparent", headerPrefix + "traceparent"} {
+		if v, ok := header(h, name); ok {
+			if d, err := DecodeHeaderValue(v); err == nil {
+				t.Parent = d
+			}
+		}
+	}
+	for _, name := range []string{"tracestate", headerPrefix + "tracestate"} {
+		if v, ok := header(h, name); ok {
+			if d, err := DecodeHeaderValue(v); err == nil {
+				t.State = d
+			}
+		}
+	}
+	return t
+}
+
+type traceKey struct{}
+
+// WithTrace returns ctx carrying t: the events published under it carry
+// t's extensions.
+func WithTrace(ctx context.Context, t Trace) context.Context {
+	if t == (Trace{}) {
+		return ctx
+	}
+	return context.WithValue(ctx, traceKey{}, t)
+}
+
+func traceFrom(ctx context.Context) Trace {
+	t, _ := ctx.Value(traceKey{}).(Trace)
+	return t
+}
+
+// apply sets t's extensions on ev; a value the SDK refuses is left out.
+func (t Trace) apply(ev *cloudevents.Event) {
+	if t.Parent != "" {
+		_ = ev.Context.SetExtension("traceparent", t.Parent)
+		if t.State != "" {
+			_ = ev.Context.SetExtension("tracestate", t.State)
+		}
+	}
+}
