@@ -7,7 +7,6 @@ import (
 	"io"
 
 	"github.com/compactor/compactor/internal/api"
-	"github.com/compactor/compactor/internal/client"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -90,7 +89,7 @@ func breakerReset(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		pub := &events.Publisher{JS: st.js, Source: client.DefaultSource}
+		pub := &events.Publisher{JS: st.js, Source: cliSource}
 		if *all {
 			out, err := api.ResetAll(ctx, svc, pub, st.breakers, nil)
 			if err != nil {

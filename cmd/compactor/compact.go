@@ -13,7 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/compactor/compactor/internal/client"
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -123,8 +123,8 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // compactStored publishes a request event for a stored session and prints
 // its result event's data: exit 0 when completed, 1 when failed.
 func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait time.Duration, data events.RequestData, stdout io.Writer) error {
-	typ := map[string]string{string(pipeline.TriggerOverBudget): events.TypeContextOverBudget, string(pipeline.TriggerOverflow): events.TypeContextOverflow}[trigger]
-	if typ == "" {
+	t := pipeline.Trigger(trigger)
+	if _, ok := events.RequestRoute(t); !ok {
 		return fmt.Errorf("%w: --trigger %q: a stored session takes over_budget or overflow", errUsage, trigger)
 	}
 	if !events.ValidSessionID(sid) {
@@ -133,17 +133,21 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 	if wait <= 0 {
 		wait = 2 * time.Minute
 	}
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil)
+	nc, _, err := nf.connect(ctx, "compactor-cli", nil)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	if typ == events.TypeContextOverflow {
+	if t == pipeline.TriggerOverflow {
 		data.ErrorCode, data.ErrorMessage = "manual", "requested with compactor compact --trigger overflow"
+	}
+	c, err := client.New(nc, client.WithSource(cliSource))
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	res, err := client.Compact(ctx, nc, js, client.Request{Type: typ, Data: data})
+	res, err := c.Compact(ctx, client.CompactRequest{Trigger: t, Data: data})
 	if err != nil {
 		if errors.Is(err, client.ErrNoResult) {
 			return fmt.Errorf("%w after %v: is `compactor serve` running against this server?", err, wait)
@@ -157,11 +161,14 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 	if err := printJSON(stdout, pretty); err != nil {
 		return err
 	}
-	if res.Failed() {
+	if !res.OK() {
 		return errFailed
 	}
 	return nil
 }
+
+// cliSource is the CloudEvents source of the CLI's requests.
+const cliSource = "urn:compactor:cli"
 
 // printJSON writes v indented.
 func printJSON(w io.Writer, v any) error {

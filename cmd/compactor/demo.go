@@ -14,7 +14,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/compactor/compactor/internal/client"
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -103,22 +103,22 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func replay(ctx context.Context, url, creds, name string, msgs []session.Message, limit int, pf *pipelineFlags, w io.Writer) error {
-	nc, js, err := dial(ctx, url, creds, "compactor-demo", nil)
+	nc, _, err := dial(ctx, url, creds, "compactor-demo", nil)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	st, err := bind(ctx, nc, js, pf.conf.Models)
+	// The demo is a runtime: it uses the public client, as one would.
+	c, err := client.New(nc, client.WithSource("urn:compactor:demo"))
 	if err != nil {
 		return err
 	}
-	sessions := st.sessions
 	sid := "demo-" + uuid.NewString()[:8]
 	first := 1
 	for first < len(msgs) && msgs[first-1].Role == session.RoleSystem {
 		first++
 	}
-	imp, err := sessions.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, msgs[:first])
+	imp, err := c.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: limit, Messages: msgs[:first]})
 	if err != nil {
 		return err
 	}
@@ -135,13 +135,13 @@ func replay(ctx context.Context, url, creds, name string, msgs []session.Message
 	var rows []row
 	for i := first; i <= len(msgs); i++ {
 		if i > first {
-			stored, err := sessions.Append(ctx, sid, []session.Message{msgs[i-1]}, session.AppendOptions{})
+			stored, err := c.Append(ctx, sid, []session.Message{msgs[i-1]})
 			if err != nil {
 				return err
 			}
 			total += stored.Tokens
 		}
-		view, err := sessions.Context(ctx, sid)
+		view, err := c.Context(ctx, sid)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func replay(ctx context.Context, url, creds, name string, msgs []session.Message
 			continue // fits, or the model is mid tool call: the runtime checks before its next model call
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		res, err := client.Compact(rctx, nc, js, client.Request{Source: "urn:compactor:demo",
+		res, err := c.Compact(rctx, client.CompactRequest{
 			Data: events.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: limit, RequestedTokens: view.Tokens, MessageCount: len(view.Messages)}})
 		cancel()
 		if err != nil {
@@ -159,15 +159,15 @@ func replay(ctx context.Context, url, creds, name string, msgs []session.Message
 		if err := json.Unmarshal(res.Data, &d); err != nil {
 			return err
 		}
-		rows = append(rows, row{at: i, result: d, failed: res.Failed()})
-		if res.Failed() {
+		rows = append(rows, row{at: i, result: d, failed: !res.OK()})
+		if !res.OK() {
 			fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → CompactionFailed: %v: %v\n", i, view.Tokens, limit, d["reason"], d["error"])
 			continue
 		}
 		fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → %v: %v messages summarised, %v → %v tokens (summary %v, %v model call(s), %v ms)\n",
 			i, view.Tokens, limit, d["outcome"], d["messages_summarised"], d["tokens_before"], d["tokens_after"], d["summary_tokens"], d["llm_calls"], d["duration_ms"])
 	}
-	view, err := sessions.Context(ctx, sid)
+	view, err := c.Context(ctx, sid)
 	if err != nil {
 		return err
 	}

@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/app"
-	"github.com/compactor/compactor/internal/client"
 	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
@@ -105,6 +105,7 @@ type env struct {
 	dir      string
 	nc       *nats.Conn
 	js       jetstream.JetStream
+	client   *client.Client // the runtime's, over the public client
 	store    *kvstore.Sessions
 	sessions *sessions.Service // the runtime's side, as the endpoints run it
 	table    *models.Table
@@ -177,6 +178,9 @@ func startEnvWith(ctx context.Context, workers int, cfg pipeline.Config) (*env, 
 	}
 	e.stop = func() { cancel(); _ = svc.Wait() }
 	if e.nc, err = nats.Connect(srv.ClientURL()); err != nil {
+		return fail(err)
+	}
+	if e.client, err = client.New(e.nc, client.WithSource("urn:compactor:bench")); err != nil {
 		return fail(err)
 	}
 	if e.js, err = jetstream.New(e.nc); err != nil {
@@ -275,11 +279,11 @@ func (e *env) createSessions(ctx context.Context, prefix string, n, count int) (
 func (e *env) compactService(ctx context.Context, sid string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	res, err := client.Compact(ctx, e.nc, e.js, client.Request{Data: events.RequestData{SessionID: sid, Model: "gpt-4o"}})
+	res, err := e.client.Compact(ctx, client.CompactRequest{Data: events.RequestData{SessionID: sid, Model: "gpt-4o"}})
 	if err != nil {
 		return err
 	}
-	if res.Failed() || !strings.Contains(string(res.Data), `"outcome":"compacted"`) {
+	if !res.OK() || res.Completed.Outcome != pipeline.OutcomeCompacted {
 		return fmt.Errorf("service did not compact %s: %s", sid, res.Data)
 	}
 	return nil

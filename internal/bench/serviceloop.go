@@ -2,11 +2,10 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/compactor/compactor/internal/client"
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -56,21 +55,14 @@ func (l *ServiceLoop) View(ctx context.Context, id string) ([]session.Message, e
 func (l *ServiceLoop) Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	ev, err := client.Compact(ctx, l.e.nc, l.e.js, client.Request{ID: requestID, Data: events.RequestData{SessionID: id, Model: "gpt-4o"}})
+	ev, err := l.e.client.Compact(ctx, client.CompactRequest{RequestID: requestID, Data: events.RequestData{SessionID: id, Model: "gpt-4o"}})
 	if err != nil {
 		return nil, err
 	}
-	if !ev.Failed() {
-		var res pipeline.Result
-		if err := json.Unmarshal(ev.Data, &res); err != nil {
-			return nil, fmt.Errorf("result of %s: %w", requestID, err)
-		}
-		return &res, nil
+	if ev.OK() {
+		return ev.Completed, nil
 	}
-	var f events.Failed
-	if err := json.Unmarshal(ev.Data, &f); err != nil {
-		return nil, fmt.Errorf("result of %s: %w", requestID, err)
-	}
+	f := ev.Failed
 	res := &pipeline.Result{SessionID: f.SessionID, RequestID: f.RequestID, Trigger: pipeline.Trigger(f.Trigger), Failed: true,
 		Reason: pipeline.Reason(f.Reason), Error: f.Error, Failures: f.Failures, Retryable: f.Retryable,
 		LLMCalls: f.LLMCalls, InputTokens: f.InputTokens, OutputTokens: f.OutputTokens, DurationMS: f.DurationMS}

@@ -1,0 +1,212 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
+)
+
+type brokenModel struct{}
+
+func (brokenModel) Summarize(context.Context, pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	return pipeline.SummaryResponse{}, errors.New("the summary model answered 400: this model is retired")
+}
+
+func setup(t *testing.T, sum pipeline.Summarizer) *client.Client {
+	t.Helper()
+	var svc *app.App
+	var err error
+	if sum == nil {
+		svc, err = startService(t.TempDir())
+	} else {
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxFailures = 1
+		svc, err = app.Start(context.Background(), app.Config{Provision: true, Embedded: embedded.Options{Port: -1, DataDir: t.TempDir()},
+			Pipeline: cfg, Summarizer: sum})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	nc, err := nats.Connect(svc.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func turns(from, n int) []client.Message {
+	var out []client.Message
+	for i := from; i < from+n; i++ {
+		out = append(out, client.Text(fmt.Sprintf("u%d", i), client.User, fmt.Sprintf("question %d: where is my bag tagged BAG-%04d now?", i, i)),
+			client.Text(fmt.Sprintf("a%d", i), client.Assistant, fmt.Sprintf("bag BAG-%04d is in Lisbon; it arrives on day %d", i, i%28+1)))
+	}
+	return out
+}
+
+func TestOptionsAreValidated(t *testing.T) {
+	if _, err := client.New(nil); err == nil {
+		t.Error("a nil connection accepted")
+	}
+	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer embedded.Stop(srv)
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []client.Option{client.WithSource(""), client.WithSource("%zz"), client.WithTimeout(0), client.WithTimeout(-time.Second)} {
+		if _, err := client.New(nc, o); err == nil {
+			t.Error("a bad option accepted")
+		}
+	}
+	c, err := client.New(nc, client.WithSource("urn:x"), client.WithTimeout(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Context(ctx, "a.b"); err == nil || !strings.Contains(err.Error(), "session id") {
+		t.Errorf("a bad session id: %v", err)
+	}
+	if _, err := c.Compact(ctx, client.CompactRequest{Trigger: "manual", Data: events.RequestData{SessionID: "s"}}); err == nil {
+		t.Error("a bad trigger accepted")
+	}
+	// No service on this server: said at once, not after a timeout.
+	start := time.Now()
+	if _, err := c.Context(ctx, "s1"); !errors.Is(err, client.ErrNoService) || time.Since(start) > time.Second {
+		t.Errorf("no service: %v after %v", err, time.Since(start))
+	}
+	nc.Close()
+	if _, err := client.New(nc); err == nil {
+		t.Error("a closed connection accepted")
+	}
+}
+
+func TestSessionsThroughTheClient(t *testing.T) {
+	c := setup(t, nil)
+	ctx := context.Background()
+	created, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", ContextLimit: 3000, Messages: turns(0, 2)})
+	if err != nil || created.HeadSeq != 4 {
+		t.Fatalf("create: %+v %v", created, err)
+	}
+	if again, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", ContextLimit: 3000, Messages: turns(0, 2)}); err != nil || again != created {
+		t.Fatalf("the same create again: %+v %v", again, err)
+	}
+	if _, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", Messages: turns(5, 1)}); !errors.Is(err, client.ErrConflict) {
+		t.Fatalf("another create on the id: %v", err)
+	}
+	a1, err := c.Append(ctx, "s1", turns(2, 1))
+	if err != nil || a1.HeadSeq != 6 || a1.Status != "applied" {
+		t.Fatalf("append: %+v %v", a1, err)
+	}
+	if a2, err := c.Append(ctx, "s1", turns(2, 1)); err != nil || a2.HeadSeq != 6 || a2.Status != "not_applied" {
+		t.Fatalf("the same append again: %+v %v", a2, err)
+	}
+	_, err = c.Append(ctx, "s1", turns(3, 1), client.ExpectHead(4))
+	var ce *client.Error
+	if !errors.As(err, &ce) || !errors.Is(err, client.ErrConflict) || ce.HeadSeq == nil || *ce.HeadSeq != 6 || ce.Retryable() {
+		t.Fatalf("append at a stale head: %v", err)
+	}
+	if _, err := c.Append(ctx, "nope", turns(0, 1)); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("append to no session: %v", err)
+	}
+	// A message over max_payload (1 MiB here) is uploaded in parts and
+	// appended with the others at once; read back, it comes in parts.
+	big := client.Text("tool-out", client.User, strings.Repeat("log line: all tests passed\n", 42_000)) // 1.1 MB
+	a3, err := c.Append(ctx, "s1", []client.Message{big, client.Text("after", client.Assistant, "noted")})
+	if err != nil || a3.HeadSeq != 8 {
+		t.Fatalf("append of a large message: %+v %v", a3, err)
+	}
+	m, err := c.Message(ctx, "s1", 7)
+	if err != nil || m.ID != "tool-out" || m.Content.Text != big.Content.Text {
+		t.Fatalf("read back: %v (%d bytes)", err, len(m.Content.Text))
+	}
+	if again, err := c.Append(ctx, "s1", []client.Message{big, client.Text("after", client.Assistant, "noted")}); err != nil || again.Status != "not_applied" {
+		t.Fatalf("the large append again: %+v %v", again, err)
+	}
+	if d, err := c.Delete(ctx, "s1"); err != nil || !d.Deleted {
+		t.Fatalf("delete: %+v %v", d, err)
+	}
+	if _, err := c.Context(ctx, "s1"); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("context after delete: %v", err)
+	}
+}
+
+// Both ways of asking, event and endpoint, give the one result of a
+// request; the event's carries the trace.
+func TestCompactBothWays(t *testing.T) {
+	c := setup(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, sid := range []string{"ev", "sync"} {
+		if _, err := c.Create(ctx, client.CreateRequest{SessionID: sid, ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	req := client.CompactRequest{RequestID: "r-ev", Data: events.RequestData{SessionID: "ev"}, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	res, err := c.Compact(ctx, req)
+	if err != nil || !res.OK() || res.Completed.Outcome != pipeline.OutcomeCompacted || res.ID != events.RequestResultID("r-ev") {
+		t.Fatalf("compact by event: %+v %v", res, err)
+	}
+	// The same request again is answered with the same result.
+	again, err := c.CompactSync(ctx, req)
+	if err != nil || !again.OK() || again.Completed.CompactionMessageID != res.Completed.CompactionMessageID {
+		t.Fatalf("the same request through the endpoint: %+v %v", again, err)
+	}
+	sres, err := c.CompactSync(ctx, client.CompactRequest{Trigger: client.Overflow, Data: events.RequestData{SessionID: "sync"}})
+	if err != nil || !sres.OK() || sres.Completed.Outcome != pipeline.OutcomeCompacted {
+		t.Fatalf("compact by endpoint: %+v %v", sres, err)
+	}
+	nf, err := c.CompactSync(ctx, client.CompactRequest{Data: events.RequestData{SessionID: "none"}})
+	if err != nil || nf.OK() || nf.Failed.Reason != "session_not_found" {
+		t.Fatalf("an unknown session: %+v %v", nf, err)
+	}
+}
+
+func TestCircuitEvents(t *testing.T) {
+	c := setup(t, brokenModel{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	got := make(chan client.CircuitEvent, 4)
+	stop, err := c.SubscribeCircuit("", func(e client.CircuitEvent) { got <- e })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stop() }()
+	if _, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Compact(ctx, client.CompactRequest{Data: events.RequestData{SessionID: "s1"}})
+	if err != nil || res.OK() || res.Failed.Reason != "summary_failed" {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	select {
+	case e := <-got:
+		if e.Type != events.TypeCompactionCircuitOpened || e.SessionID != "s1" || e.Opened == nil || e.Opened.Failures != 1 {
+			t.Fatalf("circuit event %+v", e)
+		}
+	case <-ctx.Done():
+		t.Fatal("no circuit event")
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}

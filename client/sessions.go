@@ -1,0 +1,279 @@
+package client
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/sessions"
+)
+
+// Error is an endpoint's error answer.
+type Error struct {
+	// Subject is the endpoint's.
+	Subject string
+	// Code is HTTP-like: 400 bad input, 404 no such session, 409 a taken
+	// id or a moved head, 413 an answer too large, 503 retry, 500.
+	Code int
+	// Status says what happened to the request: "not_applied" (nothing
+	// was written, and the same request will be refused again), "retry"
+	// (send the same request again, it is safe) or "failed".
+	Status  string
+	Message string
+	// HeadSeq is the session's head when an append's expected head did not
+	// hold.
+	HeadSeq *int64
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %d %s", e.Subject, e.Code, e.Message)
+}
+
+// Retryable reports whether the same request may succeed when repeated.
+func (e *Error) Retryable() bool { return e.Status == api.StatusRetry || e.Code == 503 }
+
+// Is makes errors.Is(err, ErrNotFound) and errors.Is(err, ErrConflict)
+// work on an Error.
+func (e *Error) Is(target error) bool {
+	return target == ErrNotFound && e.Code == 404 || target == ErrConflict && e.Code == 409
+}
+
+// Errors to test with errors.Is.
+var (
+	// ErrNotFound: the session does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict: the session exists with other content, or an append's
+	// expected head moved.
+	ErrConflict = errors.New("conflict")
+	// ErrNoService: no compactor answers on the endpoint's subject.
+	ErrNoService = errors.New("no compactor service answers (is `compactor serve` running against this NATS server?)")
+)
+
+// call makes one endpoint request with a JSON body and decodes the answer
+// into out.
+func (c *Client) call(ctx context.Context, subject string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", subject, err)
+	}
+	if room := c.nc.MaxPayload(); int64(len(b)) > room {
+		return fmt.Errorf("client: %s: a request of %d bytes is over the server's max_payload (%d)", subject, len(b), room)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	m, err := c.nc.RequestWithContext(ctx, subject, b)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("client: %s: %w", subject, ErrNoService)
+	}
+	if err != nil {
+		return fmt.Errorf("client: %s: %w", subject, err)
+	}
+	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
+		e := &Error{Subject: subject, Message: m.Header.Get("Nats-Service-Error")}
+		e.Code, _ = strconv.Atoi(code)
+		var eb api.ErrorBody
+		if json.Unmarshal(m.Data, &eb) == nil {
+			e.Status, e.HeadSeq = eb.Status, eb.HeadSeq
+			if eb.Error != "" {
+				e.Message = eb.Error
+			}
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		return fmt.Errorf("client: %s answered %.200q: %w", subject, m.Data, err)
+	}
+	return nil
+}
+
+// CreateRequest is a new session.
+type CreateRequest struct {
+	// SessionID names the session (default: the service makes a UUID).
+	SessionID string `json:"session_id,omitempty"`
+	// Model is the session's model: its token encoding and default window.
+	Model string `json:"model,omitempty"`
+	// ContextLimit is the session's window in tokens (default: the
+	// model's).
+	ContextLimit int `json:"context_limit,omitempty"`
+	// Messages are the session's first messages (may be empty). Give
+	// them ids: a create repeated with the same content is applied once.
+	Messages []Message `json:"messages"`
+}
+
+// Create stores a new session. The same create again answers the session;
+// another create on a taken id is an error matching ErrConflict.
+func (c *Client) Create(ctx context.Context, req CreateRequest) (Created, error) {
+	if req.SessionID != "" {
+		if err := checkSession(req.SessionID); err != nil {
+			return Created{}, err
+		}
+	}
+	if req.ContextLimit < 0 {
+		return Created{}, fmt.Errorf("client: context limit %d must be >= 0", req.ContextLimit)
+	}
+	if req.Messages == nil {
+		req.Messages = []Message{}
+	}
+	var out Created
+	return out, c.call(ctx, api.SubjectCreate, req, &out)
+}
+
+// AppendOption configures one Append.
+type AppendOption func(*appendBody)
+
+// ExpectHead applies the append only if the session's last seq is seq;
+// otherwise the error matches ErrConflict and holds the head.
+func ExpectHead(seq int64) AppendOption {
+	return func(b *appendBody) { b.ExpectedHeadSeq = &seq }
+}
+
+type appendBody struct {
+	SessionID       string            `json:"session_id"`
+	Messages        []json.RawMessage `json:"messages"`
+	ExpectedHeadSeq *int64            `json:"expected_head_seq,omitempty"`
+}
+
+// Append adds messages to a session. A message whose id is stored already
+// is not written again (the answer says so): an append is safe to repeat.
+// Messages too large for one request (over the server's max_payload) are
+// uploaded in parts first, and appended with the others atomically.
+func (c *Client) Append(ctx context.Context, sessionID string, msgs []Message, opts ...AppendOption) (Appended, error) {
+	if err := checkSession(sessionID); err != nil {
+		return Appended{}, err
+	}
+	if len(msgs) == 0 {
+		return Appended{}, errors.New("client: append needs at least one message")
+	}
+	b := appendBody{SessionID: sessionID}
+	for _, o := range opts {
+		o(&b)
+	}
+	size := 256 // the body's fields and framing
+	for _, m := range msgs {
+		raw, err := json.Marshal(m)
+		if err != nil {
+			return Appended{}, fmt.Errorf("client: message %q: %w", m.ID, err)
+		}
+		b.Messages = append(b.Messages, raw)
+		size += len(raw) + 1
+	}
+	// Upload the largest messages until the append fits one request.
+	room := int(c.nc.MaxPayload()) - 1024
+	order := make([]int, len(msgs))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(x, y int) bool { return len(b.Messages[order[x]]) > len(b.Messages[order[y]]) })
+	for _, i := range order {
+		if size <= room {
+			break
+		}
+		ref, err := c.upload(ctx, sessionID, b.Messages[i])
+		if err != nil {
+			return Appended{}, err
+		}
+		size += len(ref) - len(b.Messages[i])
+		b.Messages[i] = ref
+	}
+	if size > room {
+		return Appended{}, fmt.Errorf("client: %d messages do not fit one append even uploaded one by one: append fewer at once", len(msgs))
+	}
+	var out Appended
+	return out, c.call(ctx, api.SubjectAppend, b, &out)
+}
+
+// upload stores a message's JSON in parts and returns the reference to
+// append in its place. Its id is derived from the content, so a repeated
+// append uploads to the same parts.
+func (c *Client) upload(ctx context.Context, sid string, raw []byte) (json.RawMessage, error) {
+	sum := sha256.Sum256(raw)
+	id := "c-" + hex.EncodeToString(sum[:16])
+	// A part is base64 in a JSON body: it must fit max_payload.
+	part := min(sessions.MaxUploadPartBytes, (int(c.nc.MaxPayload())-1024)*3/4)
+	parts := (len(raw) + part - 1) / part
+	if parts > sessions.MaxUploadParts {
+		return nil, fmt.Errorf("client: a message of %d bytes is over what the service stores (%d parts of %d bytes)", len(raw), sessions.MaxUploadParts, part)
+	}
+	for p := range parts {
+		data := raw[p*part : min(len(raw), (p+1)*part)]
+		body := api.UploadBody{SessionID: sid, UploadID: id, Part: p, Parts: parts, Data: data}
+		if err := c.call(ctx, api.SubjectUpload, body, nil); err != nil {
+			return nil, err
+		}
+	}
+	return json.Marshal(map[string]string{"upload_id": id})
+}
+
+type sessionRef struct {
+	SessionID string `json:"session_id"`
+}
+
+// Context returns what to send to the model now: the latest summary, then
+// every message after it.
+func (c *Client) Context(ctx context.Context, sessionID string) (ContextView, error) {
+	if err := checkSession(sessionID); err != nil {
+		return ContextView{}, err
+	}
+	var out ContextView
+	return out, c.call(ctx, api.SubjectContext, sessionRef{sessionID}, &out)
+}
+
+// Message returns one stored message by its seq, summarised or not: the
+// original of what a compaction replaced. A message too large for one
+// answer is read in parts.
+func (c *Client) Message(ctx context.Context, sessionID string, seq int64) (Message, error) {
+	if err := checkSession(sessionID); err != nil {
+		return Message{}, err
+	}
+	if seq < 1 {
+		return Message{}, fmt.Errorf("client: seq %d must be >= 1", seq)
+	}
+	type ref struct {
+		SessionID string `json:"session_id"`
+		Seq       int64  `json:"seq"`
+		Part      *int   `json:"part,omitempty"`
+	}
+	var m Message
+	err := c.call(ctx, api.SubjectMessage, ref{sessionID, seq, nil}, &m)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != 413 {
+		return m, err
+	}
+	var whole []byte
+	for p, parts := 0, 1; p < parts; p++ {
+		var mp sessions.MessagePart
+		if err := c.call(ctx, api.SubjectMessage, ref{sessionID, seq, &p}, &mp); err != nil {
+			return Message{}, err
+		}
+		parts = mp.Parts
+		whole = append(whole, mp.Data...)
+	}
+	if err := json.Unmarshal(whole, &m); err != nil {
+		return Message{}, fmt.Errorf("client: message %d of %s: %w", seq, sessionID, err)
+	}
+	return m, nil
+}
+
+// Delete removes a session: its messages, compactions and breaker.
+// Deleting one that does not exist answers the same.
+func (c *Client) Delete(ctx context.Context, sessionID string) (Deleted, error) {
+	if err := checkSession(sessionID); err != nil {
+		return Deleted{}, err
+	}
+	var out Deleted
+	return out, c.call(ctx, api.SubjectDelete, sessionRef{sessionID}, &out)
+}
