@@ -1,13 +1,16 @@
 GO      ?= go
 PKGS    := ./...
 BIN     := bin/compactor
+# The version stamped into the binary: the git tag, else the commit.
+VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo v0.0.0-dev+$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
+LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
 .PHONY: build test test-race test-short bench chaos microbench lint fmt tidy run demo clean
 
 build:
-	$(GO) build -o $(BIN) ./cmd/compactor
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
 
 # All tests with the race detector (heavy replays scaled down under it), then
 # the heavy replays and evaluations in full without it. No network, no keys.
@@ -50,9 +53,11 @@ tidy:
 
 # Runs the service: an embedded NATS server with JetStream on
 # 127.0.0.1:4222 storing under ./data, the extractive summariser, /metrics
-# on 127.0.0.1:9464. Ctrl-C stops it cleanly.
+# /healthz and /readyz on 127.0.0.1:9464. Ctrl-C stops it cleanly. Flags go
+# in ARGS: make run ARGS='--nats-port 4333 --data-dir /tmp/c'.
+ARGS ?=
 run: build
-	$(BIN) serve
+	$(BIN) serve $(ARGS)
 
 # The whole system on one machine, with a real conversation.
 demo: build

@@ -178,7 +178,7 @@ func printJSON(w io.Writer, v any) error {
 }
 
 // configPath finds --config in args before the flags are parsed, since the
-// file sets the flags' defaults.
+// file sets the flags' defaults; else COMPACTOR_CONFIG.
 func configPath(args []string) string {
 	for i, a := range args {
 		if a == "--" {
@@ -193,5 +193,5 @@ func configPath(args []string) string {
 			return args[i+1]
 		}
 	}
-	return ""
+	return os.Getenv(envName("config"))
 }

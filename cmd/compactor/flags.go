@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 )
 
@@ -16,6 +17,9 @@ var errHelp = errors.New("help shown")
 func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer, synopsis string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
+	if err := applyEnv(fs); err != nil {
+		return nil, err
+	}
 	var positional []string
 	for {
 		err := fs.Parse(args)
@@ -46,4 +50,36 @@ func noArgs(args []string) error {
 		return fmt.Errorf("%w: unexpected argument(s): %s", errUsage, strings.Join(args, " "))
 	}
 	return nil
+}
+
+// envName is the environment variable that sets a flag:
+// COMPACTOR_<NAME>, upper case, '-' as '_'.
+func envName(flagName string) string {
+	return "COMPACTOR_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// applyEnv sets each flag of fs from its environment variable, when set
+// and not empty (--nats-url also from NATS_URL, the NATS tools'
+// variable; COMPACTOR_NATS_URL wins over it). It runs before the
+// arguments are parsed, so a flag given wins, and after the config file
+// set the defaults, so the environment wins over the file.
+func applyEnv(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil {
+			return
+		}
+		name := envName(f.Name)
+		v := os.Getenv(name)
+		if v == "" && f.Name == "nats-url" {
+			name, v = "NATS_URL", os.Getenv("NATS_URL")
+		}
+		if v == "" {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%w: environment %s=%q: %v", errUsage, name, v, serr)
+		}
+	})
+	return err
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -37,14 +39,46 @@ func commands() []command {
 		{"bench", "measure overhead and throughput against the JetStream floor, model cost, scale; write docs/BENCHMARKS.md", runBench},
 		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
-		{"version", "print the version", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
-			_, err := fmt.Fprintln(stdout, version)
+		{"version", "print the version (also --version)", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
+			_, err := fmt.Fprintf(stdout, "compactor %s (%s)\n", buildVersion(), runtime.Version())
 			return err
 		}},
 	}
 }
 
-var version = "dev"
+// version is stamped at build: go build -ldflags "-X main.version=v1.2.3"
+// (make build does, from git describe). Without it, the version Go stamps
+// from the module or its VCS tag and commit is used.
+var version = ""
+
+// buildVersion is the version this binary reports.
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "v0.0.0-dev"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = ".dirty"
+			}
+		}
+	}
+	if rev != "" {
+		return "v0.0.0-dev+" + rev[:min(12, len(rev))] + dirty
+	}
+	return "v0.0.0-dev"
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -54,6 +88,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = []string{"version"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		if len(args) == 0 {
@@ -91,5 +128,7 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'compactor <command> --help' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'compactor <command> --help' for a command's flags. Every flag can also be set")
+	fmt.Fprintln(w, "in the environment as COMPACTOR_<FLAG> (--nats-url: also NATS_URL); flags win over")
+	fmt.Fprintln(w, "the environment, and the environment over the --config file.")
 }

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	cejs "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -133,6 +136,11 @@ func TestNATSConfRoles(t *testing.T) {
 	if code := cli(t, rt, &res, "compact", "r1", "--timeout", "30s"); code != 0 || res["outcome"] != "compacted" {
 		t.Fatalf("runtime compact: exit %d %v", code, res)
 	}
+	// A runtime using the CloudEvents SDK's own JetStream binding, with
+	// only the runtime role's rights: a request in, its result out
+	// through a consumer bound by compaction.>.
+	sdkRequest(t, runtime.nc, "r1", "sdk-1")
+
 	var view sessions.ContextView
 	if m, err := runtime.nc.Request(api.SubjectContext, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" ||
 		json.Unmarshal(m.Data, &view) != nil || !view.Messages[1].IsCompaction {
@@ -185,4 +193,60 @@ func TestNATSConfRoles(t *testing.T) {
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions")
 	observer.deniedPublish(t, api.SubjectCompact)
 	observer.deniedSubscribe(t, "compactor.>")
+}
+
+// sdkRequest sends a ContextOverBudget with the CloudEvents SDK's JetStream
+// binding and waits for its result through the binding's consumer.
+func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rcv, err := cejs.NewConsumerFromConn(nc, consumer.ResultStream, events.ResultSubjects, nil, nil)
+	if err != nil {
+		t.Fatalf("the SDK's consumer on %s: %v", events.ResultSubjects, err)
+	}
+	rc, err := cloudevents.NewClient(rcv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan cloudevents.Event, 16)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = rc.StartReceiver(rctx, func(ev cloudevents.Event) { got <- ev })
+	}()
+	defer func() { stop(); <-done }()
+	snd, err := cejs.NewSenderFromConn(nc, consumer.RequestStream, events.OverBudgetPrefix+sid, nil)
+	if err != nil {
+		t.Fatalf("the SDK's sender: %v", err)
+	}
+	sc, err := cloudevents.NewClient(snd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := cloudevents.NewEvent()
+	ev.SetID(id)
+	ev.SetSource("urn:runtime")
+	ev.SetType(events.TypeContextOverBudget)
+	if err := ev.SetData(cloudevents.ApplicationJSON, events.RequestData{SessionID: sid}); err != nil {
+		t.Fatal(err)
+	}
+	if res := sc.Send(ctx, ev); cloudevents.IsUndelivered(res) {
+		t.Fatalf("the SDK's send: %v", res)
+	}
+	want := events.RequestResultID(id)
+	for {
+		select {
+		case ev := <-got:
+			if ev.ID() == want {
+				if ev.Type() != events.TypeCompactionCompleted || ev.DataContentType() != "application/json" {
+					t.Fatalf("the SDK read the result as %s", ev)
+				}
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("no result through the SDK's consumer")
+		}
+	}
 }

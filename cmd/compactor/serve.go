@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -129,12 +130,15 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	return a.Wait()
 }
 
-// semver is the version as micro wants it (SemVer).
+// semverRE is SemVer 2.0's grammar, loosely.
+var semverRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// semver is the version as micro wants it (SemVer, no "v").
 func semver() string {
-	if version == "dev" {
-		return "0.0.0-dev"
+	if v := strings.TrimPrefix(buildVersion(), "v"); semverRE.MatchString(v) {
+		return v
 	}
-	return strings.TrimPrefix(version, "v")
+	return "0.0.0-dev"
 }
 
 func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error {

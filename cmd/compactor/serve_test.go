@@ -327,8 +327,13 @@ func TestServeWalkthrough(t *testing.T) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}
-	if resp, err := http.Get("http://" + metricsAddr + "/healthz"); err != nil || resp.StatusCode != 200 {
-		t.Fatalf("healthz: %v %v", resp, err)
+	if !strings.Contains(string(body), `compactor_build_info{goversion="go`) {
+		t.Error("/metrics lacks compactor_build_info")
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		if resp, err := http.Get("http://" + metricsAddr + path); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s: %v %v", path, resp, err)
+		}
 	}
 	s.stop(t)
 	if !strings.Contains(s.logs.String(), "stopped") {

@@ -57,7 +57,7 @@ type Config struct {
 	ShutdownGrace time.Duration
 	// Source is the CloudEvents source of the events published.
 	Source string
-	// MetricsAddr serves /metrics and /healthz ("": off).
+	// MetricsAddr serves /metrics, /healthz and /readyz ("": off).
 	MetricsAddr string
 	// SessionTTL deletes sessions nobody wrote to for that long (0: keep
 	// them), checked every SweepEvery (default a tenth of it, within
@@ -319,7 +319,9 @@ func (a *App) Stop() error {
 	return a.Wait()
 }
 
-// handler serves /metrics and /healthz (200 while connected to NATS).
+// handler serves /metrics, /healthz (200 while connected to NATS: the
+// process is alive) and /readyz (200 while it takes requests: connected,
+// provisioned and consuming).
 func (a *App) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", a.Metrics.Handler())
@@ -329,6 +331,16 @@ func (a *App) handler() http.Handler {
 			return
 		}
 		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case !a.NC.IsConnected():
+			http.Error(w, "not connected to NATS: "+a.NC.Status().String(), http.StatusServiceUnavailable)
+		case !a.Consumer.Consuming():
+			http.Error(w, "not consuming "+consumer.RequestStream+" (starting, stopping, or the consumer cannot be pulled: see the log)", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprintln(w, "ready")
+		}
 	})
 	return mux
 }

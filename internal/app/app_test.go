@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -445,4 +447,36 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "up", "messages": []any{map[string]any{"upload_id": "u-2"}}}, &eb); code != "400" || !strings.Contains(eb.Error, "part 0") {
 		t.Fatalf("an incomplete upload: %s %+v", code, eb)
 	}
+}
+
+// /readyz says whether the service takes requests; /healthz whether the
+// process is alive and connected. With the NATS server gone, neither is
+// 200; once it is back, both are.
+func TestReadiness(t *testing.T) {
+	dir := t.TempDir()
+	srv := natstest.Server(t, dir, -1)
+	port := srv.Addr().(*net.TCPAddr).Port
+	a, _ := service(t, srv.ClientURL(), nil, func(c *app.Config) { c.MetricsAddr = "127.0.0.1:0" })
+	status := func(path string) int {
+		resp, err := http.Get("http://" + a.MetricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: healthz %d, readyz %d", what, status("/healthz"), status("/readyz"))
+			}
+		}
+	}
+	wait("started", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 })
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	wait("server gone", func() bool { return status("/readyz") == 503 && status("/healthz") == 503 })
+	natstest.Server(t, dir, port)
+	wait("server back", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 })
 }

@@ -92,7 +92,12 @@ type Consumer struct {
 
 	received, completed, failed, retried, dead, released, inflight atomic.Int64
 	deadBy                                                         map[string]int64 // under mu
+	consuming                                                      atomic.Bool
 }
+
+// Consuming reports whether the consumer is bound and its last pull
+// worked: the service takes requests (readiness).
+func (c *Consumer) Consuming() bool { return c.consuming.Load() }
 
 type delivery struct {
 	msg       jetstream.Msg
@@ -164,7 +169,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	hbDone := make(chan struct{})
 	go c.heartbeat(work, hbDone)
 
+	c.consuming.Store(true)
 	perr := c.pull(ctx, work, cons)
+	c.consuming.Store(false)
 
 	c.mu.Lock()
 	c.stopping = true
@@ -211,10 +218,12 @@ func (c *Consumer) pull(ctx, work context.Context, cons jetstream.Consumer) erro
 			case errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound):
 				return fmt.Errorf("consume %s: %w", Durable, err)
 			}
+			c.consuming.Store(false)
 			c.log.Warn("pull", slog.String("error", err.Error()))
 			sleep(ctx, 250*time.Millisecond)
 			continue
 		}
+		c.consuming.Store(true)
 		for msg := range batch.Messages() {
 			if ctx.Err() != nil { // shutting down: not started, so released
 				c.release(msg)
