@@ -29,6 +29,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := noArgs(pos); err != nil {
 		return err
 	}
+	if *out != "" {
+		if err := checkWritable(*out); err != nil {
+			return fmt.Errorf("%w: --out: %v", errUsage, err)
+		}
+	}
 	opt := bench.Options{Data: *data, Iterations: *iters, ThroughputRequests: *requests, Progress: stderr}
 	if *quick {
 		opt.Iterations, opt.ThroughputRequests, opt.ScaleSizes = 10, 32, []int{200, 2000}
@@ -66,4 +71,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stderr, "wrote %s and %s\n", *out, chart)
 	return nil
+}
+
+// checkWritable says, before a long run, whether a report can be written
+// at path: its folder exists and takes a new file.
+func checkWritable(path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("folder %s: %w", dir, err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a folder", dir)
+	}
+	f, err := os.CreateTemp(dir, ".compactor-write-check-*")
+	if err != nil {
+		return fmt.Errorf("cannot write in %s: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }

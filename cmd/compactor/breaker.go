@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,6 +56,13 @@ func breakerShow(ctx context.Context, args []string, stdout io.Writer) error {
 		b, err := st.breakers.Breaker(ctx, sid)
 		if err != nil {
 			return err
+		}
+		if b.Revision == 0 { // no breaker stored: closed, if the session exists
+			if _, err := st.kv.Record(ctx, sid); errors.Is(err, session.ErrNotFound) {
+				return fmt.Errorf("session %s not found: no such session and no breaker", sid)
+			} else if err != nil {
+				return err
+			}
 		}
 		return printJSON(stdout, b)
 	})

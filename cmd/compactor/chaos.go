@@ -33,6 +33,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 {
 		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1", errUsage)
 	}
+	if *out != "" {
+		if err := checkWritable(*out); err != nil {
+			return fmt.Errorf("%w: --out: %v", errUsage, err)
+		}
+	}
 	bin, err := os.Executable()
 	if err != nil {
 		return err

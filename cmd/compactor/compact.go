@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -133,24 +135,24 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 	if wait <= 0 {
 		wait = 2 * time.Minute
 	}
-	nc, _, err := nf.connect(ctx, "compactor-cli", nil)
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	conn, err := nf.connect(ctx, "compactor-cli", "compact needs the runtime, compactor or admin user")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer conn.Close()
 	if t == pipeline.TriggerOverflow {
 		data.ErrorCode, data.ErrorMessage = "manual", "requested with compactor compact --trigger overflow"
 	}
-	c, err := client.New(nc, client.WithSource(cliSource))
+	c, err := client.New(conn.nc, client.WithSource(cliSource))
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	res, err := c.Compact(ctx, client.CompactRequest{Trigger: t, Data: data})
-	if err != nil {
+	res, err := c.Compact(conn.ctx, client.CompactRequest{Trigger: t, Data: data})
+	if err = conn.err(err); err != nil {
 		if errors.Is(err, client.ErrNoResult) {
-			return fmt.Errorf("%w after %v: is `compactor serve` running against this server?", err, wait)
+			return fmt.Errorf("%w after %v: %s", err, wait, whyNoResult(conn.nc))
 		}
 		return err
 	}
@@ -165,6 +167,15 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 		return errFailed
 	}
 	return nil
+}
+
+// whyNoResult says why a request may have gone unanswered: no service
+// runs against this server, or one does and is slow to answer.
+func whyNoResult(nc *nats.Conn) string {
+	if _, err := nc.Request("$SRV.PING."+api.Name, nil, 2*time.Second); err != nil {
+		return "no compactor service answers on this NATS server: is `compactor serve` running against it? The request is stored and will be answered when one runs"
+	}
+	return "a compactor service runs but has not answered yet (busy, or its summary model is slow): the request is stored and will still be answered; raise --timeout to wait longer"
 }
 
 // cliSource is the CloudEvents source of the CLI's requests.

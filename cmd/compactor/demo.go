@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/demo"
@@ -94,7 +95,11 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case <-time.After(time.Minute):
 		return errors.New("the service did not start within a minute")
 	}
-	err = replay(ctx, url, *sf.nats.creds, name, msgs, *limit, sf.pf, stdout)
+	opts, err := sf.nats.options()
+	if err != nil {
+		return err
+	}
+	err = replay(ctx, url, opts, name, msgs, *limit, sf.pf, stdout)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = serr
@@ -102,8 +107,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return err
 }
 
-func replay(ctx context.Context, url, creds, name string, msgs []session.Message, limit int, pf *pipelineFlags, w io.Writer) error {
-	nc, _, err := dial(ctx, url, creds, "compactor-demo", nil)
+func replay(ctx context.Context, url string, opts []nats.Option, name string, msgs []session.Message, limit int, pf *pipelineFlags, w io.Writer) error {
+	nc, _, err := dial(ctx, url, "compactor-demo", opts...)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -34,13 +35,14 @@ type evalSummary struct {
 	Share       float64         `json:"locomo_retention_share,omitempty"`
 }
 
-func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
+func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	data := fs.String("data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
 	limits := fs.String("limits", "2000,4000", "comma-separated context `LIMITS` to replay at")
 	mode := fs.String("mode", "both", "`MODE`: incremental, scratch or both")
 	maxSummary := fs.Int("max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
 	perFile := fs.Bool("per-file", false, "print a report line per conversation too")
+	progress := fs.Bool("progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
 	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
 	if err != nil {
@@ -91,9 +93,16 @@ func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				defer sl.Close()
 				loop = sl
 			}
-			for _, c := range convs {
+			mode := "from scratch"
+			if incremental {
+				mode = "incremental"
+			}
+			for i, c := range convs {
 				if err := ctx.Err(); err != nil {
 					return err
+				}
+				if *progress {
+					fmt.Fprintf(stderr, "\r\033[Keval: limit %d, %s: %d/%d %s", limit, mode, i+1, len(convs), c.Name)
 				}
 				var rep eval.Report
 				var err error
@@ -124,6 +133,9 @@ func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
 					*total.Retention = total.Retention.Add(*rep.Retention)
 				}
 			}
+			if *progress {
+				fmt.Fprint(stderr, "\r\033[K")
+			}
 			if total.Tokens > 0 {
 				total.CostRatio = float64(total.InputTokens) / float64(total.Tokens)
 			}
@@ -136,4 +148,15 @@ func runEval(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// isTerminal reports whether w is a terminal (progress lines are for
+// people, not for logs).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

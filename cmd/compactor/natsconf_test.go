@@ -188,6 +188,18 @@ func TestNATSConfRoles(t *testing.T) {
 	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
 		t.Fatalf("observer reading the result stream: %v", err)
 	}
+	// A command the user may not run fails at once, naming the user and
+	// the denied subject (it used to wait for its whole timeout).
+	start := time.Now()
+	code, _, stderr := runCLI(t, "compact", "r1", "--timeout", "60s", "--nats-url", as("observer"))
+	if code != 1 || time.Since(start) > 10*time.Second || !strings.Contains(stderr, `NATS user "observer"`) ||
+		!strings.Contains(stderr, events.OverBudgetPrefix+"r1") {
+		t.Fatalf("compact as the observer: exit %d after %v: %s", code, time.Since(start), stderr)
+	}
+	code, _, stderr = runCLI(t, "breaker", "list", "--nats-url", as("runtime"))
+	if code != 1 || !strings.Contains(stderr, `NATS user "runtime"`) || !strings.Contains(stderr, "compactor or admin") {
+		t.Fatalf("breaker list as a runtime: exit %d: %s", code, stderr)
+	}
 	observer.deniedPublish(t, events.OverBudgetPrefix+"r1")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.r1.rec")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions")

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
+	"net/url"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,47 +22,131 @@ import (
 const defaultNATSURL = "nats://127.0.0.1:4222"
 
 // natsFlags say how to reach NATS. Credentials go in the URL
-// (nats://user:password@host:port) or in a creds file.
+// (nats://user:password@host:port) or in a creds file; TLS takes a CA and,
+// for servers that verify clients, a certificate and key.
 type natsFlags struct {
-	url   *string
-	creds *string
+	url, creds             *string
+	tlsCA, tlsCert, tlsKey *string
 }
 
 func addNATSFlags(fs *flag.FlagSet, def string) *natsFlags {
-	usage := "NATS server `URL` (user:password@ in it for nats.conf users)"
+	usage := "NATS server `URL` (user:password@ in it for nats.conf users; tls:// for TLS)"
 	if def == "" {
 		usage += " (default: run an embedded server)"
 	}
 	return &natsFlags{
-		url:   fs.String("nats-url", def, usage),
-		creds: fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and nkey seed)"),
+		url:     fs.String("nats-url", def, usage),
+		creds:   fs.String("nats-creds", "", "NATS credentials `FILE` (JWT and nkey seed)"),
+		tlsCA:   fs.String("tls-ca", "", "CA certificate `FILE` (PEM) that signed the NATS server's certificate"),
+		tlsCert: fs.String("tls-cert", "", "client certificate `FILE` (PEM), for a server that verifies clients (with --tls-key)"),
+		tlsKey:  fs.String("tls-key", "", "client key `FILE` (PEM) of --tls-cert"),
 	}
 }
 
-// connect opens a connection for a command. Errors say what to check.
-func (n *natsFlags) connect(ctx context.Context, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
-	return dial(ctx, *n.url, *n.creds, name, log, extra...)
+// options returns the connection's credentials and TLS options; a missing
+// file or a certificate without its key is a usage error.
+func (n *natsFlags) options() ([]nats.Option, error) {
+	var opts []nats.Option
+	for flagName, f := range map[string]string{"nats-creds": *n.creds, "tls-ca": *n.tlsCA, "tls-cert": *n.tlsCert, "tls-key": *n.tlsKey} {
+		if f == "" {
+			continue
+		}
+		if _, err := os.Stat(f); err != nil {
+			return nil, fmt.Errorf("%w: --%s: %v", errUsage, flagName, err)
+		}
+	}
+	if (*n.tlsCert == "") != (*n.tlsKey == "") {
+		return nil, fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
+	}
+	if *n.creds != "" {
+		opts = append(opts, nats.UserCredentials(*n.creds))
+	}
+	if *n.tlsCA != "" {
+		opts = append(opts, nats.RootCAs(*n.tlsCA))
+	}
+	if *n.tlsCert != "" {
+		opts = append(opts, nats.ClientCert(*n.tlsCert, *n.tlsKey))
+	}
+	return opts, nil
 }
 
-func dial(ctx context.Context, url, creds, name string, log *slog.Logger, extra ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
-	opts := []nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
+// user names the NATS user a connection authenticates as, for errors.
+func (n *natsFlags) user() string {
+	if u, err := url.Parse(*n.url); err == nil && u.User != nil && u.User.Username() != "" {
+		return fmt.Sprintf("NATS user %q", u.User.Username())
 	}
-	if log != nil {
-		opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
-			subj := ""
-			if s != nil {
-				subj = s.Subject
-			}
-			// Permission violations arrive here; the request itself only times out.
-			log.Warn("nats", slog.String("subject", subj), slog.String("error", err.Error()))
-		}))
+	if *n.creds != "" {
+		return fmt.Sprintf("the NATS user of %s", *n.creds)
 	}
-	opts = append(opts, extra...)
+	return "this NATS user"
+}
+
+// conn is a command's connection. Its context ends, with the violation as
+// its cause, when the server refuses one of the command's publishes or
+// subscriptions: a request the user may not make is never answered, and
+// the command would otherwise wait for its timeout.
+type conn struct {
+	ctx  context.Context
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	stop context.CancelCauseFunc
+}
+
+// Close closes the connection.
+func (c *conn) Close() {
+	c.stop(nil)
+	c.nc.Close()
+}
+
+// err returns the violation that ended the command, if one did, else err.
+func (c *conn) err(err error) error {
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(c.ctx); cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return err
+}
+
+// connect opens a connection for a command; need says which users may run
+// it, for the error a permission violation gives. Errors say what to check.
+func (n *natsFlags) connect(ctx context.Context, name, need string) (*conn, error) {
+	opts, err := n.options()
+	if err != nil {
+		return nil, err
+	}
+	ctx, stop := context.WithCancelCause(ctx)
+	who := n.user()
+	opts = append(opts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			stop(fmt.Errorf("%s may not do this: %w (%s; see nats.conf)", who, err, need))
+		}
+	}))
+	nc, js, err := dial(ctx, *n.url, name, opts...)
+	if err != nil {
+		stop(nil)
+		return nil, err
+	}
+	return &conn{ctx: ctx, nc: nc, js: js, stop: stop}, nil
+}
+
+// dial connects to url. Its error says what to check: whether anything
+// listens there, the credentials, or TLS.
+func dial(ctx context.Context, url, name string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream, error) {
+	opts = append([]nats.Option{nats.Name(name), nats.Timeout(5 * time.Second)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("connect to NATS at %s: %w (is `compactor serve` or nats-server running? see --nats-url)", url, err)
+		hint := ""
+		switch {
+		case errors.Is(err, nats.ErrNoServers):
+			hint = " (is `compactor serve` or nats-server running there? see --nats-url)"
+		case errors.Is(err, nats.ErrAuthorization), errors.Is(err, nats.ErrAuthExpired), errors.Is(err, nats.ErrAuthRevoked):
+			hint = " (check the user and password in --nats-url, or --nats-creds)"
+		case errors.Is(err, nats.ErrSecureConnRequired), errors.Is(err, nats.ErrSecureConnWanted), strings.Contains(err.Error(), "tls"), strings.Contains(err.Error(), "x509"):
+			hint = " (check tls:// in --nats-url, --tls-ca, --tls-cert and --tls-key)"
+		}
+		return nil, nil, fmt.Errorf("connect to NATS at %s: %w%s", redactURL(url), err, hint)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -68,6 +154,18 @@ func dial(ctx context.Context, url, creds, name string, log *slog.Logger, extra 
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// redactURL hides a password in a URL.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }
 
 // stores are a CLI command's handles on the buckets.
@@ -83,27 +181,16 @@ type stores struct {
 func withStores(ctx context.Context, nf *natsFlags, f func(context.Context, stores) error) error {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	// A request the user may not make is never answered: the server
-	// reports the violation apart, and it ends the command at once.
-	ctx, deny := context.WithCancelCause(ctx)
-	defer deny(nil)
-	nc, js, err := nf.connect(ctx, "compactor-cli", nil, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			deny(fmt.Errorf("%w (this NATS user may not do it: the CLI's session and breaker commands need the compactor or admin user)", err))
-		}
-	}))
+	c, err := nf.connect(ctx, "compactor-cli", "the CLI's session and breaker commands need the compactor or admin user")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	st, err := bind(ctx, nc, js, nil)
+	defer c.Close()
+	st, err := bind(c.ctx, c.nc, c.js, nil)
 	if err == nil {
-		err = f(ctx, st)
+		err = f(c.ctx, st)
 	}
-	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
-		return cause
-	}
-	return err
+	return c.err(err)
 }
 
 // bind binds the provisioned buckets; table counts tokens (nil: the

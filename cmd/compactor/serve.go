@@ -115,7 +115,11 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	if err != nil {
 		return err
 	}
-	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, Creds: *sf.nats.creds,
+	opts, err := sf.nats.options()
+	if err != nil {
+		return err
+	}
+	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
 		Provision: *sf.provision, Replicas: *sf.replicas, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr,
@@ -157,14 +161,14 @@ func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error
 	if *replicas < 1 || *maxDeliver < 1 || *ackWait < time.Second {
 		return fmt.Errorf("%w: --replicas and --max-deliver must be >= 1, --ack-wait >= 1s", errUsage)
 	}
-	nc, js, err := nf.connect(ctx, "compactor-provision", nil)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	c, err := nf.connect(ctx, "compactor-provision", "provision needs the admin user")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := app.ProvisionAll(ctx, js, *replicas, *ackWait, *maxDeliver); err != nil {
+	defer c.Close()
+	if err := c.err(app.ProvisionAll(c.ctx, c.js, *replicas, *ackWait, *maxDeliver)); err != nil {
 		return err
 	}
 	return printJSON(stdout, map[string]any{"streams": []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream},

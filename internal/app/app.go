@@ -38,9 +38,12 @@ import (
 type Config struct {
 	// NATSURL is the server to connect to; empty runs an embedded one
 	// with Embedded.
-	NATSURL  string
-	Creds    string
-	Embedded embedded.Options
+	NATSURL string
+	// Creds is a credentials file (JWT and nkey seed).
+	Creds string
+	// NATSOptions are more connection options: TLS, credentials.
+	NATSOptions []nats.Option
+	Embedded    embedded.Options
 	// ConnName names the connection (default "compactor").
 	ConnName string
 
@@ -161,6 +164,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if cfg.Creds != "" {
 		opts = append(opts, nats.UserCredentials(cfg.Creds))
 	}
+	opts = append(opts, cfg.NATSOptions...)
 	if a.NC, err = nats.Connect(a.URL, opts...); err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", a.URL, err)
 	}
