@@ -187,7 +187,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := r.nc.Subscribe("compaction.*.>", r.onResult); err != nil {
+	if _, err := r.nc.Subscribe(events.ResultSubjects, r.onResult); err != nil {
 		return nil, err
 	}
 	for i := range 2 {
@@ -624,7 +624,7 @@ type storedResult struct {
 // storedResults reads every result event in COMPACTION_EVENTS by event id.
 func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error) {
 	oc, err := r.js.OrderedConsumer(ctx, consumer.ResultStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{"compaction.completed.>", "compaction.failed.>"}})
+		FilterSubjects: []string{events.CompletedPrefix + ">", events.FailedPrefix + ">"}})
 	if err != nil {
 		return nil, err
 	}
