@@ -97,17 +97,8 @@ func TestTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
-		TLSConfig: tc, TLSVerify: true, TLSTimeout: 5}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	srv := natstest.ServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		TLSConfig: tc, TLSVerify: true, TLSTimeout: 5})
 	url := "tls://127.0.0.1:" + itoa(srv.Addr().(*net.TCPAddr).Port)
 	tlsArgs := []string{"--tls-ca", f("ca.pem"), "--tls-cert", f("client.pem"), "--tls-key", f("client-key.pem")}
 
@@ -192,15 +183,7 @@ func TestErrorsThatDoNotHang(t *testing.T) {
 	// A server that refuses the password: the hint is about credentials,
 	// not about starting a server.
 	srv := natstest.Server(t, t.TempDir(), -1)
-	authed, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, Username: "u", Password: "p", NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go authed.Start()
-	if !authed.ReadyForConnections(10 * time.Second) {
-		t.Fatal("not ready")
-	}
-	defer authed.Shutdown()
+	authed := natstest.ServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, Username: "u", Password: "p"})
 	port := itoa(authed.Addr().(*net.TCPAddr).Port)
 	code, _, stderr = runCLI(t, "session", "show", "s1", "--nats-url", "nats://u:wrong@127.0.0.1:"+port)
 	if code != 1 || !strings.Contains(stderr, "check the user and password") || strings.Contains(stderr, "wrong") {

@@ -20,6 +20,7 @@ import (
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/sessions"
 )
 
@@ -84,16 +85,8 @@ func TestNATSConfRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.Port, opts.StoreDir, opts.NoLog, opts.NoSigs = -1, t.TempDir(), true, true
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	opts.Port, opts.StoreDir = -1, t.TempDir()
+	srv := natstest.ServerWith(t, opts)
 	port := srv.Addr().(*net.TCPAddr).Port
 	as := func(user string) string { return fmt.Sprintf("nats://%s:%s-secret@127.0.0.1:%d", user, user, port) }
 

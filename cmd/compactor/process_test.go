@@ -132,15 +132,7 @@ func waitResults(t *testing.T, js jetstream.JetStream, id string, n int, within 
 
 func pending(t *testing.T, js jetstream.JetStream) uint64 {
 	t.Helper()
-	st, err := js.Stream(context.Background(), consumer.RequestStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return natstest.StreamMsgs(t, js, consumer.RequestStream)
 }
 
 // stuck is a serve process whose one request is held in its model call.

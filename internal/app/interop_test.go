@@ -147,13 +147,5 @@ func dlqCount(t *testing.T, nc *nats.Conn) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := js.Stream(context.Background(), consumer.DLQStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return natstest.StreamMsgs(t, js, consumer.DLQStream)
 }

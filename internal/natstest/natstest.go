@@ -4,6 +4,7 @@
 package natstest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -26,7 +27,16 @@ func Start(t testing.TB) (*server.Server, *nats.Conn, jetstream.JetStream) {
 // restart on the same dir.
 func Server(t testing.TB, dir string, port int) *server.Server {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir, NoLog: true, NoSigs: true})
+	return ServerWith(t, &server.Options{Host: "127.0.0.1", Port: port, JetStream: true, StoreDir: dir})
+}
+
+// ServerWith starts an in-process nats-server with opts (quiet, no signal
+// handlers), waits until it accepts clients, and shuts it down at the
+// test's end if still running.
+func ServerWith(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,6 +46,20 @@ func Server(t testing.TB, dir string, port int) *server.Server {
 	}
 	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	return s
+}
+
+// StreamMsgs is how many messages a stream holds now.
+func StreamMsgs(t testing.TB, js jetstream.JetStream, stream string) uint64 {
+	t.Helper()
+	st, err := js.Stream(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }
 
 // Connect opens a connection to s, closed at the test's end.
