@@ -49,6 +49,9 @@ type (
 	ContextView = sessions.ContextView
 	// Deleted answers Delete.
 	Deleted = sessions.Deleted
+	// RequestData is the data of a compaction request: the session and
+	// what the runtime knows of its model and context.
+	RequestData = events.RequestData
 	// Completed is the data of a CompactionCompleted event.
 	Completed = pipeline.Result
 	// Failed is the data of a CompactionFailed event.

@@ -35,7 +35,7 @@ type CompactRequest struct {
 	// Trigger is OverBudget (default) or Overflow.
 	Trigger pipeline.Trigger
 	// Data is the request's data; Data.SessionID is required.
-	Data events.RequestData
+	Data RequestData
 	// TraceParent and TraceState, when set, are the request's W3C trace
 	// context; the result events carry them.
 	TraceParent, TraceState string

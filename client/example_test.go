@@ -12,7 +12,6 @@ import (
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/embedded"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tokens"
@@ -74,7 +73,7 @@ func Example() {
 		if view.Tokens <= limit {
 			continue // send view.Messages to the model
 		}
-		res, err := c.Compact(ctx, client.CompactRequest{Data: events.RequestData{SessionID: "trip-42", ContextLimit: limit, RequestedTokens: view.Tokens}})
+		res, err := c.Compact(ctx, client.CompactRequest{Data: client.RequestData{SessionID: "trip-42", ContextLimit: limit, RequestedTokens: view.Tokens}})
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -158,6 +158,15 @@ func TestEval(t *testing.T) {
 	if total.Sessions != 1 || total.Compactions == 0 || total.Ratio <= 0 {
 		t.Fatalf("overall: %s", lines[1])
 	}
+	// Progress goes to stderr only when asked or on a terminal (a buffer
+	// is not one), never to stdout.
+	if strings.Contains(stderr, "eval: limit") {
+		t.Fatalf("progress on a non-terminal: %q", stderr)
+	}
+	code, out2, stderr := runCLI(t, "eval", "--data", dir, "--limits", "6000", "--mode", "scratch", "--progress")
+	if code != 0 || !strings.Contains(stderr, "eval: limit 6000, from scratch: 1/1") || strings.Contains(out2, "eval:") {
+		t.Fatalf("--progress: exit %d, stderr %q", code, stderr)
+	}
 	if code, _, stderr := runCLI(t, "eval", "--data", dir, "--limits", "x"); code != 2 || !strings.Contains(stderr, "limits") {
 		t.Fatalf("bad limits: exit %d %s", code, stderr)
 	}
