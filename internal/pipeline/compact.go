@@ -266,194 +266,391 @@ func openerFailure(last string) *Error {
 	return &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: fmt.Errorf("%w (%s)", ErrSummaryFailed, last)}
 }
 
-// plan is the state one attempt builds up.
+// plan is the session as one attempt found it.
 type plan struct {
-	sess       *session.Session
-	counter    *tokens.Counter
-	model      string
-	limit      int
-	pinned     []session.Message
+	sess    *session.Session
+	counter *tokens.Counter
+	model   string
+	limit   int
+	pinned  []session.Message
+	// pinnedTokens counts the pinned messages and the reply priming.
+	pinnedTokens int
+	// candidates are the raw messages after the summary, as the context
+	// shows them (cleared ones as placeholders), counted.
 	candidates []session.Message
-	before     []session.Message
+	// before is the context now, and beforeTokens its count.
+	before       []session.Message
+	beforeTokens int
 }
 
+// attempt runs one compaction on the session as it is now, by the steps of
+// the package doc: overflow, select, reduce (the ladder: clear tool
+// results, then summarise), assemble, verify, progress, commit. A commit
+// that lost a race answers errReplan.
 func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	p, err := s.load(ctx, req)
 	if err != nil {
 		return err
 	}
-	rec := &p.sess.Record
-	res.ContextLimit = p.limit
-	res.TokensBefore = p.counter.Context(p.before)
-	res.TokensAfter = res.TokensBefore
-	if p.sess.Summary != nil {
-		res.CompactionMessageID = p.sess.Summary.ID
-		res.TailStartID = rec.TailStartID
-		res.Summary = SummaryText(p.sess.Summary)
-		res.SummaryTokens = summaryTokens(p.counter, p.sess.Summary)
-		if m := p.sess.Summary.Compaction; m != nil {
-			res.IdempotencyKey = m.IdempotencyKey
-			res.SummaryModel = m.Model
-			if req.ID != "" && m.RequestID == req.ID {
-				// A redelivery of the request that made this compaction (its
-				// result was not published or not acknowledged): answer
-				// what it did, not what is left to do.
-				res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
-				res.MessagesSummarised, res.TokensBefore, res.TokensAfter = m.Messages, m.TokensBefore, m.TokensAfter
-				res.SummaryTokens, res.Chunks, res.LLMCalls, res.Incremental = m.SummaryTokens, m.Chunks, m.LLMCalls, m.Incremental
-				return nil
-			}
-		}
+	if s.current(p, req, res) {
+		return nil // a redelivery of the request that made the compaction in force
 	}
-
-	// overflow
-	d := Overflow(OverflowInput{Trigger: req.Trigger, Tokens: res.TokensBefore, Limit: p.limit,
-		Messages: len(p.before), MaxMessages: s.cfg.MaxMessages, Empty: len(p.candidates) == 0 && p.sess.Summary == nil})
-	res.Decision = d.Reason
-	switch {
-	case d.Reason == DecisionEmpty:
-		res.Outcome = OutcomeNothingToCompact
-		return nil
-	case !d.Needed:
-		res.Outcome = OutcomeNoop
+	d := s.overflow(p, req, res)
+	if !d.Needed || d.Reason == DecisionEmpty {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-
-	// select
-	pinnedTokens := tokens.ReplyPriming()
-	for i := range p.pinned {
-		pinnedTokens += p.pinned[i].Tokens
+	sel, err := s.selectTail(p, res)
+	if err != nil || res.Outcome != "" {
+		return err
 	}
+	r, err := s.plan(p, d, sel)
+	if err != nil {
+		return err
+	}
+	// A compaction under this key may exist already: a replica won the
+	// race (answer it), or a crash came between its write and its commit
+	// (finish it).
+	key := r.key(req.SessionID, p.sess.Record.HeadSeq)
+	res.IdempotencyKey = key
+	if existing, err := s.store.Compaction(ctx, req.SessionID, CompactionID(key)); err == nil {
+		return s.resume(ctx, p, existing, res)
+	} else if !errors.Is(err, session.ErrNotFound) {
+		return storeError(err, "read compaction "+CompactionID(key))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.step == StepSummarise {
+		if err := s.summarise(ctx, p, req, r, res); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	a := s.assemble(p, req, key, r, res)
+	if err := Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
+		Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.cfg.MaxSummaryTokens)}); err != nil {
+		return &Error{Reason: ReasonInvariantViolated, Err: err}
+	}
+	if err := s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context)); err != nil {
+		return err
+	}
+	return s.commitResult(ctx, req, a, r, res)
+}
+
+// current describes the compaction in force in res, and reports whether
+// req is a redelivery of the request that made it: its answer is then what
+// that request did, not what is left to do.
+func (s *Service) current(p *plan, req Request, res *Result) bool {
+	res.ContextLimit = p.limit
+	res.TokensBefore, res.TokensAfter, res.PrefixKeptTokens = p.beforeTokens, p.beforeTokens, p.beforeTokens
+	m := p.sess.Summary
+	if m == nil {
+		return false
+	}
+	res.CompactionMessageID, res.TailStartID = m.ID, p.sess.Record.TailStartID
+	if hasSummary(m) {
+		res.Summary = SummaryText(m)
+		res.SummaryTokens = summaryTokens(p.counter, m)
+	}
+	meta := m.Compaction
+	if meta == nil {
+		return false
+	}
+	res.IdempotencyKey, res.SummaryModel = meta.IdempotencyKey, meta.Model
+	if req.ID == "" || meta.RequestID != req.ID {
+		return false
+	}
+	res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+	res.MessagesSummarised, res.TokensBefore, res.TokensAfter = meta.Messages, meta.TokensBefore, meta.TokensAfter
+	res.SummaryTokens, res.Chunks, res.LLMCalls, res.Incremental = meta.SummaryTokens, meta.Chunks, meta.LLMCalls, meta.Incremental
+	res.PrefixKeptTokens, res.ToolResultsCleared, res.ClearedTokens = meta.PrefixKeptTokens, meta.ClearedNow, meta.ClearedTokens
+	return true
+}
+
+// overflow decides whether the context needs compacting; when it does
+// not, res says so (noop, or nothing to compact).
+func (s *Service) overflow(p *plan, req Request, res *Result) Decision {
+	d := Overflow(OverflowInput{Trigger: req.Trigger, Tokens: p.beforeTokens, Limit: p.limit, Messages: len(p.before),
+		MaxMessages: s.cfg.MaxMessages, Empty: len(p.candidates) == 0 && p.sess.Summary == nil})
+	res.Decision = d.Reason
+	switch {
+	case d.Reason == DecisionEmpty:
+		res.Outcome = OutcomeNothingToCompact
+	case !d.Needed:
+		res.Outcome = OutcomeNoop
+	}
+	return d
+}
+
+// selectTail decides where the raw tail starts: the last turns, within
+// the headroom the pinned messages and a full summary leave (Select).
+// With nothing before the tail, the request is answered (already
+// compacted) or refused.
+func (s *Service) selectTail(p *plan, res *Result) (Selection, error) {
 	reserve := s.cfg.MaxSummaryTokens + summaryFraming
-	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - pinnedTokens - reserve
+	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.pinnedTokens - reserve
 	if tailBudget < p.limit/10 {
 		// The pinned messages and the summary leave no headroom: keep half
 		// of the room they leave as tail, so that the compaction still cuts
 		// enough and the next one is not due at once.
-		tailBudget = max((p.limit-pinnedTokens-reserve)/2, p.limit/10)
+		tailBudget = max((p.limit-p.pinnedTokens-reserve)/2, p.limit/10)
 	}
 	maxTail := 0
 	if s.cfg.MaxMessages > 0 {
 		maxTail = max(s.cfg.MaxMessages-len(p.pinned)-1, 1)
 	}
 	sel := Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: maxTail})
-	if sel.Cut == 0 {
-		if p.sess.Summary != nil {
-			res.Outcome = OutcomeAlreadyCompacted
-			res.Strategy = "existing"
-			return nil
+	if sel.Cut > 0 {
+		return sel, nil
+	}
+	if p.sess.Summary != nil {
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		return sel, nil
+	}
+	return sel, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+		"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
+}
+
+// reduction is what the ladder decided for one compaction.
+type reduction struct {
+	// step is the last step taken: StepClear (no model call) or
+	// StepSummarise.
+	step string
+	// clear is what clearing cleared, and cleared every message the
+	// context shows cleared after the compaction.
+	clear   ClearPlan
+	cleared []session.Cleared
+	// selected are summarised (as the context showed them, so cleared
+	// results are read as their placeholders); tail stays raw.
+	selected, tail []session.Message
+	// budget is the summary's: the smaller of max_summary_tokens, what the
+	// window leaves, and what the summary replaces.
+	budget int
+	// summary is the summary in force after the compaction ("" when none)
+	// and summaryTokens its count; incremental, strategy and the usage
+	// figures describe how it was made.
+	summary       string
+	summaryTokens int
+	incremental   bool
+}
+
+// key is the compaction's idempotency key: the last message it summarises
+// (or, when it only clears, the last it clears) and the head.
+func (r *reduction) key(sessionID string, head int64) string {
+	if r.step == StepClear {
+		return IdempotencyKey(sessionID, "cleared:"+r.clear.Cleared[len(r.clear.Cleared)-1].ID, head)
+	}
+	return IdempotencyKey(sessionID, r.selected[len(r.selected)-1].ID, head)
+}
+
+// plan runs the ladder's deterministic part (no model call): each step of
+// cfg.Reductions in order, while the context is over its target (the
+// headroom share of the limit). Clearing needs no model; a summary gets
+// the budget that keeps the context within its limit and smaller than it
+// was. When no summary can fit, a clearing that brought the context within
+// its limit stands.
+func (s *Service) plan(p *plan, d Decision, sel Selection) (*reduction, error) {
+	target := int(s.cfg.HeadroomRatio * float64(p.limit))
+	r := &reduction{cleared: carried(clearedOf(p.sess.Summary), p.candidates)}
+	cands, now := p.candidates, p.beforeTokens
+	// Clearing shortens messages; it cannot fix a message count.
+	if s.cfg.has(StepClear) && d.Reason != DecisionMessages {
+		already := make(map[int64]bool, len(r.cleared))
+		for _, c := range r.cleared {
+			already[c.Seq] = true
 		}
-		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
-			"no message can be summarised: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
+		r.clear = PlanClear(ClearInput{Messages: cands, Tail: sel.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
+			MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
+			Need: now - target, AtLeast: s.cfg.ClearAtLeast, Count: p.counter.Message})
+		if len(r.clear.Cleared) > 0 {
+			cands = applyCleared(cands, r.clear.Cleared)
+			for i := range cands {
+				p.counter.Ensure(&cands[i])
+			}
+			now -= r.clear.Saved
+		}
 	}
-	if est := pinnedTokens + reserve + sel.TailTokens; est > p.limit {
-		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
-			"even summarising everything before the last legal cut leaves about %d tokens (pinned %d, summary up to %d, tail %d), over the limit %d",
-			est, pinnedTokens, reserve, sel.TailTokens, p.limit)
+	// A clearing stands when it fits the limit and leaves no other reason
+	// to compact (the message count).
+	fitsCount := s.cfg.MaxMessages <= 0 || len(p.before) <= s.cfg.MaxMessages
+	cleared := len(r.clear.Cleared) > 0 && now <= p.limit && fitsCount
+	asCleared := func() *reduction {
+		r.step, r.tail = StepClear, cands
+		r.cleared = append(r.cleared, r.clear.Cleared...)
+		if hasSummary(p.sess.Summary) {
+			r.summary, r.summaryTokens = SummaryText(p.sess.Summary), summaryTokens(p.counter, p.sess.Summary)
+		}
+		return r
 	}
-	selected, tail := p.candidates[:sel.Cut], p.candidates[sel.Cut:]
-	key := IdempotencyKey(req.SessionID, selected[len(selected)-1].ID, rec.HeadSeq)
-	res.IdempotencyKey = key
-	id := CompactionID(key)
+	if cleared && (now <= target || !s.cfg.has(StepSummarise)) {
+		return asCleared(), nil
+	}
+	if !s.cfg.has(StepSummarise) {
+		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"clearing tool results leaves about %d tokens, over the limit %d, and the ladder has no summary step", now, p.limit)
+	}
+	r.selected, r.tail = cands[:sel.Cut], cands[sel.Cut:]
+	replaced := 0
+	if hasSummary(p.sess.Summary) {
+		replaced = p.sess.Summary.Tokens
+	}
+	for i := range r.selected {
+		replaced += r.selected[i].Tokens
+	}
+	room := p.limit - p.pinnedTokens - summaryFraming - sel.TailTokens
+	r.budget = min(s.cfg.MaxSummaryTokens, room, replaced-summaryFraming-1)
+	if r.budget < minSummaryTokens {
+		if cleared {
+			return asCleared(), nil
+		}
+		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"no summary can help: the window leaves %d tokens for it (pinned %d, tail %d, limit %d) and it would replace %d, under the %d a summary needs",
+			room, p.pinnedTokens, sel.TailTokens, p.limit, replaced-summaryFraming, minSummaryTokens)
+	}
+	r.step = StepSummarise
+	r.cleared = carried(r.cleared, r.tail)
+	return r, nil
+}
 
-	// A compaction under this key may exist already: a replica won the race
-	// (answer it), or a crash came between its write and its commit (finish
-	// it).
-	if existing, err := s.store.Compaction(ctx, req.SessionID, id); err == nil {
-		return s.resume(ctx, p, existing, res)
-	} else if !errors.Is(err, session.ErrNotFound) {
-		return storeError(err, "read compaction "+id)
+// carried keeps the cleared entries of messages still in msgs (a
+// summarised message is no longer shown, cleared or not).
+func carried(cleared []session.Cleared, msgs []session.Message) []session.Cleared {
+	if len(cleared) == 0 {
+		return nil
 	}
-	if err := ctx.Err(); err != nil {
-		return err
+	in := make(map[int64]string, len(msgs))
+	for i := range msgs {
+		in[msgs[i].Seq] = msgs[i].ID
 	}
+	var out []session.Cleared
+	for _, c := range cleared {
+		if id, ok := in[c.Seq]; ok && id == c.ID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
 
-	// prompt + summarise
-	incremental := p.sess.Summary != nil && s.cfg.EnableIncremental
-	input := selected
-	if p.sess.Summary != nil && !s.cfg.EnableIncremental {
-		input = append(withoutPinned(p.sess.Summarised, p.pinned), selected...)
+// summarise writes the summary of r.selected within r.budget: a delta
+// merged into the summary in force when incremental, else everything
+// summarised so far again.
+func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduction, res *Result) error {
+	prev := p.sess.Summary
+	r.incremental = hasSummary(prev) && s.cfg.EnableIncremental
+	input := r.selected
+	if hasSummary(prev) && !s.cfg.EnableIncremental {
+		input = append(withoutPinned(p.sess.Summarised, p.pinned), r.selected...)
 	}
 	input = ClampToolOutputs(input, s.cfg.ToolOutputMaxTokens)
 	sumModel := firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, p.model)
 	inputLimit := firstPositive(req.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
-	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider), s.cfg.MaxSummaryTokens, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
+	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider), r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
 	if err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
 	}
 	var text string
-	if incremental {
+	strategy := "single"
+	if r.incremental {
 		// The delta gets the room the summary in force leaves (at least a
 		// quarter of the budget), so the joined summary mostly fits and
 		// condensing, which re-reads the whole summary, stays rare.
-		room := s.cfg.MaxSummaryTokens - summaryTokens(p.counter, p.sess.Summary)
-		text, err = sm.within(max(room, s.cfg.MaxSummaryTokens/4), func() (string, error) { return sm.run(ctx, input) })
-	} else {
-		text, err = sm.run(ctx, input)
-	}
-	strategy := "single"
-	if sm.chunks > 1 {
-		strategy = "chunked"
-	}
-	if err == nil && incremental {
-		prev, _ := summary.Parse(SummaryText(p.sess.Summary))
-		delta, _ := summary.Parse(text)
-		text = summary.Merge(prev, delta).Render()
-		if sm.count(text) > s.cfg.MaxSummaryTokens {
-			text, err = sm.condense(ctx, text, int(s.cfg.CondenseRatio*float64(s.cfg.MaxSummaryTokens)))
+		room := r.budget - summaryTokens(p.counter, prev)
+		text, err = sm.runWithin(ctx, input, max(room, r.budget/4))
+		if err == nil {
+			old, _ := summary.Parse(SummaryText(prev))
+			delta, _ := summary.Parse(text)
+			text = summary.Merge(old, delta).Render()
+			if sm.count(text) > r.budget {
+				text, err = sm.condense(ctx, text, int(s.cfg.CondenseRatio*float64(r.budget)))
+			}
 		}
 		strategy = "incremental"
+	} else {
+		text, err = sm.runWithin(ctx, input, r.budget)
+		if sm.chunks > 1 {
+			strategy = "chunked"
+		}
 	}
 	res.LLMCalls, res.Chunks, res.InputTokens, res.OutputTokens = sm.calls, sm.chunks, sm.inTokens, sm.outTokens
-	res.SummaryModel, res.Incremental, res.Strategy = firstNonEmpty(sm.answeredBy, sumModel), incremental, strategy
+	res.SummaryModel, res.Incremental, res.Strategy = firstNonEmpty(sm.answeredBy, sumModel), r.incremental, strategy
 	if err != nil {
 		return err
 	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+	r.summary, r.summaryTokens = text, sm.count(text)
+	return nil
+}
 
-	// prune + verify
-	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, requestID: req.ID, summary: text, prev: p.sess.Summary,
-		pinned: p.pinned, selected: selected, tail: tail, headSeq: rec.HeadSeq, model: res.SummaryModel,
-		incremental: incremental, now: s.now().UTC()})
-	// The message is the summary plus a one-line preamble and the overhead.
-	msg.Tokens = p.counter.Message(&session.Message{Role: msg.Role, Content: session.TextContent(strings.SplitN(msg.Content.Text, "\n\n", 2)[0])}) + sm.count(text) + 1
-	after := make([]session.Message, 0, len(p.pinned)+1+len(tail))
-	after = append(append(append(after, p.pinned...), msg), tail...)
-	afterTokens := p.counter.Context(after)
-	summaryTokens := sm.count(text)
+// assembled is a compaction ready to verify and commit.
+type assembled struct {
+	msg     session.Message
+	commit  session.Commit
+	context []session.Message
+	tokens  int
+}
+
+// assemble builds the compaction message, its commit and the context it
+// leaves: pinned, the summary (when one is in force), the raw tail with
+// what is cleared shown cleared.
+func (s *Service) assemble(p *plan, req Request, key string, r *reduction, res *Result) assembled {
+	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, requestID: req.ID, step: r.step, summary: r.summary,
+		prev: p.sess.Summary, pinned: p.pinned, selected: r.selected, tail: r.tail, cleared: r.cleared,
+		headSeq: p.sess.Record.HeadSeq, model: res.SummaryModel, incremental: r.incremental, now: s.now().UTC()})
+	switch {
+	case r.step == StepSummarise:
+		// The summary plus a one-line preamble and the message overhead.
+		msg.Tokens = p.counter.Message(&session.Message{Role: msg.Role, Content: session.TextContent(strings.SplitN(msg.Content.Text, "\n\n", 2)[0])}) + r.summaryTokens + 1
+	case r.summary != "":
+		msg.Tokens = p.sess.Summary.Tokens // the same message, word for word
+	}
+	after := make([]session.Message, 0, len(p.pinned)+1+len(r.tail))
+	after = append(after, p.pinned...)
+	if r.summary != "" {
+		after = append(after, msg)
+	}
+	after = append(after, r.tail...)
+	a := assembled{msg: msg, commit: commit, context: after, tokens: p.counter.Context(after)}
 	meta := msg.Compaction
-	meta.TokensBefore, meta.TokensAfter, meta.SummaryTokens = res.TokensBefore, afterTokens, summaryTokens
-	meta.Chunks, meta.LLMCalls = sm.chunks, sm.calls
-	commit.Compaction = msg
-	base := *rec
-	commit.Base = &base
-	if err := Verify(VerifyInput{Before: p.before, After: after, Pinned: p.pinned, AfterTokens: afterTokens,
-		Limit: p.limit, SummaryTokens: summaryTokens, MaxSummaryTokens: s.cfg.MaxSummaryTokens}); err != nil {
-		return &Error{Reason: ReasonInvariantViolated, Err: err}
+	meta.TokensBefore, meta.TokensAfter, meta.SummaryTokens = p.beforeTokens, a.tokens, r.summaryTokens
+	meta.Chunks, meta.LLMCalls = res.Chunks, res.LLMCalls
+	meta.PrefixKeptTokens = PrefixKept(p.before, after)
+	if r.step == StepClear {
+		meta.ClearedNow, meta.ClearedTokens = len(r.clear.Cleared), r.clear.Saved
 	}
-	if err := s.checkProgress(d, res.TokensBefore, afterTokens, len(after)); err != nil {
-		return err
-	}
-	existed, err := s.commit(ctx, commit)
+	a.commit.Compaction = msg
+	base := p.sess.Record
+	a.commit.Base = &base
+	return a
+}
+
+// commitResult commits the compaction and answers the request: compacted,
+// or, when another writer stored this very compaction first,
+// already_compacted (compacted for the request the stored one names).
+func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r *reduction, res *Result) error {
+	existed, err := s.commit(ctx, a.commit)
 	if err != nil && !errors.Is(err, errWonByOther) {
 		return err
 	}
-	res.CompactionMessageID, res.TailStartID = msg.ID, commit.TailStartID
-	res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(selected), afterTokens, summaryTokens
-	res.Summary = text
+	meta := a.msg.Compaction
+	res.CompactionMessageID, res.TailStartID = a.msg.ID, a.commit.TailStartID
+	res.MessagesSummarised, res.TokensAfter, res.SummaryTokens = len(r.selected), a.tokens, r.summaryTokens
+	res.PrefixKeptTokens, res.ToolResultsCleared, res.ClearedTokens = meta.PrefixKeptTokens, meta.ClearedNow, meta.ClearedTokens
+	res.Summary = r.summary
 	res.Outcome = OutcomeCompacted
+	if r.step == StepClear {
+		res.Strategy = "cleared"
+	}
 	if err != nil || existed {
 		// Another writer stored this compaction (same key, same id) first:
 		// it is the request named in the stored message that compacted
 		// (this one, when another delivery of it won); any other request
 		// answers already_compacted, so racing requests get one compacted.
 		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
-		if stored, ok := s.madeBy(ctx, req.SessionID, msg.ID, req.ID); ok {
+		if stored, ok := s.madeBy(ctx, req.SessionID, a.msg.ID, req.ID); ok {
 			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
 		} else if stored != nil {
 			res.Summary = SummaryText(stored)
@@ -468,7 +665,7 @@ const summaryFraming = 40
 
 func (s *Service) checkProgress(d Decision, before, after, afterMessages int) error {
 	if d.Reason == DecisionMessages && afterMessages <= s.cfg.MaxMessages {
-		return nil // the count was the problem, and it is solved (Verify checked the limit)
+		return nil // the count was the problem, and it is solved (Verify checked the limit and that it shrank)
 	}
 	if cut := float64(before-after) / float64(max(before, 1)); cut < s.cfg.MinReduction {
 		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
@@ -576,7 +773,16 @@ func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	p := &plan{sess: sess, counter: counter, model: model,
 		limit: firstPositive(req.ContextLimit, sess.Record.ContextLimit, info.ContextWindow)}
 	p.pinned, p.candidates = splitPinned(sess, s.cfg.KeepFirstUserMessage)
+	p.candidates = applyCleared(p.candidates, clearedOf(sess.Summary))
+	for i := range p.candidates {
+		counter.Ensure(&p.candidates[i])
+	}
+	p.pinnedTokens = tokens.ReplyPriming()
+	for i := range p.pinned {
+		p.pinnedTokens += p.pinned[i].Tokens
+	}
 	p.before = ContextOf(sess)
+	p.beforeTokens = counter.Context(p.before)
 	return p, nil
 }
 

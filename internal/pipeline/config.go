@@ -67,7 +67,38 @@ type Config struct {
 	// Timeout bounds one whole compaction; zero means only the caller's
 	// context bounds it.
 	Timeout Duration `json:"timeout,omitempty"`
+
+	// Reductions is the ladder: the steps a compaction takes, in order,
+	// each only while the context is still over its target after the
+	// previous one (StepClear, StepSummarise). A compaction that clearing
+	// alone brings under target calls no model.
+	Reductions []string `json:"reductions"`
+	// KeepToolResults is how many of the latest tool results are never
+	// cleared, wherever they are.
+	KeepToolResults int `json:"keep_tool_results"`
+	// ClearMinTokens: a tool result of fewer tokens is not cleared (its
+	// placeholder would save little).
+	ClearMinTokens int `json:"clear_min_tokens"`
+	// ClearAtLeast: tool results are cleared in batches of at least this
+	// many tokens, or not at all. Clearing changes the context from the
+	// first cleared message on, which costs the provider's cached prefix
+	// from there: batches amortise that.
+	ClearAtLeast int `json:"clear_at_least"`
+	// ExcludeTools names tools whose results are never cleared.
+	ExcludeTools []string `json:"exclude_tools,omitempty"`
+	// ClearToolInputs clears large tool-call arguments too (a file written
+	// in full, a long patch), by the same rules.
+	ClearToolInputs bool `json:"clear_tool_inputs"`
 }
+
+// Steps of the reduction ladder.
+const (
+	// StepClear replaces old tool results (and, with ClearToolInputs,
+	// large tool-call arguments) outside the raw tail by placeholders.
+	StepClear = "clear_tool_results"
+	// StepSummarise summarises the oldest messages into the summary.
+	StepSummarise = "summarise"
+)
 
 // Duration is a time.Duration that reads and writes JSON as a string such
 // as "90s" (a number is taken as seconds).
@@ -109,7 +140,21 @@ func DefaultConfig() Config {
 		ToolOutputMaxTokens: 2000,
 		MaxChunkDepth:       6,
 		CommitRetries:       3,
+		Reductions:          []string{StepClear, StepSummarise},
+		KeepToolResults:     3,
+		ClearMinTokens:      100,
+		ClearAtLeast:        1000,
 	}
+}
+
+// has reports whether the ladder has step.
+func (c Config) has(step string) bool {
+	for _, s := range c.Reductions {
+		if s == step {
+			return true
+		}
+	}
+	return false
 }
 
 // promptReserve covers the summary instructions and framing in every call.
@@ -149,6 +194,16 @@ func (c Config) Validate() error {
 	check(c.CommitRetries >= 0, "commit_retries must be >= 0, got %d", c.CommitRetries)
 	check(c.Timeout >= 0, "timeout must be >= 0, got %s", time.Duration(c.Timeout))
 	check(c.BreakerCooldown >= 0, "breaker_cooldown must be >= 0, got %s", time.Duration(c.BreakerCooldown))
+	check(len(c.Reductions) > 0, "reductions must name at least one step (%s, %s)", StepClear, StepSummarise)
+	seen := map[string]bool{}
+	for _, st := range c.Reductions {
+		check(st == StepClear || st == StepSummarise, "reductions: unknown step %q (want %s or %s)", st, StepClear, StepSummarise)
+		check(!seen[st], "reductions: step %q given twice", st)
+		seen[st] = true
+	}
+	check(c.KeepToolResults >= 0, "keep_tool_results must be >= 0, got %d", c.KeepToolResults)
+	check(c.ClearMinTokens >= 1, "clear_min_tokens must be >= 1, got %d", c.ClearMinTokens)
+	check(c.ClearAtLeast >= 0, "clear_at_least must be >= 0, got %d", c.ClearAtLeast)
 	if len(errs) == 0 {
 		return nil
 	}

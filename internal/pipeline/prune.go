@@ -52,34 +52,49 @@ func summaryTokens(c *tokens.Counter, m *session.Message) int {
 	return c.Count(SummaryText(m))
 }
 
-// pruneInput is what the prune stage turns into a commit.
+// pruneInput is what the assemble step turns into a commit.
 type pruneInput struct {
-	sessionID   string
-	key         string
-	requestID   string
-	summary     string
-	prev        *session.Message
-	pinned      []session.Message
-	selected    []session.Message // summarised by this compaction
+	sessionID string
+	key       string
+	requestID string
+	// step is StepSummarise (selected were summarised into summary) or
+	// StepClear (nothing summarised: the summary in force, if any, stays).
+	step     string
+	summary  string
+	prev     *session.Message
+	pinned   []session.Message
+	selected []session.Message // summarised by this compaction
+	// tail are the raw messages after it; cleared, the ones of them it
+	// shows cleared.
 	tail        []session.Message
+	cleared     []session.Cleared
 	headSeq     int64
 	model       string
 	incremental bool
 	now         time.Time
 }
 
+// summaryRange is what the summary of a compaction message covers.
+func summaryRange(m *session.Message) (from, to int64) {
+	if m == nil || m.Compaction == nil {
+		return 0, 0
+	}
+	if c := m.Compaction; c.SummaryFromSeq > 0 {
+		return c.SummaryFromSeq, c.SummaryToSeq
+	}
+	return m.Compaction.FromSeq, m.Compaction.ToSeq
+}
+
 // prune builds the compaction message and the commit that applies it: the
-// message (is_compaction, CompactionMeta), the seqs it covers, and the new
-// tail start. Token figures are filled in by the caller once counted.
+// message (is_compaction, CompactionMeta), the seqs it summarises, the
+// messages it keeps cleared, and the new tail start. Token figures are
+// filled in by the caller once counted. A compaction that only cleared
+// keeps the summary in force word for word (the same content, so a
+// provider's cached prefix stays valid through it).
 func prune(in pruneInput) (session.Message, session.Commit) {
-	first, last := in.selected[0], in.selected[len(in.selected)-1]
-	from := first.Seq
 	prevID := ""
 	if in.prev != nil {
 		prevID = in.prev.ID
-		if in.prev.Compaction != nil && in.prev.Compaction.FromSeq > 0 {
-			from = min(from, in.prev.Compaction.FromSeq)
-		}
 	}
 	tailID, tailSeq := "", in.headSeq+1
 	if len(in.tail) > 0 {
@@ -93,30 +108,38 @@ func prune(in pruneInput) (session.Message, session.Commit) {
 	for i := range in.selected {
 		summarised[i] = in.selected[i].Seq
 	}
-	id := CompactionID(in.key)
-	msg := session.Message{
-		ID:           id,
-		Seq:          last.Seq,
-		Role:         session.RoleUser,
-		Content:      session.TextContent(fmt.Sprintf(summaryPreamble, from, last.Seq) + in.summary),
-		IsCompaction: true,
-		Compaction: &session.CompactionMeta{
-			SummaryText:    in.summary,
-			FromSeq:        first.Seq,
-			ToSeq:          last.Seq,
-			FromID:         first.ID,
-			ToID:           last.ID,
-			TailStartID:    tailID,
-			TailStartSeq:   tailSeq,
-			Previous:       prevID,
-			Messages:       len(in.selected),
-			Model:          in.model,
-			IdempotencyKey: in.key,
-			RequestID:      in.requestID,
-			Incremental:    in.incremental,
-			Pinned:         pinned,
-			CreatedAt:      in.now,
-		},
+	meta := &session.CompactionMeta{
+		SummaryText:    in.summary,
+		TailStartID:    tailID,
+		TailStartSeq:   tailSeq,
+		Previous:       prevID,
+		Messages:       len(in.selected),
+		Model:          in.model,
+		IdempotencyKey: in.key,
+		RequestID:      in.requestID,
+		Incremental:    in.incremental,
+		Pinned:         pinned,
+		CreatedAt:      in.now,
+		Step:           in.step,
+		Cleared:        in.cleared,
+	}
+	msg := session.Message{ID: CompactionID(in.key), Role: session.RoleUser, IsCompaction: true, Compaction: meta}
+	from, to := summaryRange(in.prev)
+	if len(in.selected) > 0 {
+		first, last := in.selected[0], in.selected[len(in.selected)-1]
+		meta.FromSeq, meta.ToSeq, meta.FromID, meta.ToID = first.Seq, last.Seq, first.ID, last.ID
+		if from == 0 {
+			from = first.Seq
+		}
+		from, to = min(from, first.Seq), last.Seq
+		msg.Seq = last.Seq
+		msg.Content = session.TextContent(fmt.Sprintf(summaryPreamble, from, to) + in.summary)
+	} else if hasSummary(in.prev) {
+		msg.Seq, msg.Content = in.prev.Seq, in.prev.Content
+	}
+	meta.SummaryFromSeq, meta.SummaryToSeq = from, to
+	if in.summary == "" {
+		meta.SummaryFromSeq, meta.SummaryToSeq = 0, 0
 	}
 	return msg, session.Commit{
 		SessionID:        in.sessionID,
@@ -135,8 +158,8 @@ func prune(in pruneInput) (session.Message, session.Commit) {
 // not yet moved).
 func commitFor(sessionID string, m *session.Message, now time.Time) session.Commit {
 	meta := m.Compaction
-	summarised := make([]int64, 0, meta.ToSeq-meta.FromSeq+1)
-	for seq := meta.FromSeq; seq <= meta.ToSeq; seq++ {
+	var summarised []int64
+	for seq := meta.FromSeq; meta.Messages > 0 && seq >= 1 && seq <= meta.ToSeq; seq++ {
 		summarised = append(summarised, seq)
 	}
 	return session.Commit{

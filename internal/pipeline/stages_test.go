@@ -222,11 +222,13 @@ func TestVerify(t *testing.T) {
 		{"pinned missing", noPinned, 100, 50, true},
 		{"over limit", ok, 1001, 50, true},
 		{"summary over budget", ok, 100, 501, true},
+		{"bigger than before", ok, 900, 50, true},
+		{"no summary where one is in force", []session.Message{pinned[0], before[5], before[6]}, 100, 50, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: tt.after, Pinned: pinned, AfterTokens: tt.tokens,
-				Limit: 1000, SummaryTokens: tt.summary, MaxSummaryTokens: 500})
+			err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: tt.after, Pinned: pinned, BeforeTokens: 800, AfterTokens: tt.tokens,
+				Limit: 1000, Summary: true, SummaryTokens: tt.summary, MaxSummaryTokens: 500})
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Verify = %v, wantErr %v", err, tt.wantErr)
 			}
@@ -303,12 +305,12 @@ func TestVerifyReusedCallID(t *testing.T) {
 	before[5].ToolCalls[0].ID = before[2].ToolCalls[0].ID
 	summary := session.Message{ID: "sum", Role: session.RoleUser, IsCompaction: true}
 	after := []session.Message{before[0], summary, before[4], before[5]}
-	if err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: after, Pinned: before[:1], AfterTokens: 10, Limit: 100, MaxSummaryTokens: 10}); err != nil {
+	if err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: after, Pinned: before[:1], AfterTokens: 10, Limit: 100, Summary: true, MaxSummaryTokens: 10}); err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
 	// Keeping the first call's result without the call is still refused.
 	bad := []session.Message{before[0], summary, before[3], before[4], before[5]}
-	if err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: bad, Pinned: before[:1], AfterTokens: 10, Limit: 100, MaxSummaryTokens: 10}); !errors.Is(err, pipeline.ErrInvariant) {
+	if err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: bad, Pinned: before[:1], AfterTokens: 10, Limit: 100, Summary: true, MaxSummaryTokens: 10}); !errors.Is(err, pipeline.ErrInvariant) {
 		t.Fatalf("orphaned result accepted: %v", err)
 	}
 }

@@ -94,6 +94,12 @@ func newSummariser(sum Summarizer, counter *tokens.Counter, model, provider stri
 	return s, nil
 }
 
+// runWithin summarises msgs into one summary of at most maxTokens (at
+// most the summariser's budget).
+func (s *summariser) runWithin(ctx context.Context, msgs []session.Message, maxTokens int) (string, error) {
+	return s.within(maxTokens, func() (string, error) { return s.run(ctx, msgs) })
+}
+
 // run summarises msgs into one summary.
 func (s *summariser) run(ctx context.Context, msgs []session.Message) (string, error) {
 	chunks := s.pack(msgs, s.budget)

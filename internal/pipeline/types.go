@@ -105,10 +105,20 @@ type Result struct {
 	InputTokens  int    `json:"summary_input_tokens"`
 	OutputTokens int    `json:"summary_output_tokens"`
 	SummaryModel string `json:"summary_model,omitempty"`
-	// Strategy names how the summary was made: "single", "chunked",
-	// "incremental", "resumed", "existing".
-	Strategy   string `json:"strategy,omitempty"`
-	DurationMS int64  `json:"duration_ms"`
+	// Strategy names how the compaction was made: "cleared" (tool results
+	// cleared, no model call), or how the summary was made: "single",
+	// "chunked", "incremental"; "resumed", "existing" and "redelivered"
+	// for a compaction made before.
+	Strategy string `json:"strategy,omitempty"`
+	// PrefixKeptTokens is how many leading tokens of the new context are
+	// identical to the old one: a provider's cached prefix stays valid up
+	// to there (all of it when nothing changed).
+	PrefixKeptTokens int `json:"prefix_kept_tokens"`
+	// ToolResultsCleared and ClearedTokens say what clearing did: the
+	// messages it cleared and the tokens that saved.
+	ToolResultsCleared int   `json:"tool_results_cleared"`
+	ClearedTokens      int   `json:"cleared_tokens"`
+	DurationMS         int64 `json:"duration_ms"`
 	// Summary is the summary text now in force (also for already_compacted).
 	Summary string `json:"-"`
 

@@ -8,10 +8,14 @@ import (
 
 // VerifyInput is a compaction's before and after.
 type VerifyInput struct {
-	Before, After    []session.Message
-	Pinned           []session.Message
-	AfterTokens      int
-	Limit            int
+	Before, After []session.Message
+	Pinned        []session.Message
+	// BeforeTokens and AfterTokens are the two contexts' counts.
+	BeforeTokens, AfterTokens int
+	Limit                     int
+	// Summary says the after context has a summary (a compaction that only
+	// cleared tool results before any summary has none).
+	Summary          bool
 	SummaryTokens    int
 	MaxSummaryTokens int
 }
@@ -19,15 +23,22 @@ type VerifyInput struct {
 // Verify checks the context a compaction would produce, and returns an
 // error wrapping ErrInvariant for the first broken invariant:
 //   - the pinned messages lead the context, in order;
-//   - exactly one compaction message follows them;
+//   - exactly one compaction message follows them (none when no summary
+//     is in force yet);
 //   - no tool result is in the context without its call, when the call was
 //     in the context before (a result orphaned in the input stays as it was);
 //   - no tool call is in the context without its result, when the result was
 //     in the context before;
-//   - the summary is within its budget and the context within its limit.
+//   - the summary is within its budget and the context within its limit;
+//   - the context is smaller than it was: a compaction never makes it
+//     bigger.
 func Verify(in VerifyInput) error {
 	after := in.After
-	if len(after) < len(in.Pinned)+1 {
+	summaries := 0
+	if in.Summary {
+		summaries = 1
+	}
+	if len(after) < len(in.Pinned)+summaries {
 		return fmt.Errorf("%w: context has %d messages, fewer than the %d pinned plus the summary", ErrInvariant, len(after), len(in.Pinned))
 	}
 	for i := range in.Pinned {
@@ -44,8 +55,8 @@ func Verify(in VerifyInput) error {
 			}
 		}
 	}
-	if compactions != 1 {
-		return fmt.Errorf("%w: context has %d compaction messages, want 1", ErrInvariant, compactions)
+	if compactions != summaries {
+		return fmt.Errorf("%w: context has %d compaction messages, want %d", ErrInvariant, compactions, summaries)
 	}
 
 	// Pairs as they were before; orphans of the input stay as they were.
@@ -77,19 +88,37 @@ func Verify(in VerifyInput) error {
 	if in.AfterTokens > in.Limit {
 		return fmt.Errorf("%w: context would have %d tokens, over its limit %d", ErrInvariant, in.AfterTokens, in.Limit)
 	}
+	if in.BeforeTokens > 0 && in.AfterTokens >= in.BeforeTokens {
+		return fmt.Errorf("%w: context would have %d tokens, not fewer than the %d it had", ErrInvariant, in.AfterTokens, in.BeforeTokens)
+	}
 	return nil
 }
 
 // ContextOf returns what the model sees for a loaded session: the pinned
-// messages, the latest summary, then the raw tail, as stored.
+// messages, the latest summary (when one is in force), then the raw tail,
+// with the tool results the compactions cleared shown as placeholders.
+// Placeholders have no token count yet (Tokens is zero).
 func ContextOf(s *session.Session) []session.Message {
 	pinned, tail := splitPinned(s, false)
 	out := make([]session.Message, 0, len(pinned)+1+len(tail))
 	out = append(out, pinned...)
-	if s.Summary != nil {
+	if hasSummary(s.Summary) {
 		out = append(out, *s.Summary)
 	}
-	return append(out, tail...)
+	return append(out, applyCleared(tail, clearedOf(s.Summary))...)
+}
+
+// hasSummary reports whether a compaction message has a summary in force.
+func hasSummary(m *session.Message) bool {
+	return m != nil && (m.Compaction == nil || m.Compaction.HasSummary())
+}
+
+// clearedOf returns the messages a compaction keeps cleared.
+func clearedOf(m *session.Message) []session.Cleared {
+	if m == nil || m.Compaction == nil {
+		return nil
+	}
+	return m.Compaction.Cleared
 }
 
 // splitPinned separates a loaded session's raw messages into the pinned ones

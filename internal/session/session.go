@@ -171,7 +171,52 @@ type CompactionMeta struct {
 	// Pinned lists the seqs of the messages kept verbatim ahead of the summary.
 	Pinned    []int64   `json:"pinned_seqs,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// Step is the reduction that made this compaction: "summarise" (a
+	// summary was written; it may have cleared tool results too) or
+	// "clear_tool_results" (only cleared: no model call, the summary in
+	// force, if any, is the previous one). Empty in compactions stored
+	// before the ladder: "summarise".
+	Step string `json:"step,omitempty"`
+	// SummaryFromSeq and SummaryToSeq bound what the summary in force
+	// covers, over every compaction so far (0 when there is no summary).
+	SummaryFromSeq int64 `json:"summary_from_seq,omitempty"`
+	SummaryToSeq   int64 `json:"summary_to_seq,omitempty"`
+	// Cleared lists the raw messages the context shows as a placeholder:
+	// every one cleared so far that is still raw (not summarised since).
+	// The originals stay stored; compactor.session.message recalls them.
+	Cleared []Cleared `json:"cleared,omitempty"`
+	// ClearedNow and ClearedTokens say what this compaction cleared: how
+	// many messages, saving how many tokens.
+	ClearedNow    int `json:"cleared_now,omitempty"`
+	ClearedTokens int `json:"cleared_tokens,omitempty"`
+	// PrefixKeptTokens is how many leading tokens of the context it left
+	// are identical to the context before it.
+	PrefixKeptTokens int `json:"prefix_kept_tokens,omitempty"`
 }
+
+// HasSummary reports whether the compaction has a summary in force (a
+// compaction that only cleared tool results before any summary has none).
+func (m *CompactionMeta) HasSummary() bool { return m.SummaryText != "" }
+
+// Cleared is a raw message the context shows cleared: a tool result's
+// content, or a tool call's arguments, replaced by a placeholder that says
+// what it was and where to recall it.
+type Cleared struct {
+	Seq int64  `json:"seq"`
+	ID  string `json:"id"`
+	// Kind is ClearedResult or ClearedArguments.
+	Kind string `json:"kind"`
+	// Tool names the tool whose result or arguments were cleared.
+	Tool string `json:"tool,omitempty"`
+	// Tokens is the message's count before it was cleared.
+	Tokens int `json:"tokens"`
+}
+
+// Kinds of Cleared.
+const (
+	ClearedResult    = "tool_result"
+	ClearedArguments = "tool_arguments"
+)
 
 // Record is the session's head: what the store needs to rebuild the context
 // without reading every message. Updating it is a compaction's commit point.

@@ -1,0 +1,207 @@
+package pipeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// ClearInput is what the clearing step needs.
+type ClearInput struct {
+	// Messages are the raw messages after the summary (the pinned ones
+	// excluded), as the context shows them, with Tokens counted.
+	Messages []session.Message
+	// Tail is the index in Messages where the raw tail starts: messages
+	// from there on are never cleared.
+	Tail int
+	// Already holds the seqs cleared before (they stay cleared).
+	Already map[int64]bool
+	// KeepToolResults, MinTokens, ExcludeTools and Inputs are the
+	// configuration's keep_tool_results, clear_min_tokens, exclude_tools
+	// and clear_tool_inputs.
+	KeepToolResults int
+	MinTokens       int
+	ExcludeTools    []string
+	Inputs          bool
+	// Need is how many tokens clearing should remove to bring the context
+	// to its target; AtLeast is the smallest batch worth clearing.
+	Need, AtLeast int
+	// Count counts a message as it would be rendered.
+	Count func(*session.Message) int
+}
+
+// ClearPlan is what the clearing step would clear: oldest first, and the
+// tokens it saves.
+type ClearPlan struct {
+	Cleared []session.Cleared
+	Saved   int
+}
+
+// PlanClear chooses the messages to clear: tool results (and, with Inputs,
+// tool calls' large arguments) before the raw tail, except the last
+// KeepToolResults results, results under MinTokens and those of excluded
+// tools. It clears the oldest first, until it has saved max(Need,
+// AtLeast); when all it may clear saves less than AtLeast, it clears
+// nothing (a small batch would cost the provider's cached prefix for
+// little). Oldest first also keeps the cache: each batch starts where the
+// previous one ended, so the context before it stays as it was. A tool
+// call and its result stay paired: only their content changes.
+func PlanClear(in ClearInput) ClearPlan {
+	names := toolNames(in.Messages)
+	exclude := make(map[string]bool, len(in.ExcludeTools))
+	for _, t := range in.ExcludeTools {
+		exclude[t] = true
+	}
+	keep := map[int]bool{}
+	for i, n := len(in.Messages)-1, 0; i >= 0 && n < in.KeepToolResults; i-- {
+		if in.Messages[i].Role == session.RoleTool {
+			keep[i] = true
+			n++
+		}
+	}
+	type option struct {
+		c     session.Cleared
+		saves int
+	}
+	var opts []option
+	total := 0
+	for i := 0; i < min(in.Tail, len(in.Messages)); i++ {
+		m := &in.Messages[i]
+		if in.Already[m.Seq] {
+			continue
+		}
+		var c session.Cleared
+		switch {
+		case m.Role == session.RoleTool && !keep[i] && m.Tokens >= in.MinTokens:
+			tool := names[m.ID]
+			if tool == "" {
+				tool = m.Name
+			}
+			if exclude[tool] {
+				continue
+			}
+			c = session.Cleared{Seq: m.Seq, ID: m.ID, Kind: session.ClearedResult, Tool: tool, Tokens: m.Tokens}
+		case in.Inputs && m.Role == session.RoleAssistant && len(m.ToolCalls) > 0:
+			tool := m.ToolCalls[0].Function.Name
+			if exclude[tool] {
+				continue
+			}
+			c = session.Cleared{Seq: m.Seq, ID: m.ID, Kind: session.ClearedArguments, Tool: tool, Tokens: m.Tokens}
+		default:
+			continue
+		}
+		r := RenderCleared(*m, c)
+		saves := m.Tokens - in.Count(&r)
+		if saves <= 0 || c.Kind == session.ClearedArguments && saves < in.MinTokens {
+			continue
+		}
+		opts = append(opts, option{c, saves})
+		total += saves
+	}
+	if total == 0 || total < in.AtLeast {
+		return ClearPlan{}
+	}
+	want := max(in.Need, in.AtLeast)
+	var plan ClearPlan
+	for _, o := range opts {
+		if plan.Saved >= want {
+			break
+		}
+		plan.Cleared = append(plan.Cleared, o.c)
+		plan.Saved += o.saves
+	}
+	return plan
+}
+
+// toolNames maps each tool result's message id to the name of the
+// function whose call it answers (paired as SafeCuts pairs them).
+func toolNames(msgs []session.Message) map[string]string {
+	callOf, _ := ToolPairs(msgs)
+	fn := map[ToolCall]string{}
+	for i := range msgs {
+		for _, tc := range msgs[i].ToolCalls {
+			fn[ToolCall{MessageID: msgs[i].ID, CallID: tc.ID}] = tc.Function.Name
+		}
+	}
+	out := make(map[string]string, len(callOf))
+	for id, c := range callOf {
+		out[id] = fn[c]
+	}
+	return out
+}
+
+// argsPlaceholderMin is the size in bytes over which a cleared tool call's
+// arguments are replaced (smaller ones stay: they say what was done).
+const argsPlaceholderMin = 200
+
+// RenderCleared returns m as the context shows it cleared by c: a tool
+// result's content, or its large tool-call arguments, replaced by a
+// placeholder naming the tool, the original size and the stored message to
+// recall it from. The call and its result keep their ids, so they stay
+// paired. The count is left for the caller (Tokens is zero).
+func RenderCleared(m session.Message, c session.Cleared) session.Message {
+	tool := c.Tool
+	if tool == "" {
+		tool = "a tool"
+	}
+	switch c.Kind {
+	case session.ClearedArguments:
+		calls := slices.Clone(m.ToolCalls)
+		for i := range calls {
+			if len(calls[i].Function.Arguments) > argsPlaceholderMin {
+				note := fmt.Sprintf("arguments cleared to save context (%d bytes); the original is stored as message %d (id %s): recall it with compactor.session.message",
+					len(calls[i].Function.Arguments), c.Seq, c.ID)
+				b, _ := json.Marshal(map[string]string{"cleared": note})
+				calls[i].Function.Arguments = string(b)
+			}
+		}
+		m.ToolCalls = calls
+	default:
+		m.Content = session.TextContent(fmt.Sprintf("[tool result cleared to save context: %s returned %d tokens; the original is stored as message %d (id %s): recall it with compactor.session.message]",
+			tool, c.Tokens, c.Seq, c.ID))
+	}
+	m.Tokens = 0
+	return m
+}
+
+// applyCleared returns msgs with each message cleared renders as cleared
+// (copied; the others shared).
+func applyCleared(msgs []session.Message, cleared []session.Cleared) []session.Message {
+	if len(cleared) == 0 {
+		return msgs
+	}
+	bySeq := make(map[int64]session.Cleared, len(cleared))
+	for _, c := range cleared {
+		bySeq[c.Seq] = c
+	}
+	out := slices.Clone(msgs)
+	for i := range out {
+		if c, ok := bySeq[out[i].Seq]; ok && c.ID == out[i].ID {
+			out[i] = RenderCleared(out[i], c)
+		}
+	}
+	return out
+}
+
+// PrefixKept is how many leading tokens of after are identical to before:
+// the messages, from the first, that a provider would see unchanged (role,
+// name, content, tool calls and call id; not the ids the store keeps), so
+// that its cached prefix stays valid up to there.
+func PrefixKept(before, after []session.Message) int {
+	n := 0
+	for i := 0; i < len(before) && i < len(after); i++ {
+		if !sameForModel(&before[i], &after[i]) {
+			break
+		}
+		n += after[i].Tokens
+	}
+	return n
+}
+
+func sameForModel(a, b *session.Message) bool {
+	return a.Role == b.Role && a.Name == b.Name && a.ToolCallID == b.ToolCallID && a.Content.Text == b.Content.Text &&
+		reflect.DeepEqual(a.Content.Parts, b.Content.Parts) && reflect.DeepEqual(a.ToolCalls, b.ToolCalls)
+}
