@@ -302,13 +302,10 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sel, err := s.selectTail(p, res)
-	if err != nil || res.Outcome != "" {
-		return err
-	}
-	r, err := s.plan(p, d, sel)
-	if err != nil {
-		return err
+	sel := s.selectTail(p)
+	r, err := s.plan(p, d, sel, res)
+	if err != nil || r == nil {
+		return err // refused, or answered (already compacted)
 	}
 	// A compaction under this key may exist already: a replica won the
 	// race (answer it), or a crash came between its write and its commit
@@ -389,9 +386,7 @@ func (s *Service) overflow(p *plan, req Request, res *Result) Decision {
 
 // selectTail decides where the raw tail starts: the last turns, within
 // the headroom the pinned messages and a full summary leave (Select).
-// With nothing before the tail, the request is answered (already
-// compacted) or refused.
-func (s *Service) selectTail(p *plan, res *Result) (Selection, error) {
+func (s *Service) selectTail(p *plan) Selection {
 	reserve := s.cfg.MaxSummaryTokens + summaryFraming
 	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.pinnedTokens - reserve
 	if tailBudget < p.limit/10 {
@@ -400,20 +395,15 @@ func (s *Service) selectTail(p *plan, res *Result) (Selection, error) {
 		// enough and the next one is not due at once.
 		tailBudget = max((p.limit-p.pinnedTokens-reserve)/2, p.limit/10)
 	}
-	maxTail := 0
-	if s.cfg.MaxMessages > 0 {
-		maxTail = max(s.cfg.MaxMessages-len(p.pinned)-1, 1)
+	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: s.maxTail(p)})
+}
+
+// maxTail is the most messages the raw tail may hold (0: no bound).
+func (s *Service) maxTail(p *plan) int {
+	if s.cfg.MaxMessages <= 0 {
+		return 0
 	}
-	sel := Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: maxTail})
-	if sel.Cut > 0 {
-		return sel, nil
-	}
-	if p.sess.Summary != nil {
-		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
-		return sel, nil
-	}
-	return sel, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
-		"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
+	return max(s.cfg.MaxMessages-len(p.pinned)-1, 1)
 }
 
 // reduction is what the ladder decided for one compaction.
@@ -450,11 +440,14 @@ func (r *reduction) key(sessionID string, head int64) string {
 
 // plan runs the ladder's deterministic part (no model call): each step of
 // cfg.Reductions in order, while the context is over its target (the
-// headroom share of the limit). Clearing needs no model; a summary gets
-// the budget that keeps the context within its limit and smaller than it
-// was. When no summary can fit, a clearing that brought the context within
-// its limit stands.
-func (s *Service) plan(p *plan, d Decision, sel Selection) (*reduction, error) {
+// headroom share of the limit). Clearing needs no model: it replaces old
+// tool results outside its raw tail (the last turns, within half the room
+// the target leaves) and the last keep_tool_results results. A summary, on
+// what clearing left, gets the budget that keeps the context within its
+// limit and smaller than it was. When no summary can fit, a clearing that
+// brought the context within its limit stands. With nothing to do, res
+// is answered (already compacted) and plan returns nil.
+func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduction, error) {
 	target := int(s.cfg.HeadroomRatio * float64(p.limit))
 	r := &reduction{cleared: carried(clearedOf(p.sess.Summary), p.candidates)}
 	cands, now := p.candidates, p.beforeTokens
@@ -464,7 +457,13 @@ func (s *Service) plan(p *plan, d Decision, sel Selection) (*reduction, error) {
 		for _, c := range r.cleared {
 			already[c.Seq] = true
 		}
-		r.clear = PlanClear(ClearInput{Messages: cands, Tail: sel.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
+		summaryNow := 0
+		if hasSummary(p.sess.Summary) {
+			summaryNow = p.sess.Summary.Tokens
+		}
+		tail := Select(SelectInput{Candidates: cands, KeepRecentTurns: s.cfg.KeepRecentTurns,
+			TailBudget: max((target-p.pinnedTokens-summaryNow)/2, p.limit/10)})
+		r.clear = PlanClear(ClearInput{Messages: cands, Tail: tail.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
 			MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
 			Need: now - target, AtLeast: s.cfg.ClearAtLeast, Count: p.counter.Message})
 		if len(r.clear.Cleared) > 0 {
@@ -487,22 +486,33 @@ func (s *Service) plan(p *plan, d Decision, sel Selection) (*reduction, error) {
 		}
 		return r
 	}
-	if cleared && (now <= target || !s.cfg.has(StepSummarise)) {
+	if cleared && (now <= target || !s.cfg.has(StepSummarise) || sel.Cut == 0) {
 		return asCleared(), nil
+	}
+	if sel.Cut == 0 {
+		if p.sess.Summary != nil {
+			res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+			return nil, nil
+		}
+		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
 	}
 	if !s.cfg.has(StepSummarise) {
 		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
 			"clearing tool results leaves about %d tokens, over the limit %d, and the ladder has no summary step", now, p.limit)
 	}
 	r.selected, r.tail = cands[:sel.Cut], cands[sel.Cut:]
-	replaced := 0
+	replaced, tailTokens := 0, 0
 	if hasSummary(p.sess.Summary) {
 		replaced = p.sess.Summary.Tokens
 	}
 	for i := range r.selected {
 		replaced += r.selected[i].Tokens
 	}
-	room := p.limit - p.pinnedTokens - summaryFraming - sel.TailTokens
+	for i := range r.tail {
+		tailTokens += r.tail[i].Tokens
+	}
+	room := p.limit - p.pinnedTokens - summaryFraming - tailTokens
 	r.budget = min(s.cfg.MaxSummaryTokens, room, replaced-summaryFraming-1)
 	if r.budget < minSummaryTokens {
 		if cleared {
@@ -510,10 +520,10 @@ func (s *Service) plan(p *plan, d Decision, sel Selection) (*reduction, error) {
 		}
 		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
 			"no summary can help: the window leaves %d tokens for it (pinned %d, tail %d, limit %d) and it would replace %d, under the %d a summary needs",
-			room, p.pinnedTokens, sel.TailTokens, p.limit, replaced-summaryFraming, minSummaryTokens)
+			room, p.pinnedTokens, tailTokens, p.limit, replaced-summaryFraming, minSummaryTokens)
 	}
 	r.step = StepSummarise
-	r.cleared = carried(r.cleared, r.tail)
+	r.cleared = carried(append(r.cleared, r.clear.Cleared...), r.tail)
 	return r, nil
 }
 

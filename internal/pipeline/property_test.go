@@ -186,11 +186,17 @@ func TestPropertyCompaction(t *testing.T) {
 		if res.Strategy == "cleared" && (res.LLMCalls != 0 || res.ToolResultsCleared == 0 || res.ClearedTokens <= 0) {
 			t.Fatalf("a clearing that calls the model or clears nothing: %+v", res)
 		}
-		if res.Strategy != "cleared" || trigger == pipeline.TriggerOverBudget {
-			other, err := svc.Compact(ctx, pipeline.Request{ID: "r1b", SessionID: "s", Trigger: trigger})
-			if err != nil || other.Outcome == pipeline.OutcomeCompacted {
-				t.Fatalf("a second request compacted again: %v %+v (first %+v)", err, other, res)
-			}
+		// Another over-budget request finds the context within its limit;
+		// another overflow (the provider still refuses) may go on down the
+		// ladder, and then makes the context smaller again.
+		other, err := svc.Compact(ctx, pipeline.Request{ID: "r1b", SessionID: "s", Trigger: trigger})
+		switch {
+		case err != nil && !errors.Is(err, pipeline.ErrInsufficientProgress):
+			t.Fatalf("a second request failed: %v", err)
+		case err == nil && other.Outcome == pipeline.OutcomeCompacted && trigger == pipeline.TriggerOverBudget:
+			t.Fatalf("a second over-budget request compacted again: %+v (first %+v)", other, res)
+		case err == nil && other.Outcome == pipeline.OutcomeCompacted && other.TokensAfter >= other.TokensBefore:
+			t.Fatalf("a second compaction did not shrink the context: %+v", other)
 		}
 		recBefore, _ = store.Record(ctx, "s")
 
