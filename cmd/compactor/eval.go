@@ -42,6 +42,8 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	mode := fs.String("mode", "both", "`MODE`: incremental, scratch or both")
 	maxSummary := fs.Int("max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
 	perFile := fs.Bool("per-file", false, "print a report line per conversation too")
+	maxMessages := fs.Int("max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit)")
+	compare := fs.Bool("compare-ladder", false, "compare the reduction ladder (clear tool results, then summarise) with summary only, in one run: the agent trajectories and LoCoMo, a line per set and limit")
 	progress := fs.Bool("progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
 	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
@@ -76,6 +78,34 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	sum := extractive.New(counter)
 	enc := json.NewEncoder(stdout)
+	if *compare {
+		var pw io.Writer
+		if *progress {
+			pw = stderr
+		}
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxSummaryTokens = *maxSummary
+		cfg.MaxMessages = *maxMessages
+		agent, chat := eval.Trajectories(convs)
+		for _, set := range []struct {
+			name  string
+			convs []transcript.Conversation
+		}{{"agent trajectories", agent}, {"locomo", chat}} {
+			if len(set.convs) == 0 {
+				continue
+			}
+			rows, err := eval.CompareLadder(ctx, set.name, set.convs, counter, sum, cfg, lims, pw)
+			if err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	for _, limit := range lims {
 		for _, incremental := range modes {
 			cfg := pipeline.DefaultConfig()

@@ -33,6 +33,10 @@ type Report struct {
 	MaxTokens   int        `json:"max_context_tokens"` // the largest context the runtime sent
 	TokensSaved int        `json:"tokens_saved"`       // Tokens - FinalTokens
 	CostRatio   float64    `json:"input_over_floor"`   // InputTokens / Tokens
+	// NoModel counts the compactions that called no model (the ladder's
+	// clearing sufficed); PrefixKept sums their prefix_kept_tokens.
+	NoModel    int `json:"compactions_without_model"`
+	PrefixKept int `json:"prefix_kept_tokens"`
 	Retention   *Retention `json:"retention,omitempty"`
 }
 
@@ -162,6 +166,10 @@ func ReplayOn(ctx context.Context, loop Loop, c transcript.Conversation, counter
 			}
 		} else if res.Outcome == pipeline.OutcomeCompacted {
 			rep.Compactions++
+			rep.PrefixKept += res.PrefixKeptTokens
+			if res.LLMCalls == 0 {
+				rep.NoModel++
+			}
 			all, err := loop.History(ctx, id)
 			if err != nil {
 				return rep, err

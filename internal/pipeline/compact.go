@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -465,7 +466,7 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 			TailBudget: max((target-p.pinnedTokens-summaryNow)/2, p.limit/10)})
 		r.clear = PlanClear(ClearInput{Messages: cands, Tail: tail.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
 			MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
-			Need: now - target, AtLeast: s.cfg.ClearAtLeast, Count: p.counter.Message})
+			Need: now - target, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now)))), Count: p.counter.Message})
 		if len(r.clear.Cleared) > 0 {
 			cands = applyCleared(cands, r.clear.Cleared)
 			for i := range cands {
@@ -486,7 +487,10 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 		}
 		return r
 	}
-	if cleared && (now <= target || !s.cfg.has(StepSummarise) || sel.Cut == 0) {
+	// Clearing aims at the summary's target, and stands when it gets
+	// halfway from the limit to it: no model call, and the context before
+	// the first cleared message stays as it was.
+	if cleared && (now <= (target+p.limit)/2 || !s.cfg.has(StepSummarise) || sel.Cut == 0) {
 		return asCleared(), nil
 	}
 	if sel.Cut == 0 {

@@ -82,8 +82,9 @@ type Config struct {
 	// ClearAtLeast: tool results are cleared in batches of at least this
 	// many tokens, or not at all. Clearing changes the context from the
 	// first cleared message on, which costs the provider's cached prefix
-	// from there: batches amortise that.
-	ClearAtLeast int `json:"clear_at_least"`
+	// from there: batches amortise that. A batch is never smaller than
+	// the min_reduction share of the context (0: just that).
+	ClearAtLeast int `json:"clear_at_least,omitempty"`
 	// ExcludeTools names tools whose results are never cleared.
 	ExcludeTools []string `json:"exclude_tools,omitempty"`
 	// ClearToolInputs clears large tool-call arguments too (a file written
@@ -143,7 +144,7 @@ func DefaultConfig() Config {
 		Reductions:          []string{StepClear, StepSummarise},
 		KeepToolResults:     3,
 		ClearMinTokens:      100,
-		ClearAtLeast:        1000,
+		ClearAtLeast:        0,
 	}
 }
 
