@@ -18,26 +18,26 @@ import (
 
 // Report is one conversation replayed through the runtime loop.
 type Report struct {
-	Name        string     `json:"name"`
-	Source      string     `json:"source"`
-	Limit       int        `json:"context_limit"`
-	Incremental bool       `json:"incremental"`
-	Messages    int        `json:"messages"`
-	Tokens      int        `json:"tokens"` // every message counted once: the floor of model input
-	Compactions int        `json:"compactions"`
-	Failures    int        `json:"failures"`     // failed compactions (circuit_open refusals aside)
-	CircuitOpen bool       `json:"circuit_open"` // the breaker opened during the replay
-	LLMCalls    int        `json:"llm_calls"`
-	InputTokens int        `json:"summary_input_tokens"`
-	FinalTokens int        `json:"final_context_tokens"`
-	MaxTokens   int        `json:"max_context_tokens"` // the largest context the runtime sent
-	TokensSaved int        `json:"tokens_saved"`       // Tokens - FinalTokens
-	CostRatio   float64    `json:"input_over_floor"`   // InputTokens / Tokens
+	Name        string  `json:"name"`
+	Source      string  `json:"source"`
+	Limit       int     `json:"context_limit"`
+	Incremental bool    `json:"incremental"`
+	Messages    int     `json:"messages"`
+	Tokens      int     `json:"tokens"` // every message counted once: the floor of model input
+	Compactions int     `json:"compactions"`
+	Failures    int     `json:"failures"`     // failed compactions (circuit_open refusals aside)
+	CircuitOpen bool    `json:"circuit_open"` // the breaker opened during the replay
+	LLMCalls    int     `json:"llm_calls"`
+	InputTokens int     `json:"summary_input_tokens"`
+	FinalTokens int     `json:"final_context_tokens"`
+	MaxTokens   int     `json:"max_context_tokens"` // the largest context the runtime sent
+	TokensSaved int     `json:"tokens_saved"`       // Tokens - FinalTokens
+	CostRatio   float64 `json:"input_over_floor"`   // InputTokens / Tokens
 	// NoModel counts the compactions that called no model (the ladder's
 	// clearing sufficed); PrefixKept sums their prefix_kept_tokens.
-	NoModel    int `json:"compactions_without_model"`
-	PrefixKept int `json:"prefix_kept_tokens"`
-	Retention   *Retention `json:"retention,omitempty"`
+	NoModel    int        `json:"compactions_without_model"`
+	PrefixKept int        `json:"prefix_kept_tokens"`
+	Retention  *Retention `json:"retention,omitempty"`
 }
 
 // Loop is what a replay drives: a session store and a compactor, in
