@@ -28,6 +28,7 @@ import (
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/kvstore"
@@ -572,6 +573,10 @@ type Report struct {
 	ModelCost  []CostRow       `json:"model_cost"`
 	CostNote   string          `json:"model_cost_note,omitempty"`
 	Scale      []ScaleRow      `json:"scale"`
+	// Ladder compares the reduction ladder with summary only on the same
+	// replays (issue 13).
+	Ladder     []eval.LadderRow `json:"ladder"`
+	LadderNote string           `json:"ladder_note,omitempty"`
 }
 
 // Run runs every measure. It returns an error if any fails.
@@ -613,6 +618,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, err
 	}
 	rep.ModelCost, rep.CostNote = rows, note
+	if rep.Ladder, rep.LadderNote, err = ladder(ctx, opt.Data, opt.Progress); err != nil {
+		return nil, fmt.Errorf("ladder: %w", err)
+	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil
 }

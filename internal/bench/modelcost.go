@@ -110,3 +110,51 @@ func modelCost(ctx context.Context, data string, limits []int, progress io.Write
 	}
 	return rows, "", nil
 }
+
+// LadderLimits are the context limits of the ladder comparison.
+var LadderLimits = []int{8000, 32000}
+
+// ladder replays the agent trajectories of data (tau-bench, SWE-agent,
+// OpenHands) and LoCoMo through the runtime loop with the reduction ladder
+// and with summary only, at LadderLimits, with the token limit as the only
+// trigger (the message count is a separate policy that clearing cannot
+// serve).
+func ladder(ctx context.Context, data string, progress io.Writer) ([]eval.LadderRow, string, error) {
+	if data == "" {
+		return nil, "skipped: no data folder given (--data)", nil
+	}
+	convs, err := transcript.LoadDataDir(data)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(convs) == 0 {
+		return nil, fmt.Sprintf("skipped: no conversations under %s", data), nil
+	}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil, "", err
+	}
+	sum := &promptCounter{next: extractive.New(counter), counter: counter}
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	agent, chat := eval.Trajectories(convs)
+	var rows []eval.LadderRow
+	for _, set := range []struct {
+		name  string
+		convs []transcript.Conversation
+	}{{"agent trajectories", agent}, {"locomo", chat}} {
+		if len(set.convs) == 0 {
+			continue
+		}
+		r, err := eval.CompareLadder(ctx, set.name, set.convs, counter, sum, cfg, LadderLimits, nil)
+		if err != nil {
+			return nil, "", err
+		}
+		for _, row := range r {
+			fmt.Fprintf(progress, "ladder %s at %d: input %.2f× summary only, %d of %d compactions without a model call\n",
+				row.Set, row.Limit, row.InputRatio, row.Ladder.NoModel, row.Ladder.Compactions)
+		}
+		rows = append(rows, r...)
+	}
+	return rows, "", nil
+}

@@ -95,6 +95,29 @@ func (r *Report) Markdown(chart string) string {
 		w("\nFrom %d to %d messages (%.1f× the tokens): time %.1f×, peak heap %.1f× — %s.\n", a.Messages, z.Messages,
 			float64(z.Tokens)/float64(a.Tokens), z.Millis/a.Millis, z.PeakHeapMB/math.Max(a.PeakHeapMB, 0.1), linearity(float64(z.Tokens)/float64(a.Tokens), z.Millis/a.Millis))
 	}
+	w("\n## 5. The reduction ladder against summary only\n\n")
+	if len(r.Ladder) == 0 {
+		w("%s.\n", r.LadderNote)
+	} else {
+		w("Every conversation replayed through the runtime loop twice in this run, with the ladder (clear old tool results, then summarise: " +
+			"the default) and with summary only; the token limit is the only trigger. Summary input is what a model would be charged; " +
+			"prefix kept is the leading tokens of the new context identical to the old one (a provider's cached prefix stays valid up to there).\n\n")
+		w("| set | limit | sessions | compactions (ladder / summary) | without a model call | summary input (ladder / summary) | ratio | mean prefix kept (ladder / summary) | tokens saved (ladder / summary) | LoCoMo retention (ladder / summary) |\n")
+		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+		for _, l := range r.Ladder {
+			ret := "-"
+			if l.Ladder.Retention != nil && l.Ladder.Retention.Eligible > 0 {
+				ret = fmt.Sprintf("%.1f %% / %.1f %%", 100*l.Ladder.Share, 100*l.SummaryOnly.Share)
+			}
+			ratio := "-"
+			if l.SummaryOnly.InputTokens > 0 {
+				ratio = fmt.Sprintf("**%.2f×**", l.InputRatio)
+			}
+			w("| %s | %d | %d | %d / %d | %d (%.0f %%) | %d / %d | %s | %.0f / %.0f | %d / %d | %s |\n", l.Set, l.Limit, l.Sessions,
+				l.Ladder.Compactions, l.SummaryOnly.Compactions, l.Ladder.NoModel, 100*l.Ladder.NoModelShare, l.Ladder.InputTokens, l.SummaryOnly.InputTokens,
+				ratio, l.Ladder.MeanPrefixKept, l.SummaryOnly.MeanPrefixKept, l.Ladder.TokensSaved, l.SummaryOnly.TokensSaved, ret)
+		}
+	}
 	w("\n## Against the thresholds\n\n")
 	for _, f := range r.Flags() {
 		w("- %s\n", f)
@@ -146,6 +169,18 @@ func (r *Report) Flags() []string {
 		a, z := r.Scale[0], r.Scale[n-1]
 		g := float64(z.Tokens) / float64(a.Tokens)
 		out = append(out, fmt.Sprintf("Scale %d → %d messages: time %.1f× for %.1f× the tokens: %s.", a.Messages, z.Messages, z.Millis/a.Millis, g, linearity(g, z.Millis/a.Millis)))
+	}
+	for _, l := range r.Ladder {
+		switch {
+		case l.SummaryOnly.Compactions == 0:
+			out = append(out, fmt.Sprintf("Ladder, %s at %d tokens: no session reaches the limit.", l.Set, l.Limit))
+		case l.Set == "locomo":
+			out = append(out, fmt.Sprintf("Ladder, LoCoMo at %d tokens: retention %.1f %% against %.1f %% with summary only: %s.", l.Limit,
+				100*l.Ladder.Share, 100*l.SummaryOnly.Share, map[bool]string{true: "no lower", false: "**lower**"}[l.Ladder.Share >= l.SummaryOnly.Share]))
+		default:
+			out = append(out, fmt.Sprintf("Ladder, %s at %d tokens: summary input %.2f× summary only's: %s 0.5×; %d of %d compactions without a model call.",
+				l.Set, l.Limit, l.InputRatio, mark(l.InputRatio <= 0.5), l.Ladder.NoModel, l.Ladder.Compactions))
+		}
 	}
 	return out
 }

@@ -139,8 +139,9 @@ const argsPlaceholderMin = 200
 
 // RenderCleared returns m as the context shows it cleared by c: a tool
 // result's content, or its large tool-call arguments, replaced by a
-// placeholder naming the tool, the original size and the stored message to
-// recall it from. The call and its result keep their ids, so they stay
+// placeholder naming the tool, the original size and the stored message
+// (its seq) to recall it from; the text depends on nothing random, so a
+// replica or a retry renders the same context. The call and its result keep their ids, so they stay
 // paired. The count is left for the caller (Tokens is zero).
 func RenderCleared(m session.Message, c session.Cleared) session.Message {
 	tool := c.Tool
@@ -152,16 +153,16 @@ func RenderCleared(m session.Message, c session.Cleared) session.Message {
 		calls := slices.Clone(m.ToolCalls)
 		for i := range calls {
 			if len(calls[i].Function.Arguments) > argsPlaceholderMin {
-				note := fmt.Sprintf("arguments cleared to save context (%d bytes); the original is stored as message %d (id %s): recall it with compactor.session.message",
-					len(calls[i].Function.Arguments), c.Seq, c.ID)
+				note := fmt.Sprintf("arguments cleared to save context (%d bytes); the original is stored as message %d: recall it with compactor.session.message",
+					len(calls[i].Function.Arguments), c.Seq)
 				b, _ := json.Marshal(map[string]string{"cleared": note})
 				calls[i].Function.Arguments = string(b)
 			}
 		}
 		m.ToolCalls = calls
 	default:
-		m.Content = session.TextContent(fmt.Sprintf("[tool result cleared to save context: %s returned %d tokens; the original is stored as message %d (id %s): recall it with compactor.session.message]",
-			tool, c.Tokens, c.Seq, c.ID))
+		m.Content = session.TextContent(fmt.Sprintf("[tool result cleared to save context: %s returned %d tokens; the original is stored as message %d: recall it with compactor.session.message]",
+			tool, c.Tokens, c.Seq))
 	}
 	m.Tokens = 0
 	return m
