@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/compactor/compactor/internal/config"
@@ -50,6 +51,12 @@ func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pi
 	fs.IntVar(&cfg.ToolOutputMaxTokens, "tool-output-max-tokens", cfg.ToolOutputMaxTokens, "clamp each tool output in the summary prompt to this many tokens")
 	fs.BoolVar(&cfg.EnableIncremental, "incremental", cfg.EnableIncremental, "summarise only what is new since the last compaction")
 	fs.IntVar(&cfg.MaxFailures, "max-failures", cfg.MaxFailures, "failed compactions in a row that open a session's breaker")
+	fs.Var((*listFlag)(&cfg.Reductions), "reductions", "the reduction `STEPS`, in order: clear_tool_results, summarise (each only while the context is still over its target)")
+	fs.IntVar(&cfg.KeepToolResults, "keep-tool-results", cfg.KeepToolResults, "the latest tool results never cleared")
+	fs.IntVar(&cfg.ClearMinTokens, "clear-min-tokens", cfg.ClearMinTokens, "tool results under this many tokens are not cleared")
+	fs.IntVar(&cfg.ClearAtLeast, "clear-at-least", cfg.ClearAtLeast, "clear in batches of at least this many tokens (never under min_reduction of the context)")
+	fs.Var((*listFlag)(&cfg.ExcludeTools), "exclude-tools", "`TOOLS` (comma-separated) whose results are never cleared")
+	fs.BoolVar(&cfg.ClearToolInputs, "clear-tool-inputs", cfg.ClearToolInputs, "clear large tool-call arguments too")
 	fs.Var((*durationFlag)(&cfg.BreakerCooldown), "breaker-cooldown", "let one probe through an open breaker per `DURATION` (0: only an operator reset closes it)")
 	return p, nil
 }
@@ -96,5 +103,19 @@ func (d *durationFlag) Set(s string) error {
 		return fmt.Errorf("must be >= 0")
 	}
 	*d = durationFlag(v)
+	return nil
+}
+
+// listFlag is a comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	*l = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l = append(*l, v)
+		}
+	}
 	return nil
 }

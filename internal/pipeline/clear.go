@@ -1,10 +1,14 @@
 package pipeline
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
 
 	"github.com/compactor/compactor/internal/session"
 )
@@ -29,9 +33,15 @@ type ClearInput struct {
 	// Need is how many tokens clearing should remove to bring the context
 	// to its target; AtLeast is the smallest batch worth clearing.
 	Need, AtLeast int
-	// Count counts a message as it would be rendered.
-	Count func(*session.Message) int
+	// Count counts a message as it would be rendered, in Encoding.
+	Count    func(*session.Message) int
+	Encoding string
 }
+
+// placeholderEstimate bounds a result placeholder's count, for choosing
+// what to clear before counting only what is chosen (counting is the
+// costly part).
+const placeholderEstimate = 48
 
 // ClearPlan is what the clearing step would clear: oldest first, and the
 // tokens it saves.
@@ -93,9 +103,15 @@ func PlanClear(in ClearInput) ClearPlan {
 		default:
 			continue
 		}
-		r := RenderCleared(*m, c)
-		saves := m.Tokens - in.Count(&r)
-		if saves <= 0 || c.Kind == session.ClearedArguments && saves < in.MinTokens {
+		saves := m.Tokens - placeholderEstimate
+		if c.Kind == session.ClearedArguments {
+			r := RenderCleared(*m, c)
+			c.Rendered = in.Count(&r)
+			if saves = m.Tokens - c.Rendered; saves < in.MinTokens {
+				continue
+			}
+		}
+		if saves <= 0 {
 			continue
 		}
 		opts = append(opts, option{c, saves})
@@ -106,14 +122,27 @@ func PlanClear(in ClearInput) ClearPlan {
 	}
 	want := max(in.Need, in.AtLeast)
 	var plan ClearPlan
+	estimated := 0
 	for _, o := range opts {
-		if plan.Saved >= want {
+		if estimated >= want {
 			break
 		}
-		plan.Cleared = append(plan.Cleared, o.c)
-		plan.Saved += o.saves
+		c := o.c
+		if c.Rendered == 0 {
+			c.Rendered = placeholderTokens(in, c)
+		}
+		c.Encoding = in.Encoding
+		plan.Cleared = append(plan.Cleared, c)
+		plan.Saved += c.Tokens - c.Rendered
+		estimated += o.saves
 	}
 	return plan
+}
+
+// indexOfSeq finds the message of seq in msgs (in seq order).
+func indexOfSeq(msgs []session.Message, seq int64) int {
+	i, _ := slices.BinarySearchFunc(msgs, seq, func(m session.Message, s int64) int { return cmp.Compare(m.Seq, s) })
+	return i
 }
 
 // toolNames maps each tool result's message id to the name of the
@@ -153,24 +182,23 @@ func RenderCleared(m session.Message, c session.Cleared) session.Message {
 		calls := slices.Clone(m.ToolCalls)
 		for i := range calls {
 			if len(calls[i].Function.Arguments) > argsPlaceholderMin {
-				note := fmt.Sprintf("arguments cleared to save context (%d bytes); the original is stored as message %d: recall it with compactor.session.message",
-					len(calls[i].Function.Arguments), c.Seq)
+				note := fmt.Sprintf("arguments cleared (%d bytes); recall message %d with compactor.session.message", len(calls[i].Function.Arguments), c.Seq)
 				b, _ := json.Marshal(map[string]string{"cleared": note})
 				calls[i].Function.Arguments = string(b)
 			}
 		}
 		m.ToolCalls = calls
 	default:
-		m.Content = session.TextContent(fmt.Sprintf("[tool result cleared to save context: %s returned %d tokens; the original is stored as message %d: recall it with compactor.session.message]",
-			tool, c.Tokens, c.Seq))
+		m.Content = session.TextContent(fmt.Sprintf("[tool result cleared: %s, %d tokens; recall message %d with compactor.session.message]", tool, c.Tokens, c.Seq))
 	}
 	m.Tokens = 0
 	return m
 }
 
 // applyCleared returns msgs with each message cleared renders as cleared
-// (copied; the others shared).
-func applyCleared(msgs []session.Message, cleared []session.Cleared) []session.Message {
+// (copied; the others shared), counted when the count stored with it is in
+// encoding ("": any).
+func applyCleared(msgs []session.Message, cleared []session.Cleared, encoding string) []session.Message {
 	if len(cleared) == 0 {
 		return msgs
 	}
@@ -182,6 +210,9 @@ func applyCleared(msgs []session.Message, cleared []session.Cleared) []session.M
 	for i := range out {
 		if c, ok := bySeq[out[i].Seq]; ok && c.ID == out[i].ID {
 			out[i] = RenderCleared(out[i], c)
+			if encoding == "" || c.Encoding == encoding {
+				out[i].Tokens = c.Rendered
+			}
 		}
 	}
 	return out
@@ -205,4 +236,37 @@ func PrefixKept(before, after []session.Message) int {
 func sameForModel(a, b *session.Message) bool {
 	return a.Role == b.Role && a.Name == b.Name && a.ToolCallID == b.ToolCallID && a.Content.Text == b.Content.Text &&
 		reflect.DeepEqual(a.Content.Parts, b.Content.Parts) && reflect.DeepEqual(a.ToolCalls, b.ToolCalls)
+}
+
+// placeholderCounts caches the count of a result placeholder by what it
+// depends on: in cl100k_base and o200k_base, numbers are split into groups
+// of up to three digits, each one token, apart from the text around them,
+// so the count depends on the tool and the numbers' lengths only
+// (TestPlaceholderCounts checks it). Counting is what clearing spends its
+// time on: a session with hundreds of tool results would count hundreds
+// of placeholders.
+var (
+	placeholderCounts sync.Map // string -> int
+	placeholderKeys   atomic.Int64
+)
+
+const maxPlaceholderKeys = 4096
+
+func placeholderTokens(in ClearInput, c session.Cleared) int {
+	m := in.Messages[indexOfSeq(in.Messages, c.Seq)]
+	r := RenderCleared(m, c)
+	if c.Kind != session.ClearedResult || (in.Encoding != "cl100k_base" && in.Encoding != "o200k_base") {
+		return in.Count(&r)
+	}
+	key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", in.Encoding, m.Role, c.Tool, len(strconv.Itoa(c.Tokens)), len(strconv.FormatInt(c.Seq, 10)))
+	if n, ok := placeholderCounts.Load(key); ok {
+		return n.(int)
+	}
+	n := in.Count(&r)
+	if placeholderKeys.Load() < maxPlaceholderKeys {
+		if _, loaded := placeholderCounts.LoadOrStore(key, n); !loaded {
+			placeholderKeys.Add(1)
+		}
+	}
+	return n
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // agentRun builds an agent session: a system prompt and a task, then steps
@@ -343,5 +344,32 @@ func TestSummaryBudgetIsWhatTheWindowLeaves(t *testing.T) {
 	}
 	if res.SummaryTokens > 2500-1290-40 {
 		t.Fatalf("a summary of %d tokens in a window that leaves less", res.SummaryTokens)
+	}
+}
+
+// The placeholder counts PlanClear caches depend only on the tool and the
+// numbers' lengths, as it assumes: checked against a real count for many
+// numbers in both encodings.
+func TestPlaceholderCounts(t *testing.T) {
+	for _, enc := range []string{"cl100k_base", "o200k_base"} {
+		c, err := tokens.ForEncoding(enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		byShape := map[string]int{}
+		for _, tokensN := range []int{100, 101, 199, 593, 999, 1000, 1234, 9999, 20284, 123456, 999999, 1000000} {
+			for _, seq := range []int64{1, 7, 10, 42, 99, 100, 555, 1000, 4321, 99999} {
+				for _, tool := range []string{"bash", "read_file", "str_replace_editor", ""} {
+					m := session.Message{Seq: seq, ID: "x", Role: session.RoleTool, ToolCallID: "call_1", Content: session.TextContent("out")}
+					r := pipeline.RenderCleared(m, session.Cleared{Seq: seq, ID: "x", Kind: session.ClearedResult, Tool: tool, Tokens: tokensN})
+					n := c.Message(&r)
+					shape := fmt.Sprintf("%s/%d/%d", tool, len(fmt.Sprint(tokensN)), len(fmt.Sprint(seq)))
+					if prev, ok := byShape[shape]; ok && prev != n {
+						t.Fatalf("%s: %q counts %d, another of its shape %d", enc, r.Content.Text, n, prev)
+					}
+					byShape[shape] = n
+				}
+			}
+		}
 	}
 }

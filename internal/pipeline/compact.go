@@ -466,9 +466,10 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 			TailBudget: max((target-p.pinnedTokens-summaryNow)/2, p.limit/10)})
 		r.clear = PlanClear(ClearInput{Messages: cands, Tail: tail.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
 			MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
-			Need: now - target, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now)))), Count: p.counter.Message})
+			Need: now - target, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now)))),
+			Count: p.counter.Message, Encoding: p.counter.Encoding()})
 		if len(r.clear.Cleared) > 0 {
-			cands = applyCleared(cands, r.clear.Cleared)
+			cands = applyCleared(cands, r.clear.Cleared, p.counter.Encoding())
 			for i := range cands {
 				p.counter.Ensure(&cands[i])
 			}
@@ -787,7 +788,7 @@ func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	p := &plan{sess: sess, counter: counter, model: model,
 		limit: firstPositive(req.ContextLimit, sess.Record.ContextLimit, info.ContextWindow)}
 	p.pinned, p.candidates = splitPinned(sess, s.cfg.KeepFirstUserMessage)
-	p.candidates = applyCleared(p.candidates, clearedOf(sess.Summary))
+	p.candidates = applyCleared(p.candidates, clearedOf(sess.Summary), counter.Encoding())
 	for i := range p.candidates {
 		counter.Ensure(&p.candidates[i])
 	}
@@ -795,7 +796,13 @@ func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	for i := range p.pinned {
 		p.pinnedTokens += p.pinned[i].Tokens
 	}
-	p.before = ContextOf(sess)
+	// The context now (as ContextOf shows it), from the counted parts.
+	p.before = make([]session.Message, 0, len(p.pinned)+1+len(p.candidates))
+	p.before = append(p.before, p.pinned...)
+	if hasSummary(sess.Summary) {
+		p.before = append(p.before, *sess.Summary)
+	}
+	p.before = append(p.before, p.candidates...)
 	p.beforeTokens = counter.Context(p.before)
 	return p, nil
 }

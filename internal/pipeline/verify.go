@@ -105,7 +105,7 @@ func ContextOf(s *session.Session) []session.Message {
 	if hasSummary(s.Summary) {
 		out = append(out, *s.Summary)
 	}
-	return append(out, applyCleared(tail, clearedOf(s.Summary))...)
+	return append(out, applyCleared(tail, clearedOf(s.Summary), "")...)
 }
 
 // hasSummary reports whether a compaction message has a summary in force.

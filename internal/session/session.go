@@ -210,6 +210,10 @@ type Cleared struct {
 	Tool string `json:"tool,omitempty"`
 	// Tokens is the message's count before it was cleared.
 	Tokens int `json:"tokens"`
+	// Rendered is the placeholder message's count in Encoding, so that
+	// reading a session does not count every placeholder again.
+	Rendered int    `json:"rendered_tokens,omitempty"`
+	Encoding string `json:"encoding,omitempty"`
 }
 
 // Kinds of Cleared.
