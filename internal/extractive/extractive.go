@@ -148,6 +148,9 @@ func fromMessages(msgs []session.Message) []*unit {
 		}
 		switch m.Role {
 		case session.RoleTool:
+			if strings.HasPrefix(m.Content.Text, pipeline.ClearedPrefix) {
+				continue // a placeholder: the call above it says what ran
+			}
 			for _, line := range toolLines(m.Content.Text) {
 				add(classifyTool(line), "tool", line, 0)
 			}

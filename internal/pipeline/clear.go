@@ -162,6 +162,9 @@ func toolNames(msgs []session.Message) map[string]string {
 	return out
 }
 
+// ClearedPrefix opens the placeholder of a cleared tool result.
+const ClearedPrefix = "[tool result cleared:"
+
 // argsPlaceholderMin is the size in bytes over which a cleared tool call's
 // arguments are replaced (smaller ones stay: they say what was done).
 const argsPlaceholderMin = 200
@@ -189,7 +192,7 @@ func RenderCleared(m session.Message, c session.Cleared) session.Message {
 		}
 		m.ToolCalls = calls
 	default:
-		m.Content = session.TextContent(fmt.Sprintf("[tool result cleared: %s, %d tokens; recall message %d with compactor.session.message]", tool, c.Tokens, c.Seq))
+		m.Content = session.TextContent(fmt.Sprintf(ClearedPrefix+" %s, %d tokens; recall message %d with compactor.session.message]", tool, c.Tokens, c.Seq))
 	}
 	m.Tokens = 0
 	return m
