@@ -86,22 +86,13 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		cfg := pipeline.DefaultConfig()
 		cfg.MaxSummaryTokens = *maxSummary
 		cfg.MaxMessages = *maxMessages
-		agent, chat := eval.Trajectories(convs)
-		for _, set := range []struct {
-			name  string
-			convs []transcript.Conversation
-		}{{"agent trajectories", agent}, {"locomo", chat}} {
-			if len(set.convs) == 0 {
-				continue
-			}
-			rows, err := eval.CompareLadder(ctx, set.name, set.convs, counter, sum, cfg, lims, pw)
-			if err != nil {
+		rows, err := eval.CompareLadderSets(ctx, convs, counter, sum, cfg, lims, pw)
+		if err != nil {
+			return err
+		}
+		for _, r := range rows {
+			if err := enc.Encode(r); err != nil {
 				return err
-			}
-			for _, r := range rows {
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
 			}
 		}
 		return nil

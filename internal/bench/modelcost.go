@@ -137,24 +137,13 @@ func ladder(ctx context.Context, data string, progress io.Writer) ([]eval.Ladder
 	sum := &promptCounter{next: extractive.New(counter), counter: counter}
 	cfg := pipeline.DefaultConfig()
 	cfg.MaxMessages = 0
-	agent, chat := eval.Trajectories(convs)
-	var rows []eval.LadderRow
-	for _, set := range []struct {
-		name  string
-		convs []transcript.Conversation
-	}{{"agent trajectories", agent}, {"locomo", chat}} {
-		if len(set.convs) == 0 {
-			continue
-		}
-		r, err := eval.CompareLadder(ctx, set.name, set.convs, counter, sum, cfg, LadderLimits, nil)
-		if err != nil {
-			return nil, "", err
-		}
-		for _, row := range r {
-			fmt.Fprintf(progress, "ladder %s at %d: input %.2f× summary only, %d of %d compactions without a model call\n",
-				row.Set, row.Limit, row.InputRatio, row.Ladder.NoModel, row.Ladder.Compactions)
-		}
-		rows = append(rows, r...)
+	rows, err := eval.CompareLadderSets(ctx, convs, counter, sum, cfg, LadderLimits, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, row := range rows {
+		fmt.Fprintf(progress, "ladder %s at %d: input %.2f× summary only, %d of %d compactions without a model call\n",
+			row.Set, row.Limit, row.InputRatio, row.Ladder.NoModel, row.Ladder.Compactions)
 	}
 	return rows, "", nil
 }

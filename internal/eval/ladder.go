@@ -116,6 +116,29 @@ func CompareLadder(ctx context.Context, set string, convs []transcript.Conversat
 	return rows, nil
 }
 
+// CompareLadderSets is CompareLadder on the agent trajectories of convs
+// and on the other conversations (LoCoMo, where retention is measured),
+// each set that has any: rows for the trajectories first.
+func CompareLadderSets(ctx context.Context, convs []transcript.Conversation, counter *tokens.Counter, sum pipeline.Summarizer,
+	cfg pipeline.Config, limits []int, progress io.Writer) ([]LadderRow, error) {
+	agent, chat := Trajectories(convs)
+	var rows []LadderRow
+	for _, set := range []struct {
+		name  string
+		convs []transcript.Conversation
+	}{{"agent trajectories", agent}, {"locomo", chat}} {
+		if len(set.convs) == 0 {
+			continue
+		}
+		r, err := CompareLadder(ctx, set.name, set.convs, counter, sum, cfg, limits, progress)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r...)
+	}
+	return rows, nil
+}
+
 // Trajectories returns the agent trajectories of convs (tau-bench,
 // SWE-agent, OpenHands), and Conversations the others (LoCoMo).
 func Trajectories(convs []transcript.Conversation) (agent, chat []transcript.Conversation) {
