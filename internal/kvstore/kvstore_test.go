@@ -207,3 +207,98 @@ func TestHistoryIsTheCommittedChain(t *testing.T) {
 		t.Fatalf("marks %v; summarised %d then %d", counts, first.MessagesSummarised, second.MessagesSummarised)
 	}
 }
+
+// A compaction that only cleared tool results, on the KV store: it moves
+// no tail and summarises nothing, the context shows the placeholders with
+// their stored counts, the history marks nothing summarised by it, the
+// originals are read back, two replicas racing on it make one, and a
+// summary after it keeps the cleared messages of its tail cleared.
+func TestClearedCompactionOnKV(t *testing.T) {
+	_, s, b, counter, _ := invoiceSessionEnv(t)
+	ctx := context.Background()
+	msgs := []session.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a coding agent.")},
+		{Role: session.RoleUser, Content: session.TextContent("Fix the failing build.")}}
+	for i := range 30 {
+		id := fmt.Sprintf("c%d", i)
+		msgs = append(msgs, session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function",
+			Function: session.FunctionCall{Name: "bash", Arguments: fmt.Sprintf(`{"cmd":"make step%d"}`, i)}}}},
+			session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(strings.Repeat(fmt.Sprintf("compiling unit %d ok\n", i), 60))})
+	}
+	for i := range msgs {
+		counter.Ensure(&msgs[i])
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "cl", Model: "gpt-4o", ContextLimit: 8000}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	var results [2]*pipeline.Result
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() {
+			svc, _ := pipeline.New(s, b, extractive.New(counter), cfg)
+			results[i], _ = svc.Compact(ctx, pipeline.Request{ID: fmt.Sprint("r", i), SessionID: "cl", Trigger: pipeline.TriggerOverBudget})
+		})
+	}
+	wg.Wait()
+	compacted, want := 0, 0
+	for _, r := range results {
+		if r.Outcome == pipeline.OutcomeCompacted {
+			compacted, want = compacted+1, r.ToolResultsCleared
+			if r.Strategy != "cleared" || r.LLMCalls != 0 || r.ToolResultsCleared == 0 {
+				t.Fatalf("result %+v", r)
+			}
+		}
+	}
+	sess, err := s.Load(ctx, "cl", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if compacted != 1 || sess.Record.Compactions != 1 || sess.Record.TailStartSeq != 2 {
+		t.Fatalf("%d compacted, record %+v", compacted, sess.Record)
+	}
+	view := pipeline.ContextOf(sess)
+	if len(view) != len(msgs) {
+		t.Fatalf("the context has %d messages, want all %d", len(view), len(msgs))
+	}
+	cleared := 0
+	for _, m := range view {
+		if strings.HasPrefix(m.Content.Text, pipeline.ClearedPrefix) {
+			cleared++
+			if n := counter.Message(&m); m.Tokens != n {
+				t.Fatalf("placeholder of seq %d counted %d, is %d", m.Seq, m.Tokens, n)
+			}
+			orig, err := s.Message(ctx, "cl", m.Seq)
+			if err != nil || !strings.Contains(orig.Content.Text, "compiling unit") {
+				t.Fatalf("original of seq %d: %v", m.Seq, err)
+			}
+		}
+	}
+	if cleared == 0 || cleared != want {
+		t.Fatalf("%d placeholders", cleared)
+	}
+	all, comps, err := s.History(ctx, "cl")
+	if err != nil || len(comps) != 1 || comps[0].Compaction.Step != pipeline.StepClear {
+		t.Fatalf("history: %v, %d compactions", err, len(comps))
+	}
+	for _, m := range all {
+		if m.SummarisedBy != "" {
+			t.Fatalf("seq %d marked summarised by a clearing", m.Seq)
+		}
+	}
+	// Down the ladder: a smaller window needs a summary on top.
+	svc, _ := pipeline.New(s, b, extractive.New(counter), cfg)
+	res, err := svc.Compact(ctx, pipeline.Request{ID: "small", SessionID: "cl", Trigger: pipeline.TriggerOverBudget, ContextLimit: 3000})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.Strategy == "cleared" || res.TokensAfter > 3000 {
+		t.Fatalf("summary after clearing: %+v %v", res, err)
+	}
+	sess, _ = s.Load(ctx, "cl", false)
+	for _, c := range sess.Summary.Compaction.Cleared {
+		if c.Seq < sess.Record.TailStartSeq {
+			t.Fatalf("cleared seq %d is summarised (tail starts at %d) and still listed", c.Seq, sess.Record.TailStartSeq)
+		}
+	}
+	if _, comps, _ := s.History(ctx, "cl"); len(comps) != 2 {
+		t.Fatalf("%d compactions", len(comps))
+	}
+}
