@@ -94,7 +94,7 @@ func PlanClear(in ClearInput) ClearPlan {
 				continue
 			}
 			c = session.Cleared{Seq: m.Seq, ID: m.ID, Kind: session.ClearedResult, Tool: tool, Tokens: m.Tokens}
-		case in.Inputs && m.Role == session.RoleAssistant && len(m.ToolCalls) > 0:
+		case in.Inputs && m.Role == session.RoleAssistant && hasLargeArguments(m):
 			tool := m.ToolCalls[0].Function.Name
 			if exclude[tool] {
 				continue
@@ -137,6 +137,17 @@ func PlanClear(in ClearInput) ClearPlan {
 		estimated += o.saves
 	}
 	return plan
+}
+
+// hasLargeArguments reports whether a tool call of m has arguments that
+// RenderCleared would replace.
+func hasLargeArguments(m *session.Message) bool {
+	for _, tc := range m.ToolCalls {
+		if len(tc.Function.Arguments) > argsPlaceholderMin {
+			return true
+		}
+	}
+	return false
 }
 
 // indexOfSeq finds the message of seq in msgs (in seq order).
