@@ -36,9 +36,10 @@ bench: build
 chaos: build
 	$(BIN) chaos --out docs/RELIABILITY.md
 
-# The Go micro-benchmarks of counting, selection and in-memory compactions.
+# The Go micro-benchmarks of counting, selection and in-memory compactions
+# (with the reduction ladder and summary only).
 microbench:
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/tokens ./internal/pipeline
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./internal/tokens ./internal/pipeline ./internal/bench
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt would change:"; gofmt -l $$(git ls-files '*.go'); exit 1; }

@@ -14,6 +14,7 @@ import (
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 )
 
@@ -39,11 +40,7 @@ func setup(t *testing.T, sum pipeline.Summarizer) *client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
-	nc, err := nats.Connect(svc.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	nc, _ := natstest.ConnectURL(t, svc.URL)
 	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -3,10 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/xml"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // A small run of every measure but the LoCoMo replay: the service answers,
@@ -74,6 +78,57 @@ func TestSessionOf(t *testing.T) {
 	for id, n := range all {
 		if base := id[:strings.LastIndex(id, "_")]; n > perPass[base+"_0"] {
 			t.Fatalf("call id %s occurs %d times, %d in one pass", id, n, perPass[base+"_0"])
+		}
+	}
+}
+
+// instantModel answers the instant summary at once: what is left is the
+// pipeline's own work.
+type instantModel struct{}
+
+func (instantModel) Summarize(context.Context, pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	return pipeline.SummaryResponse{Text: instantSummary, Model: "instant"}, nil
+}
+
+// BenchmarkCompactLadder is one compaction of the bench's session, in
+// process with an instant model, with the ladder and with summary only:
+// the cost of clearing beside that of summarising.
+func BenchmarkCompactLadder(b *testing.B) {
+	c, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range []int{50, 1000} {
+		msgs, err := sessionOf(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range msgs {
+			c.Ensure(&msgs[i])
+		}
+		for _, steps := range [][]string{{pipeline.StepClear, pipeline.StepSummarise}, {pipeline.StepSummarise}} {
+			b.Run(fmt.Sprintf("messages=%d/%s", n, strings.Join(steps, "+")), func(b *testing.B) {
+				cfg := pipeline.DefaultConfig()
+				cfg.Reductions = steps
+				st := memstore.New()
+				svc, err := pipeline.New(st, memstore.NewBreakers(), instantModel{}, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				i := 0
+				for b.Loop() {
+					b.StopTimer()
+					id := fmt.Sprint("s", i)
+					i++
+					if _, err := st.Create(context.Background(), session.Record{SessionID: id, Model: "gpt-4o", ContextLimit: benchLimit}, msgs); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+					if res, err := svc.Compact(context.Background(), pipeline.Request{ID: id, SessionID: id, Trigger: pipeline.TriggerOverBudget}); err != nil || res.Outcome != pipeline.OutcomeCompacted {
+						b.Fatalf("%v %+v", err, res)
+					}
+				}
+			})
 		}
 	}
 }

@@ -139,8 +139,8 @@ func CompareLadderSets(ctx context.Context, convs []transcript.Conversation, cou
 	return rows, nil
 }
 
-// Trajectories returns the agent trajectories of convs (tau-bench,
-// SWE-agent, OpenHands), and Conversations the others (LoCoMo).
+// Trajectories splits convs into the agent trajectories (tau-bench,
+// SWE-agent, OpenHands) and the other conversations (LoCoMo).
 func Trajectories(convs []transcript.Conversation) (agent, chat []transcript.Conversation) {
 	for _, c := range convs {
 		switch c.Source {

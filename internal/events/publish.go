@@ -74,14 +74,7 @@ func (p *Publisher) Result(ctx context.Context, res *pipeline.Result) error {
 	if err := p.Outcome(ctx, res); err != nil {
 		return err
 	}
-	if res.CircuitClosed {
-		b := session.Breaker{SessionID: res.SessionID, Failures: res.Failures}
-		if res.Breaker != nil {
-			b = *res.Breaker
-		}
-		return p.CircuitClosed(ctx, b, "probe")
-	}
-	return nil
+	return p.probeClosed(ctx, res)
 }
 
 // Once is Result for a request that may have been answered before (a
@@ -94,14 +87,7 @@ func (p *Publisher) Once(ctx context.Context, res *pipeline.Result, again bool) 
 	if !again || !p.stored(ctx, res) {
 		return p.Result(ctx, res)
 	}
-	if res.CircuitClosed {
-		b := session.Breaker{SessionID: res.SessionID, Failures: res.Failures}
-		if res.Breaker != nil {
-			b = *res.Breaker
-		}
-		return p.CircuitClosed(ctx, b, "probe")
-	}
-	return nil
+	return p.probeClosed(ctx, res)
 }
 
 // stored reports whether the request's result event is the last stored on
@@ -123,6 +109,19 @@ func (p *Publisher) stored(ctx context.Context, res *pipeline.Result) bool {
 	}
 	m, err := st.GetLastMsgForSubject(ctx, Subject(typ, res.SessionID))
 	return err == nil && m.Header.Get("Nats-Msg-Id") == RequestResultID(res.RequestID)
+}
+
+// probeClosed publishes CompactionCircuitClosed when res is a probe that
+// closed its breaker (under the opening's fixed id, so again is harmless).
+func (p *Publisher) probeClosed(ctx context.Context, res *pipeline.Result) error {
+	if !res.CircuitClosed {
+		return nil
+	}
+	b := session.Breaker{SessionID: res.SessionID, Failures: res.Failures}
+	if res.Breaker != nil {
+		b = *res.Breaker
+	}
+	return p.CircuitClosed(ctx, b, "probe")
 }
 
 // Outcome publishes only the result event of a request.

@@ -268,15 +268,16 @@ const maxPlaceholderKeys = 4096
 
 func placeholderTokens(in ClearInput, c session.Cleared) int {
 	m := in.Messages[indexOfSeq(in.Messages, c.Seq)]
-	r := RenderCleared(m, c)
-	if c.Kind != session.ClearedResult || (in.Encoding != "cl100k_base" && in.Encoding != "o200k_base") {
-		return in.Count(&r)
-	}
+	byShape := c.Kind == session.ClearedResult && (in.Encoding == "cl100k_base" || in.Encoding == "o200k_base")
 	key := fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", in.Encoding, m.Role, c.Tool, len(strconv.Itoa(c.Tokens)), len(strconv.FormatInt(c.Seq, 10)))
-	if n, ok := placeholderCounts.Load(key); ok {
+	if n, ok := placeholderCounts.Load(key); ok && byShape {
 		return n.(int)
 	}
+	r := RenderCleared(m, c)
 	n := in.Count(&r)
+	if !byShape {
+		return n
+	}
 	if placeholderKeys.Load() < maxPlaceholderKeys {
 		if _, loaded := placeholderCounts.LoadOrStore(key, n); !loaded {
 			placeholderKeys.Add(1)

@@ -194,7 +194,7 @@ func TestLadderClearsWithoutModel(t *testing.T) {
 	}
 	firstCleared := -1
 	for i := range after {
-		cleared := strings.HasPrefix(after[i].Content.Text, "[tool result cleared")
+		cleared := strings.HasPrefix(after[i].Content.Text, pipeline.ClearedPrefix)
 		if cleared && firstCleared < 0 {
 			firstCleared = i
 		}
@@ -230,19 +230,19 @@ func TestLadderClearsWithoutModel(t *testing.T) {
 	}
 	mid := e.context(t, "s")
 	res2 := compact(t, e, "s", pipeline.TriggerOverBudget)
-	if res2.Outcome != pipeline.OutcomeCompacted {
+	if res2.Outcome != pipeline.OutcomeCompacted || res2.Strategy != "cleared" || res2.LLMCalls != 0 {
 		t.Fatalf("second: %+v", res2)
 	}
 	after2 := e.context(t, "s")
 	for i := range after {
-		if i < firstCleared || !strings.HasPrefix(after[i].Content.Text, "[tool result cleared") || res2.Strategy != "cleared" {
+		if i < firstCleared || !strings.HasPrefix(after[i].Content.Text, pipeline.ClearedPrefix) {
 			continue
 		}
 		if after2[i].Content.Text != after[i].Content.Text {
 			t.Fatalf("message %d was cleared and is no longer: %q", i, after2[i].Content.Text)
 		}
 	}
-	if res2.Strategy == "cleared" && res2.PrefixKeptTokens < sum(mid[:firstCleared]) {
+	if res2.PrefixKeptTokens < sum(mid[:firstCleared]) {
 		t.Fatalf("the second clearing kept %d tokens of prefix, less than before the first cleared message", res2.PrefixKeptTokens)
 	}
 }
@@ -277,7 +277,7 @@ func TestLadderConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, m := range e.context(t, "s") {
-		if m.Role == session.RoleTool && strings.HasPrefix(m.Content.Text, "[tool result cleared") && strings.Contains(m.Content.Text, "read_file") {
+		if m.Role == session.RoleTool && strings.HasPrefix(m.Content.Text, pipeline.ClearedPrefix) && strings.Contains(m.Content.Text, "read_file") {
 			t.Fatalf("an excluded tool's result was cleared: %s", m.Content.Text)
 		}
 	}
@@ -290,7 +290,7 @@ func TestLadderConfig(t *testing.T) {
 	placeholders := 0
 	for _, r := range rec.requests() {
 		for _, m := range r.Messages {
-			if strings.HasPrefix(m.Content.Text, "[tool result cleared") {
+			if strings.HasPrefix(m.Content.Text, pipeline.ClearedPrefix) {
 				placeholders++
 			}
 		}
