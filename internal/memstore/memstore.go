@@ -7,6 +7,7 @@ package memstore
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -38,6 +39,8 @@ type entry struct {
 	order       []string         // compaction ids in commit order
 	ids         map[string]int64 // message id to seq
 	uploads     map[string]map[int]uploadPart
+	prepared    *session.PreparedCompaction
+	prepRev     uint64
 }
 
 // New returns an empty store.
@@ -426,4 +429,52 @@ func (s *Store) DeleteUpload(_ context.Context, sessionID, id string) error {
 type uploadPart struct {
 	parts int
 	data  []byte
+}
+
+// Prepared implements pipeline.PreparedStore.
+func (s *Store) Prepared(_ context.Context, sessionID string) (session.PreparedCompaction, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.sessions[sessionID]
+	if !ok || !e.rec.Visible() || e.prepared == nil {
+		return session.PreparedCompaction{}, session.ErrNotFound
+	}
+	p := clonePrepared(*e.prepared)
+	p.Revision = e.prepRev
+	return p, nil
+}
+
+// PutPrepared implements pipeline.PreparedStore: compare-and-set on
+// p.Revision (0: none stored).
+func (s *Store) PutPrepared(_ context.Context, p session.PreparedCompaction) (session.PreparedCompaction, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.sessions[p.SessionID]
+	if !ok || !e.rec.Visible() {
+		return p, session.ErrNotFound
+	}
+	cur := uint64(0)
+	if e.prepared != nil {
+		cur = e.prepRev
+	}
+	if p.Revision != cur {
+		return p, fmt.Errorf("prepared compaction of %s is at revision %d, not %d: %w", p.SessionID, cur, p.Revision, session.ErrConflict)
+	}
+	p.Epoch = e.rec.Epoch
+	p.Revision = e.prepRev + 1
+	c := clonePrepared(p)
+	e.prepared, e.prepRev = &c, p.Revision
+	return p, nil
+}
+
+// clonePrepared is a deep copy (through JSON, as the KV store keeps it).
+func clonePrepared(p session.PreparedCompaction) session.PreparedCompaction {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic(err) // a PreparedCompaction always marshals
+	}
+	var c session.PreparedCompaction
+	_ = json.Unmarshal(b, &c)
+	c.Revision = p.Revision
+	return c
 }

@@ -30,8 +30,12 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu    sync.Mutex
-	locks map[string]*sessionLock
+	mu      sync.Mutex
+	locks   map[string]*sessionLock
+	flights map[string]*flight // preparations running here, by session
+	// owner names this process in the preparations it claims.
+	owner string
+	prep  prepCounters
 }
 
 type sessionLock struct {
@@ -84,7 +88,7 @@ func New(store SessionStore, breakers BreakerStore, sum Summarizer, cfg Config, 
 		return nil, err
 	}
 	s := &Service{store: store, breakers: breakers, sum: sum, cfg: cfg, table: models.Default(),
-		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}}
+		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}, flights: map[string]*flight{}, owner: processName()}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -282,6 +286,10 @@ type plan struct {
 	// before is the context now, and beforeTokens its count.
 	before       []session.Message
 	beforeTokens int
+	// growth is how much the context is expected to grow before the
+	// compaction is committed: a preparation plans as if the context had
+	// already reached its limit (0 for a request).
+	growth int
 }
 
 // attempt runs one compaction on the session as it is now, by the steps of
@@ -303,10 +311,16 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	sel := s.selectTail(p)
-	r, err := s.plan(p, d, sel, res)
-	if err != nil || r == nil {
-		return err // refused, or answered (already compacted)
+	// A prepared compaction answers at once when it still fits, or
+	// leaves only a top-up to summarise.
+	r, done, err := s.fromPrepared(ctx, p, d, req, res)
+	if done || err != nil {
+		return err
+	}
+	if r == nil {
+		if r, err = s.plan(p, d, s.selectTail(p), res); err != nil || r == nil {
+			return err // refused, or answered (already compacted)
+		}
 	}
 	// A compaction under this key may exist already: a replica won the
 	// race (answer it), or a crash came between its write and its commit
@@ -322,12 +336,19 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	if r.step == StepSummarise {
-		if err := s.summarise(ctx, p, req, r, res); err != nil {
+		if err := s.summarise(ctx, r.planOf(p), req, r, res); err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+	}
+	if r.prepared != nil {
+		// A top-up: the compaction covers what the preparation summarised
+		// and what was summarised on top of it, from the compaction in
+		// force.
+		r.selected = append(r.covered, r.selected...)
+		res.Strategy, res.PreparedAgeMS = "prepared_topup", r.preparedAge
 	}
 	a := s.assemble(p, req, key, r, res)
 	if err := Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
@@ -337,7 +358,16 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context)); err != nil {
 		return err
 	}
-	return s.commitResult(ctx, req, a, r, res)
+	if err := s.commitResult(ctx, req, a, r, res); err != nil {
+		return err
+	}
+	if r.prepared != nil && res.Strategy == "prepared_topup" {
+		s.prep.topUps.Add(1)
+		if ps, ok := s.store.(PreparedStore); ok {
+			s.markUsed(ctx, ps, *r.prepared)
+		}
+	}
+	return nil
 }
 
 // current describes the compaction in force in res, and reports whether
@@ -389,7 +419,7 @@ func (s *Service) overflow(p *plan, req Request, res *Result) Decision {
 // the headroom the pinned messages and a full summary leave (Select).
 func (s *Service) selectTail(p *plan) Selection {
 	reserve := s.cfg.MaxSummaryTokens + summaryFraming
-	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.pinnedTokens - reserve
+	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.growth - p.pinnedTokens - reserve
 	if tailBudget < p.limit/10 {
 		// The pinned messages and the summary leave no headroom: keep half
 		// of the room they leave as tail, so that the compaction still cuts
@@ -428,6 +458,22 @@ type reduction struct {
 	summary       string
 	summaryTokens int
 	incremental   bool
+	// A top-up of a prepared compaction (prepared) summarises on the
+	// plan with it applied (on), and covers what it summarised (covered)
+	// too; preparedAge is how long it had been ready.
+	on          *plan
+	covered     []session.Message
+	prepared    *session.PreparedCompaction
+	preparedAge int64
+}
+
+// planOf is the plan the summary step reads: p, or for a top-up p with
+// the prepared compaction applied.
+func (r *reduction) planOf(p *plan) *plan {
+	if r.on != nil {
+		return r.on
+	}
+	return p
 }
 
 // key is the compaction's idempotency key: the last message it summarises
@@ -449,7 +495,7 @@ func (r *reduction) key(sessionID string, head int64) string {
 // brought the context within its limit stands. With nothing to do, res
 // is answered (already compacted) and plan returns nil.
 func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduction, error) {
-	target := int(s.cfg.HeadroomRatio * float64(p.limit))
+	target := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.growth
 	r := &reduction{cleared: carried(clearedOf(p.sess.Summary), p.candidates)}
 	cands, now := p.candidates, p.beforeTokens
 	// Clearing shortens messages; it cannot fix a message count.
@@ -517,7 +563,7 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	for i := range r.tail {
 		tailTokens += r.tail[i].Tokens
 	}
-	room := p.limit - p.pinnedTokens - summaryFraming - tailTokens
+	room := p.limit - p.growth - p.pinnedTokens - summaryFraming - tailTokens
 	r.budget = min(s.cfg.MaxSummaryTokens, room, replaced-summaryFraming-1)
 	if r.budget < minSummaryTokens {
 		if cleared {

@@ -94,6 +94,12 @@ type Config struct {
 	// ClearToolInputs clears large tool-call arguments too (a file written
 	// in full, a long patch), by the same rules.
 	ClearToolInputs bool `json:"clear_tool_inputs"`
+
+	// PrepareAt is the share of its limit at which a session's context
+	// gets its next compaction prepared: computed ahead, stored, and
+	// committed without a model call by the request that needs it (0:
+	// never prepared).
+	PrepareAt float64 `json:"prepare_at"`
 }
 
 // Steps of the reduction ladder.
@@ -149,6 +155,7 @@ func DefaultConfig() Config {
 		KeepToolResults:     3,
 		ClearMinTokens:      100,
 		ClearAtLeast:        0,
+		PrepareAt:           0.7,
 	}
 }
 
@@ -209,6 +216,7 @@ func (c Config) Validate() error {
 	check(c.KeepToolResults >= 0, "keep_tool_results must be >= 0, got %d", c.KeepToolResults)
 	check(c.ClearMinTokens >= 1, "clear_min_tokens must be >= 1, got %d", c.ClearMinTokens)
 	check(c.ClearAtLeast >= 0, "clear_at_least must be >= 0, got %d", c.ClearAtLeast)
+	check(c.PrepareAt == 0 || c.PrepareAt > 0 && c.PrepareAt < 1, "prepare_at must be 0 (off) or in (0, 1), got %g", c.PrepareAt)
 	if len(errs) == 0 {
 		return nil
 	}

@@ -118,7 +118,12 @@ type Result struct {
 	// messages it cleared and the tokens that saved.
 	ToolResultsCleared int   `json:"tool_results_cleared"`
 	ClearedTokens      int   `json:"cleared_tokens"`
-	DurationMS         int64 `json:"duration_ms"`
+	// PreparedAgeMS is, for a compaction committed from a preparation
+	// (strategy "prepared", or "prepared_topup" when the messages since
+	// were summarised on top of it), how long before the request the
+	// preparation was ready.
+	PreparedAgeMS int64 `json:"prepared_age_ms,omitempty"`
+	DurationMS    int64 `json:"duration_ms"`
 	// Summary is the summary text now in force (also for already_compacted).
 	Summary string `json:"-"`
 
@@ -157,6 +162,19 @@ type SessionStore interface {
 	// another writer committed it first), and never loses a message
 	// appended concurrently.
 	Commit(ctx context.Context, c session.Commit) (existed bool, err error)
+}
+
+// PreparedStore is a SessionStore that keeps prepared compactions (see
+// Service.Prepare): one per session, replaced by compare-and-set.
+type PreparedStore interface {
+	// Prepared returns the session's prepared compaction with its
+	// revision; session.ErrNotFound when there is none.
+	Prepared(ctx context.Context, sessionID string) (session.PreparedCompaction, error)
+	// PutPrepared writes p when the stored one is still at p.Revision (0:
+	// none is stored) and returns it with its new revision, tagged with
+	// the session's epoch; session.ErrConflict when another writer moved
+	// it first, session.ErrNotFound when the session does not exist.
+	PutPrepared(ctx context.Context, p session.PreparedCompaction) (session.PreparedCompaction, error)
 }
 
 // BreakerStore keeps the per-session circuit breakers. Every read-modify-

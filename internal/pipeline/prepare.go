@@ -1,0 +1,509 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Preparation triggers.
+const (
+	// PrepareNearBudget: a runtime said its context nears its budget (a
+	// ContextNearBudget event): prepared whatever prepare_at says.
+	PrepareNearBudget = "near_budget"
+	// PrepareAppend: an append went through the service; prepared only
+	// when the context has passed prepare_at of its limit.
+	PrepareAppend = "append"
+)
+
+// PrepareRequest asks for a session's next compaction to be prepared.
+type PrepareRequest struct {
+	SessionID string
+	// Trigger is PrepareNearBudget or PrepareAppend.
+	Trigger string
+	// RequestID names the ContextNearBudget event, for the logs.
+	RequestID string
+	// Model and ContextLimit override the session's, as in a Request.
+	Model        string
+	ContextLimit int
+}
+
+// PrepareOutcome says what one Prepare call did.
+type PrepareOutcome string
+
+// Prepare outcomes.
+const (
+	// PrepareDone: a compaction is prepared and stored.
+	PrepareDone PrepareOutcome = "prepared"
+	// PrepareBelow: the context is under prepare_at of its limit (an
+	// append trigger), or over the limit already (the request is due).
+	PrepareBelow PrepareOutcome = "not_due"
+	// PrepareUnchanged: the stored preparation cuts the range a new one
+	// would cut; it stands.
+	PrepareUnchanged PrepareOutcome = "unchanged"
+	// PrepareInFlight: a preparation of the session runs already, in this
+	// process or another replica.
+	PrepareInFlight PrepareOutcome = "in_flight"
+	// PrepareNoModel: the ladder settles the compaction without a model
+	// (clearing): the request does it at once, nothing to prepare.
+	PrepareNoModel PrepareOutcome = "no_model_needed"
+	// PrepareNothing: no compaction can be planned (no legal cut, the
+	// breaker open).
+	PrepareNothing PrepareOutcome = "nothing_to_prepare"
+	// PrepareFailed: the summary, or its checks, failed; the failure is
+	// stored (a request falls back to the blocking path) and does not
+	// count against the breaker.
+	PrepareFailed PrepareOutcome = "failed"
+)
+
+// Preparation is what one Prepare call did.
+type Preparation struct {
+	SessionID string         `json:"session_id"`
+	Outcome   PrepareOutcome `json:"outcome"`
+	Detail    string         `json:"detail,omitempty"`
+	// FromSeq and ToSeq bound what the prepared compaction summarises.
+	FromSeq int64 `json:"from_seq,omitempty"`
+	ToSeq   int64 `json:"to_seq,omitempty"`
+	// TokensBefore is the context when prepared; TokensAfter the context
+	// the prepared compaction leaves then.
+	TokensBefore int `json:"tokens_before,omitempty"`
+	TokensAfter  int `json:"tokens_after,omitempty"`
+	LLMCalls     int `json:"llm_calls,omitempty"`
+	InputTokens  int `json:"summary_input_tokens,omitempty"`
+	OutputTokens int `json:"summary_output_tokens,omitempty"`
+	// WastedTokens are the model tokens of an unused preparation this one
+	// replaced (counted once, in PrepareStats).
+	WastedTokens int   `json:"wasted_tokens,omitempty"`
+	DurationMS   int64 `json:"duration_ms"`
+}
+
+// PrepareStats are the service's preparation counters since it started.
+type PrepareStats struct {
+	// Started preparations (claimed), and how they ended.
+	Started, Ready, Failed int64
+	// Used: requests answered from a preparation at once (no model
+	// call); TopUps: answered from one with only the messages since
+	// summarised.
+	Used, TopUps int64
+	// Stale: preparations found unusable (a compaction committed since,
+	// or replaced by a preparation of another range) before any request
+	// used them.
+	Stale int64
+	// WastedTokens: summary model tokens (input and output) spent on
+	// preparations never used: stale, replaced or failed.
+	WastedTokens int64
+}
+
+type prepCounters struct {
+	started, ready, failed, used, topUps, stale, wasted atomic.Int64
+}
+
+// PrepareStats returns the preparation counters.
+func (s *Service) PrepareStats() PrepareStats {
+	c := &s.prep
+	return PrepareStats{Started: c.started.Load(), Ready: c.ready.Load(), Failed: c.failed.Load(), Used: c.used.Load(),
+		TopUps: c.topUps.Load(), Stale: c.stale.Load(), WastedTokens: c.wasted.Load()}
+}
+
+// flight is a preparation running in this process.
+type flight struct{ done chan struct{} }
+
+// startFlight registers a preparation of the session; false when one runs.
+func (s *Service) startFlight(id string) (*flight, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.flights[id]; ok {
+		return nil, false
+	}
+	f := &flight{done: make(chan struct{})}
+	s.flights[id] = f
+	return f, true
+}
+
+func (s *Service) endFlight(id string, f *flight) {
+	s.mu.Lock()
+	delete(s.flights, id)
+	s.mu.Unlock()
+	close(f.done)
+}
+
+// compacting reports whether a request holds the session here.
+func (s *Service) compacting(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.locks[id]
+	return ok
+}
+
+// waitFlight waits for a preparation of the session running in this
+// process to end: it started before the request came, so it answers
+// sooner than a fresh summary would.
+func (s *Service) waitFlight(ctx context.Context, id string) {
+	s.mu.Lock()
+	f := s.flights[id]
+	s.mu.Unlock()
+	if f == nil {
+		return
+	}
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+	}
+}
+
+// claimTTL is how long a claimed preparation keeps other replicas off
+// (its owner may have died).
+func (s *Service) claimTTL() time.Duration {
+	if t := time.Duration(s.cfg.Timeout); t > 0 {
+		return t
+	}
+	return 5 * time.Minute
+}
+
+// Prepare computes the session's next compaction ahead of the request
+// that will need it and stores it, uncommitted: the same steps as any
+// compaction (select, the ladder, summarise, assemble, verify), planned
+// as if the context had already grown to its limit, so that the messages
+// appended meanwhile fill the raw tail. It runs only where a model is
+// needed; at most one preparation runs per session (claimed in the store,
+// so across replicas); one that would cut the range of the stored one is
+// not redone. Prepare never changes the session's context, and its
+// failures do not count against the breaker.
+func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (Preparation, error) {
+	start := s.now()
+	out := Preparation{SessionID: req.SessionID}
+	err := s.prepare(ctx, req, &out)
+	out.DurationMS = s.now().Sub(start).Milliseconds()
+	level := slog.LevelDebug
+	if out.Outcome == PrepareDone || out.Outcome == PrepareFailed {
+		level = slog.LevelInfo
+	}
+	s.log.LogAttrs(ctx, level, "preparation", slog.String("session_id", req.SessionID), slog.String("trigger", req.Trigger),
+		slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int64("duration_ms", out.DurationMS))
+	return out, err
+}
+
+func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparation) error {
+	ps, ok := s.store.(PreparedStore)
+	if !ok {
+		return errors.New("pipeline: the session store keeps no prepared compactions")
+	}
+	if req.SessionID == "" {
+		return fmt.Errorf("%w: session_id is required", ErrInvalidRequest)
+	}
+	if req.Trigger != PrepareNearBudget && req.Trigger != PrepareAppend {
+		return fmt.Errorf("%w: preparation trigger %q is not %s or %s", ErrInvalidRequest, req.Trigger, PrepareNearBudget, PrepareAppend)
+	}
+	if req.Trigger == PrepareAppend && s.cfg.PrepareAt == 0 {
+		out.Outcome, out.Detail = PrepareBelow, "prepare_at is 0"
+		return nil
+	}
+	f, ok := s.startFlight(req.SessionID)
+	if !ok {
+		out.Outcome = PrepareInFlight
+		return nil
+	}
+	defer s.endFlight(req.SessionID, f)
+	if s.compacting(req.SessionID) {
+		// A request runs: what it commits makes a preparation planned
+		// now stale. The next trigger prepares on what it leaves.
+		out.Outcome, out.Detail = PrepareInFlight, "a request is compacting the session"
+		return nil
+	}
+	if s.cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.cfg.Timeout))
+		defer cancel()
+	}
+	if b, err := s.breakers.Breaker(ctx, req.SessionID); err != nil {
+		return err
+	} else if b.Open() {
+		out.Outcome, out.Detail = PrepareNothing, "the session's breaker is open"
+		return nil
+	}
+	p, err := s.load(ctx, Request{SessionID: req.SessionID, Model: req.Model, ContextLimit: req.ContextLimit})
+	if err != nil {
+		return err
+	}
+	rec := p.sess.Record
+	out.TokensBefore = p.beforeTokens
+	switch {
+	case req.Trigger == PrepareAppend && float64(p.beforeTokens) < s.cfg.PrepareAt*float64(p.limit):
+		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, under %.0f%% of %d", p.beforeTokens, 100*s.cfg.PrepareAt, p.limit)
+		return nil
+	case p.beforeTokens > p.limit:
+		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, over the limit %d: the request is due", p.beforeTokens, p.limit)
+		return nil
+	}
+	stored, err := ps.Prepared(ctx, req.SessionID)
+	if err != nil && !errors.Is(err, session.ErrNotFound) {
+		return err
+	}
+	if stored.Claimed(s.now(), s.claimTTL()) {
+		out.Outcome, out.Detail = PrepareInFlight, "claimed by "+stored.Owner
+		return nil
+	}
+	// Plan as if the context had grown to its limit: the cut stays where
+	// it is as messages come, so the preparation is not redone at every
+	// append, and they fill the tail.
+	p.growth = max(p.limit-p.beforeTokens, 0)
+	d := Decision{Needed: true, Reason: DecisionTokens}
+	var res Result
+	r, err := s.plan(p, d, s.selectTail(p), &res)
+	if err != nil || r == nil {
+		out.Outcome, out.Detail = PrepareNothing, "already compacted"
+		if err != nil {
+			out.Detail = err.Error()
+		}
+		return nil
+	}
+	if r.step != StepSummarise {
+		out.Outcome = PrepareNoModel
+		return nil
+	}
+	out.FromSeq, out.ToSeq = r.selected[0].Seq, r.selected[len(r.selected)-1].Seq
+	if stored.Usable(rec) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
+		out.Outcome = PrepareUnchanged
+		return nil
+	}
+	claim := session.PreparedCompaction{SessionID: req.SessionID, State: session.PreparedRunning, Base: rec.CompactionID, HeadSeq: rec.HeadSeq,
+		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Owner: s.owner, StartedAt: s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
+	if claim, err = ps.PutPrepared(ctx, claim); errors.Is(err, session.ErrConflict) {
+		out.Outcome, out.Detail = PrepareInFlight, "another replica claimed it"
+		return nil
+	} else if err != nil {
+		return err
+	}
+	s.prep.started.Add(1)
+	if w := unusedTokens(stored, rec); w > 0 {
+		// The preparation replaced was never used.
+		s.prep.stale.Add(1)
+		s.prep.wasted.Add(int64(w))
+		out.WastedTokens = w
+	}
+	req2 := Request{SessionID: req.SessionID, ID: req.RequestID, Model: req.Model, ContextLimit: req.ContextLimit}
+	err = s.summarise(ctx, p, req2, r, &res)
+	claim.LLMCalls, claim.InputTokens, claim.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
+	out.LLMCalls, out.InputTokens, out.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
+	if err == nil {
+		a := s.assemble(p, req2, r.key(req.SessionID, rec.HeadSeq), r, &res)
+		a.msg.Compaction.RequestID = ""
+		err = Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
+			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.cfg.MaxSummaryTokens)})
+		if err == nil {
+			err = s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context))
+		}
+		if err == nil {
+			msg := a.msg
+			claim.State, claim.Compaction, claim.ReadyAt = session.PreparedReady, &msg, s.now().UTC()
+			out.TokensAfter = a.tokens
+		}
+	}
+	if err != nil {
+		claim.State, claim.Error = session.PreparedFailed, err.Error()
+		s.prep.failed.Add(1)
+		s.prep.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
+		out.Outcome, out.Detail = PrepareFailed, err.Error()
+	}
+	if _, perr := ps.PutPrepared(context.WithoutCancel(ctx), claim); perr != nil {
+		if err == nil {
+			s.prep.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
+		}
+		return errors.Join(err, fmt.Errorf("store prepared compaction: %w", perr))
+	}
+	if err != nil {
+		return err
+	}
+	s.prep.ready.Add(1)
+	out.Outcome = PrepareDone
+	return nil
+}
+
+// unusedTokens are the model tokens of a stored preparation that no
+// request used (0 for one used, or none).
+func unusedTokens(p session.PreparedCompaction, rec session.Record) int {
+	if p.State != session.PreparedReady || p.Compaction == nil || rec.CompactionID == p.Compaction.ID {
+		return 0
+	}
+	return p.InputTokens + p.OutputTokens
+}
+
+// fromPrepared answers a request from the session's prepared compaction
+// when it is usable (ready, built on the compaction in force): when the
+// context it leaves, with the messages appended since in the raw tail,
+// fits (under the target, or under prepare_at of the limit), it is
+// committed as it is, with no model call (done);
+// else the reduction returned summarises only what the preparation left
+// over, on top of its summary (a top-up). A request with no usable
+// preparation, or one that fails its checks now, returns nil, false: the
+// blocking path.
+func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Request, res *Result) (r *reduction, done bool, err error) {
+	ps, ok := s.store.(PreparedStore)
+	if !ok {
+		return nil, false, nil
+	}
+	s.waitFlight(ctx, req.SessionID)
+	stored, err := ps.Prepared(ctx, req.SessionID)
+	if err != nil {
+		return nil, false, nil // none, or unreadable: the blocking path
+	}
+	rec := p.sess.Record
+	if !stored.Usable(rec) {
+		s.retire(ctx, ps, stored, rec)
+		return nil, false, nil
+	}
+	m := *stored.Compaction
+	meta := *m.Compaction
+	m.Compaction = &meta
+	age := s.now().Sub(stored.ReadyAt).Milliseconds()
+	p2 := s.withPrepared(p, &m)
+	// It fits when it leaves the context under the target, or under
+	// prepare_at (no compaction would be prepared for it yet): with
+	// the limit's last share free either way.
+	target := int(max(s.cfg.HeadroomRatio, s.cfg.PrepareAt) * float64(p.limit))
+	fitsCount := s.cfg.MaxMessages <= 0 || len(p2.before) <= s.cfg.MaxMessages
+	if p2.beforeTokens > target || !fitsCount {
+		return s.topUp(p, p2, d, stored, age)
+	}
+	if err := Verify(VerifyInput{Before: p.before, After: p2.before, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: p2.beforeTokens,
+		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: s.cfg.MaxSummaryTokens}); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
+		return nil, false, nil
+	}
+	if err := s.checkProgress(d, p.beforeTokens, p2.beforeTokens, len(p2.before)); err != nil {
+		return nil, false, nil
+	}
+	meta.RequestID = req.ID
+	meta.TokensBefore, meta.TokensAfter = p.beforeTokens, p2.beforeTokens
+	meta.PrefixKeptTokens = PrefixKept(p.before, p2.before)
+	c := commitFor(req.SessionID, &m, s.now().UTC())
+	base := rec
+	c.Base = &base
+	res.IdempotencyKey = meta.IdempotencyKey
+	existed, err := s.commit(ctx, c)
+	if err != nil && !errors.Is(err, errWonByOther) {
+		return nil, true, err
+	}
+	res.CompactionMessageID, res.TailStartID, res.SummaryModel = m.ID, meta.TailStartID, meta.Model
+	res.MessagesSummarised, res.TokensAfter, res.SummaryTokens, res.Summary = meta.Messages, p2.beforeTokens, meta.SummaryTokens, meta.SummaryText
+	res.Incremental, res.Chunks, res.PrefixKeptTokens = meta.Incremental, meta.Chunks, meta.PrefixKeptTokens
+	res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeCompacted, "prepared", age
+	if err != nil || existed {
+		res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeAlreadyCompacted, "existing", 0
+		if _, mine := s.madeBy(ctx, req.SessionID, m.ID, req.ID); mine {
+			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+		}
+		return nil, true, nil
+	}
+	s.prep.used.Add(1)
+	s.markUsed(ctx, ps, stored)
+	return nil, true, nil
+}
+
+// topUp plans a compaction from the prepared one: what the preparation
+// summarised stays summarised (its summary), and of what came after only
+// what the target needs is summarised on top of it. It needs an
+// incremental summary; otherwise, or when no such cut exists, the
+// request takes the blocking path.
+func (s *Service) topUp(p, p2 *plan, d Decision, stored session.PreparedCompaction, age int64) (*reduction, bool, error) {
+	if !s.cfg.EnableIncremental || !s.cfg.has(StepSummarise) {
+		return nil, false, nil
+	}
+	var scratch Result
+	r, err := s.plan(p2, d, s.selectTail(p2), &scratch)
+	if err != nil || r == nil || r.step != StepSummarise {
+		return nil, false, nil
+	}
+	meta := stored.Compaction.Compaction
+	for i := range p.candidates {
+		if seq := p.candidates[i].Seq; seq >= meta.FromSeq && seq <= meta.ToSeq {
+			r.covered = append(r.covered, p.candidates[i])
+		}
+	}
+	if len(r.covered) != meta.Messages {
+		return nil, false, nil // the session is not as the preparation saw it
+	}
+	r.on, r.prepared, r.preparedAge = p2, &stored, age
+	return r, false, nil
+}
+
+// withPrepared is the plan of the session as it would be with prepared
+// compaction m committed: pinned, m's summary, and every raw message
+// from m's tail start on (those appended since too), cleared as m says.
+func (s *Service) withPrepared(p *plan, m *session.Message) *plan {
+	meta := m.Compaction
+	pinned := make(map[int64]bool, len(p.pinned))
+	for i := range p.pinned {
+		pinned[p.pinned[i].Seq] = true
+	}
+	var raw []session.Message
+	for i := range p.sess.Messages {
+		if mm := p.sess.Messages[i]; mm.Seq >= meta.TailStartSeq && !pinned[mm.Seq] {
+			raw = append(raw, mm)
+		}
+	}
+	sess := *p.sess
+	sess.Summary = m
+	sess.Messages = append(append([]session.Message(nil), p.pinned...), raw...)
+	sess.Summarised = nil
+	p.counter.Ensure(m)
+	p2 := &plan{sess: &sess, counter: p.counter, model: p.model, limit: p.limit, pinned: p.pinned, pinnedTokens: p.pinnedTokens}
+	p2.candidates = applyCleared(raw, meta.Cleared, p.counter.Encoding())
+	for i := range p2.candidates {
+		p.counter.Ensure(&p2.candidates[i])
+	}
+	p2.before = make([]session.Message, 0, len(p.pinned)+1+len(p2.candidates))
+	p2.before = append(p2.before, p.pinned...)
+	if hasSummary(m) {
+		p2.before = append(p2.before, *m)
+	}
+	p2.before = append(p2.before, p2.candidates...)
+	p2.beforeTokens = p.counter.Context(p2.before)
+	return p2
+}
+
+// markUsed marks a preparation used (best effort: an unmarked one is told
+// used by the record naming its compaction).
+func (s *Service) markUsed(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) {
+	p.State = session.PreparedUsed
+	if _, err := ps.PutPrepared(context.WithoutCancel(ctx), p); err != nil && !errors.Is(err, session.ErrConflict) {
+		s.log.LogAttrs(ctx, slog.LevelDebug, "mark preparation used", slog.String("session_id", p.SessionID), slog.String("error", err.Error()))
+	}
+}
+
+// retire marks a ready preparation that can no longer be used stale,
+// once (compare-and-set), counting its tokens as wasted unless its
+// compaction is the one in force (used, and not yet marked).
+func (s *Service) retire(ctx context.Context, ps PreparedStore, p session.PreparedCompaction, rec session.Record) {
+	if p.State != session.PreparedReady || p.Epoch != rec.Epoch {
+		return
+	}
+	used := p.Compaction != nil && rec.CompactionID == p.Compaction.ID
+	w := unusedTokens(p, rec)
+	p.State = session.PreparedStale
+	if used {
+		p.State = session.PreparedUsed
+	}
+	if _, err := ps.PutPrepared(context.WithoutCancel(ctx), p); err != nil {
+		return
+	}
+	if !used {
+		s.prep.stale.Add(1)
+		s.prep.wasted.Add(int64(w))
+	}
+}
+
+// processName names this process in the preparations it claims: host,
+// pid and a random suffix (a restarted process is another owner).
+func processName() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), uuid.NewString()[:8])
+}

@@ -1,0 +1,284 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// prepCfg is the default configuration without the message-count trigger,
+// so that the token limit alone decides.
+func prepCfg() pipeline.Config {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	return cfg
+}
+
+// turn is one turn of chat: four messages with distinct facts.
+func turn(i int) []session.Message {
+	return chat(i + 1)[1+4*i:]
+}
+
+// grow appends turns, from turn next on, until the session's context
+// reaches share of limit; it returns the next turn.
+func (e *env) grow(t *testing.T, id string, next, limit int, share float64) int {
+	t.Helper()
+	for ; e.tokens(t, id) < int(share*float64(limit)); next++ {
+		if _, err := e.store.Append(context.Background(), id, turn(next)...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return next
+}
+
+func (e *env) tokens(t *testing.T, id string) int {
+	t.Helper()
+	ctx := e.context(t, id)
+	for i := range ctx {
+		ctx[i].Tokens = 0
+	}
+	return e.counter.Context(ctx)
+}
+
+func prepare(t *testing.T, e *env, id string) pipeline.Preparation {
+	t.Helper()
+	p, err := e.svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: id, Trigger: pipeline.PrepareAppend})
+	if err != nil {
+		t.Fatalf("Prepare(%s): %v (%+v)", id, err, p)
+	}
+	return p
+}
+
+// A session prepared at prepare_at is compacted by its over-budget
+// request with no model call, and the messages appended since the
+// preparation stay raw in the tail.
+func TestPreparedAnswersWithoutModel(t *testing.T) {
+	const limit = 6000
+	e, rec := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.5)
+	if p := prepare(t, e, "s"); p.Outcome != pipeline.PrepareBelow {
+		t.Fatalf("under prepare_at: %+v", p)
+	}
+	next = e.grow(t, "s", next, limit, 0.72)
+	p := prepare(t, e, "s")
+	if p.Outcome != pipeline.PrepareDone || p.LLMCalls == 0 {
+		t.Fatalf("preparation: %+v", p)
+	}
+	calls := rec.count.Load()
+	before := e.context(t, "s")
+	// Prepared, not committed: the context has not changed.
+	if again := e.context(t, "s"); len(again) != len(before) || again[1].IsCompaction {
+		t.Fatal("a preparation changed the context")
+	}
+	if p2 := prepare(t, e, "s"); p2.Outcome != pipeline.PrepareUnchanged {
+		t.Fatalf("second preparation of the same range: %+v", p2)
+	}
+	// The session grows past its limit; the messages since the
+	// preparation are new.
+	rs, _ := e.store.Record(context.Background(), "s")
+	preparedHead := rs.HeadSeq
+	e.grow(t, "s", next, limit, 1.01)
+	if p3 := prepare(t, e, "s"); p3.Outcome != pipeline.PrepareBelow {
+		t.Fatalf("over the limit, a preparation is not started: %+v", p3)
+	}
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared" || res.LLMCalls != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if rec.count.Load() != calls {
+		t.Fatalf("the request called the model: %d calls, %d before", rec.count.Load(), calls)
+	}
+	if res.TokensAfter > int(pipeline.DefaultConfig().PrepareAt*limit) || res.TokensAfter >= res.TokensBefore {
+		t.Fatalf("tokens %d -> %d", res.TokensBefore, res.TokensAfter)
+	}
+	after := e.context(t, "s")
+	rs, _ = e.store.Record(context.Background(), "s")
+	if !after[1].IsCompaction || after[1].ID != res.CompactionMessageID {
+		t.Fatalf("context does not start with the prepared compaction: %+v", after[1])
+	}
+	var seqs []int64
+	for _, m := range after[2:] {
+		seqs = append(seqs, m.Seq)
+	}
+	if seqs[len(seqs)-1] != rs.HeadSeq || seqs[0] > preparedHead {
+		t.Fatalf("tail %v: want every message from before the preparation's head %d to the head %d", seqs, preparedHead, rs.HeadSeq)
+	}
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			t.Fatalf("tail has a gap: %v", seqs)
+		}
+	}
+	// A redelivery answers from the compaction it made.
+	again, err := e.svc.Compact(context.Background(), pipeline.Request{ID: res.RequestID, SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || again.Outcome != pipeline.OutcomeCompacted || again.Strategy != "redelivered" {
+		t.Fatalf("redelivery: %+v %v", again, err)
+	}
+	if st := e.svc.PrepareStats(); st.Used != 1 || st.Ready != 1 || st.WastedTokens != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if sp, _ := e.store.Prepared(context.Background(), "s"); sp.State != session.PreparedUsed {
+		t.Fatalf("stored preparation %s, want used", sp.State)
+	}
+}
+
+// A preparation made stale by another compaction is never used: the
+// request compacts anew, and the preparation's tokens count as wasted,
+// once.
+func TestStalePreparationNotUsed(t *testing.T) {
+	const limit = 6000
+	e, _ := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	p := prepare(t, e, "s")
+	if p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("%+v", p)
+	}
+	// Another writer (a service that does not read preparations)
+	// commits a compaction first, at another head: the preparation's
+	// base moves.
+	next = e.grow(t, "s", next, limit, 0.8)
+	other, err := pipeline.New(struct{ pipeline.SessionStore }{e.store}, e.breakers, extractive.New(e.counter), prepCfg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := other.Compact(context.Background(), pipeline.Request{ID: "manual", SessionID: "s", Trigger: pipeline.TriggerManual}); err != nil || res.Strategy == "prepared" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	e.grow(t, "s", next, limit, 1.01)
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy == "prepared" || res.Strategy == "prepared_topup" || res.LLMCalls == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	st := e.svc.PrepareStats()
+	if st.Stale != 1 || st.Used != 0 || st.WastedTokens != int64(p.InputTokens+p.OutputTokens) {
+		t.Fatalf("stats %+v, want one stale preparation wasting %d tokens", st, p.InputTokens+p.OutputTokens)
+	}
+	if sp, _ := e.store.Prepared(context.Background(), "s"); sp.State != session.PreparedStale {
+		t.Fatalf("stored preparation %s, want stale", sp.State)
+	}
+	// Seen stale again, it is not counted again.
+	e.grow(t, "s", 1000, limit, 1.01)
+	compact(t, e, "s", pipeline.TriggerOverBudget)
+	if st2 := e.svc.PrepareStats(); st2.WastedTokens != st.WastedTokens {
+		t.Fatalf("wasted counted twice: %+v", st2)
+	}
+}
+
+// A preparation that fails stores its failure; it does not count
+// against the breaker, and the request falls back to the blocking path.
+func TestFailedPreparationFallsBack(t *testing.T) {
+	const limit = 6000
+	e, rec := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+		return pipeline.SummaryResponse{}, errors.New("503 upstream overloaded"), true
+	}
+	p, err := e.svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: "s", Trigger: pipeline.PrepareAppend})
+	if err == nil || p.Outcome != pipeline.PrepareFailed {
+		t.Fatalf("%+v %v", p, err)
+	}
+	if b, _ := e.breakers.Breaker(context.Background(), "s"); b.Failures != 0 {
+		t.Fatalf("a failed preparation counted against the breaker: %+v", b)
+	}
+	if sp, _ := e.store.Prepared(context.Background(), "s"); sp.State != session.PreparedFailed || sp.Error == "" {
+		t.Fatalf("stored %+v", sp)
+	}
+	rec.hook = nil
+	e.grow(t, "s", next, limit, 1.01)
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy == "prepared" || res.LLMCalls == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if st := e.svc.PrepareStats(); st.Failed != 1 || st.Used != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// When more came after the preparation than the tail can hold, only the
+// excess is summarised, on top of the prepared summary (a top-up).
+func TestPreparedTopUp(t *testing.T) {
+	const limit = 6000
+	e, rec := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	p := prepare(t, e, "s")
+	if p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("%+v", p)
+	}
+	// An overflow long after the limit: far more than the tail holds.
+	e.grow(t, "s", next, limit, 1.4)
+	calls := rec.count.Load()
+	res := compact(t, e, "s", pipeline.TriggerOverflow)
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared_topup" || res.LLMCalls == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	// Only the delta went to the model: none of the prepared range.
+	for _, r := range rec.requests()[calls:] {
+		for _, m := range r.Messages {
+			if m.Seq >= p.FromSeq && m.Seq <= p.ToSeq {
+				t.Fatalf("top-up sent message %d, which the preparation summarised (%d-%d)", m.Seq, p.FromSeq, p.ToSeq)
+			}
+		}
+	}
+	ctx := e.context(t, "s")
+	if !ctx[1].IsCompaction || ctx[1].Compaction.FromSeq != p.FromSeq {
+		t.Fatalf("compaction covers from %d, want the preparation's %d", ctx[1].Compaction.FromSeq, p.FromSeq)
+	}
+	if res.TokensAfter > limit {
+		t.Fatalf("tokens after %d", res.TokensAfter)
+	}
+	if st := e.svc.PrepareStats(); st.TopUps != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Concurrent preparations of one session make one.
+func TestOnePreparationInFlight(t *testing.T) {
+	const limit = 6000
+	e, rec := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	e.grow(t, "s", 1, limit, 0.72)
+	release := make(chan struct{})
+	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+		<-release
+		return pipeline.SummaryResponse{}, nil, false
+	}
+	var wg sync.WaitGroup
+	outs := make([]pipeline.Preparation, 4)
+	for i := range outs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[i], _ = e.svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: "s", Trigger: pipeline.PrepareNearBudget, RequestID: fmt.Sprint(i)})
+		}()
+	}
+	for rec.count.Load() == 0 {
+		runtimeGosched()
+	}
+	close(release)
+	wg.Wait()
+	done := 0
+	for _, o := range outs {
+		switch o.Outcome {
+		case pipeline.PrepareDone:
+			done++
+		case pipeline.PrepareInFlight, pipeline.PrepareUnchanged:
+		default:
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+	if done != 1 {
+		t.Fatalf("%d preparations, want 1: %+v", done, outs)
+	}
+}
+
+func runtimeGosched() { time.Sleep(time.Millisecond) }
