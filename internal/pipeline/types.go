@@ -116,8 +116,8 @@ type Result struct {
 	PrefixKeptTokens int `json:"prefix_kept_tokens"`
 	// ToolResultsCleared and ClearedTokens say what clearing did: the
 	// messages it cleared and the tokens that saved.
-	ToolResultsCleared int   `json:"tool_results_cleared"`
-	ClearedTokens      int   `json:"cleared_tokens"`
+	ToolResultsCleared int `json:"tool_results_cleared"`
+	ClearedTokens      int `json:"cleared_tokens"`
 	// PreparedAgeMS is, for a compaction committed from a preparation
 	// (strategy "prepared", or "prepared_topup" when the messages since
 	// were summarised on top of it), how long before the request the
