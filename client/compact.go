@@ -25,6 +25,10 @@ const (
 	// Overflow: the provider refused the call for its length (a
 	// context_overflow event).
 	Overflow = pipeline.TriggerOverflow
+	// NearBudget: the runtime's context nears its budget (a
+	// ContextNearBudget event, sent with Client.NearBudget): the service
+	// prepares the coming compaction; no result answers it.
+	NearBudget = pipeline.TriggerNearBudget
 )
 
 // CompactRequest asks for a compaction of a session.
@@ -65,10 +69,55 @@ func (req *CompactRequest) check() error {
 	if req.Trigger == "" {
 		req.Trigger = OverBudget
 	}
-	if _, ok := events.RequestRoute(req.Trigger); !ok {
+	if _, ok := events.RequestRoute(req.Trigger); !ok || !req.Trigger.Valid() {
 		return fmt.Errorf("client: trigger %q is not %s or %s", req.Trigger, OverBudget, Overflow)
 	}
 	return checkSession(req.Data.SessionID)
+}
+
+// NearBudget tells the service that a session's context nears its budget
+// (a ContextNearBudget event, stored in AGENT_CONTEXT): the service
+// prepares the compaction the coming over-budget request will need, so
+// that request is answered without waiting for a summary model. It is
+// optional (the service also prepares when appends through it pass its
+// prepare_at share of the limit) and answered by no event: it returns
+// once the event is stored. req.Trigger is ignored.
+func (c *Client) NearBudget(ctx context.Context, req CompactRequest) error {
+	if req.RequestID == "" {
+		req.RequestID = uuid.NewString()
+	}
+	if err := checkSession(req.Data.SessionID); err != nil {
+		return err
+	}
+	route, _ := events.RequestRoute(NearBudget)
+	fctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	return c.publishRequest(fctx, route, req)
+}
+
+// publishRequest publishes req as a request event of route's type, in
+// binary mode, with its trace context.
+func (c *Client) publishRequest(ctx context.Context, route events.Route, req CompactRequest) error {
+	sid := req.Data.SessionID
+	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.Data)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	if req.TraceParent != "" {
+		if err := ev.Context.SetExtension("traceparent", req.TraceParent); err != nil {
+			return fmt.Errorf("client: traceparent: %w", err)
+		}
+		if req.TraceState != "" {
+			if err := ev.Context.SetExtension("tracestate", req.TraceState); err != nil {
+				return fmt.Errorf("client: tracestate: %w", err)
+			}
+		}
+	}
+	h, body := events.EncodeBinary(ev)
+	if _, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: route.Prefix + sid, Header: h, Data: body}); err != nil {
+		return fmt.Errorf("client: publish request to %s: %w", route.Prefix+sid, err)
+	}
+	return nil
 }
 
 // ErrNoResult: no result arrived before the context ended. The request is
@@ -108,23 +157,8 @@ func (c *Client) Compact(ctx context.Context, req CompactRequest) (*Result, erro
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		return nil, fmt.Errorf("client: subscribe to results: %w", err)
 	}
-	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.Data)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	if req.TraceParent != "" {
-		if err := ev.Context.SetExtension("traceparent", req.TraceParent); err != nil {
-			return nil, fmt.Errorf("client: traceparent: %w", err)
-		}
-		if req.TraceState != "" {
-			if err := ev.Context.SetExtension("tracestate", req.TraceState); err != nil {
-				return nil, fmt.Errorf("client: tracestate: %w", err)
-			}
-		}
-	}
-	h, body := events.EncodeBinary(ev)
-	if _, err := c.js.PublishMsg(fctx, &nats.Msg{Subject: route.Prefix + sid, Header: h, Data: body}); err != nil {
-		return nil, fmt.Errorf("client: publish request to %s: %w", route.Prefix+sid, err)
+	if err := c.publishRequest(fctx, route, req); err != nil {
+		return nil, err
 	}
 	for {
 		select {

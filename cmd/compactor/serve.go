@@ -28,6 +28,7 @@ type serveFlags struct {
 	provision   *bool
 	replicas    *int
 	workers     *int
+	prepWorkers *int
 	ackWait     *time.Duration
 	maxDeliver  *int
 	grace       *time.Duration
@@ -52,6 +53,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		provision:   fs.Bool("provision", true, "create or update the streams, buckets and consumer at start (needs rights to; without, they must exist)"),
 		replicas:    fs.Int("replicas", 1, "replicas of every stream and bucket provisioned (3 on a cluster)"),
 		workers:     fs.Int("workers", consumer.DefaultWorkers, "requests held at once, each running or waiting behind its session's running one (model calls are I/O: far more than the cores)"),
+		prepWorkers: fs.Int("prepare-workers", 4, "preparations run at once (they yield to requests)"),
 		ackWait:     fs.Duration("ack-wait", consumer.AckWait, "the consumer's ack wait: how soon the work of a crashed replica is redelivered"),
 		maxDeliver:  fs.Int("max-deliver", consumer.MaxDeliver, "deliveries of one request before it is dead-lettered"),
 		grace:       fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running compactions may finish before they are released to another replica"),
@@ -122,7 +124,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
 		Provision: *sf.provision, Replicas: *sf.replicas, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
-		Workers: *sf.workers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr,
+		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr,
 		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log})
 	if err != nil {
 		return err

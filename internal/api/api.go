@@ -76,6 +76,10 @@ type Deps struct {
 	Observe func(*pipeline.Result)
 	// Stats, when set, adds its value to the service's stats.
 	Stats func() any
+	// Appended, when set, is told of every append applied (the session,
+	// its head after it, the seq of the first message, the tokens it
+	// added), for the preparer; it must not block.
+	Appended func(sessionID string, head, firstSeq int64, tokens int)
 }
 
 // Server answers the endpoints.
@@ -623,6 +627,9 @@ func (s *Server) sessionAppend(r micro.Request) {
 		out, err := s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
 		if err == nil {
 			s.d.Sessions.DropUploads(ctx, b.SessionID, ids)
+			if s.d.Appended != nil && out.Status == sessions.StatusApplied {
+				s.d.Appended(b.SessionID, out.HeadSeq, out.FirstSeq, out.Tokens)
+			}
 		}
 		return out, err
 	})

@@ -31,6 +31,7 @@ import (
 	"github.com/compactor/compactor/internal/metrics"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/sessions"
 )
 
@@ -56,7 +57,10 @@ type Config struct {
 
 	// Workers bounds the requests held at once (consumer) and the
 	// synchronous compactions at once (endpoint).
-	Workers       int
+	Workers int
+	// PrepareWorkers run preparations at once (default 4; see
+	// pipeline.Config.PrepareAt).
+	PrepareWorkers int
 	ShutdownGrace time.Duration
 	// Source is the CloudEvents source of the events published.
 	Source string
@@ -89,6 +93,7 @@ type App struct {
 	Sessions *sessions.Service
 	Pipeline *pipeline.Service
 	Consumer *consumer.Consumer
+	Preparer *preparer.Preparer
 	Metrics  *metrics.Metrics
 	// MetricsAddr is where /metrics listens ("" when off).
 	MetricsAddr string
@@ -194,15 +199,26 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	}
 	a.Sessions = sessions.New(store, breakers, cfg.Models)
 	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
+	// Preparations yield to requests: none starts while the consumer's
+	// workers are all taken.
+	a.Preparer = preparer.New(a.Pipeline, preparer.Options{Workers: cfg.PrepareWorkers, Logger: log, Observe: a.Metrics.ObservePreparation,
+		Busy: func() bool { return a.Consumer.InFlight() >= int64(cfg.Workers) }})
+	a.Metrics.Preparations(a.Pipeline.PrepareStats, a.Preparer.Stats)
+	observe := func(res *pipeline.Result) {
+		a.Metrics.Observe(res)
+		if res.Outcome == pipeline.OutcomeCompacted {
+			a.Preparer.Compacted(res.SessionID)
+		}
+	}
 	a.Consumer = consumer.New(nc, a.JS, a.Pipeline, consumer.Options{Workers: cfg.Workers, Source: cfg.Source, Logger: log,
-		ShutdownGrace: cfg.ShutdownGrace, Observe: a.Metrics.Observe, RetryDelay: cfg.RetryDelay})
+		ShutdownGrace: cfg.ShutdownGrace, Observe: observe, RetryDelay: cfg.RetryDelay, NearBudget: a.Preparer.NearBudget})
 	pub := &events.Publisher{JS: a.JS, Source: cfg.Source, Stream: consumer.ResultStream}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	a.cancel = cancel
 	cleanups = append(cleanups, cancel)
 	apiSrv, err := api.Start(runCtx, nc, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: breakers,
-		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: a.Metrics.Observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: func() any { return a.Consumer.Stats() }})
+		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: observe, ShutdownGrace: cfg.ShutdownGrace,
+		Stats: func() any { return a.Consumer.Stats() }, Appended: a.Preparer.Appended})
 	if err != nil {
 		return nil, err
 	}
@@ -230,6 +246,9 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		}
 		return nil
 	}, func(error) { stopCons() })
+	// The preparer: its work is only ever a head start, cancelled at once.
+	prepCtx, stopPrep := context.WithCancel(runCtx)
+	g.Add(func() error { return a.Preparer.Run(prepCtx) }, func(error) { stopPrep() })
 	// The micro endpoints: stopping them lets synchronous compactions
 	// finish within the grace.
 	apiStopped := make(chan struct{})

@@ -46,6 +46,10 @@ type Options struct {
 	// Observe, when set, is called with every request's result (not with
 	// work released at shutdown), for metrics.
 	Observe func(*pipeline.Result)
+	// NearBudget, when set, is handed every ContextNearBudget (a hint to
+	// prepare the session's next compaction: no result event); it must
+	// not block. Without it the hints are acknowledged and ignored.
+	NearBudget func(pipeline.Request)
 }
 
 // Stats are a Consumer's counters since it started.
@@ -62,6 +66,8 @@ type Stats struct {
 	DeadLetteredBy map[string]int64 `json:"dead_lettered_by,omitempty"`
 	Released       int64            `json:"released"`
 	InFlight       int64            `json:"in_flight"`
+	// Hints are the ContextNearBudget events received (no result event).
+	Hints int64 `json:"near_budget_hints"`
 }
 
 // Consumer runs the pipeline for the requests of the durable consumer
@@ -90,7 +96,7 @@ type Consumer struct {
 
 	wg sync.WaitGroup
 
-	received, completed, failed, retried, dead, released, inflight atomic.Int64
+	received, completed, failed, retried, dead, released, inflight, hints atomic.Int64
 	deadBy                                                         map[string]int64 // under mu
 	consuming                                                      atomic.Bool
 }
@@ -139,13 +145,16 @@ func DefaultRetryDelay(delivered uint64) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
+// InFlight is how many requests are being worked on now.
+func (c *Consumer) InFlight() int64 { return c.inflight.Load() }
+
 // Stats returns the counters.
 func (c *Consumer) Stats() Stats {
 	c.mu.Lock()
 	by := maps.Clone(c.deadBy)
 	c.mu.Unlock()
 	return Stats{Received: c.received.Load(), Completed: c.completed.Load(), Failed: c.failed.Load(),
-		Retried: c.retried.Load(), DeadLettered: c.dead.Load(), DeadLetteredBy: by, Released: c.released.Load(), InFlight: c.inflight.Load()}
+		Retried: c.retried.Load(), DeadLettered: c.dead.Load(), DeadLetteredBy: by, Released: c.released.Load(), InFlight: c.inflight.Load(), Hints: c.hints.Load()}
 }
 
 // Run consumes until ctx is cancelled, then shuts down cleanly: it stops
@@ -352,6 +361,16 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 	ctx = events.WithTrace(ctx, events.TraceOf(ev))
 	log := c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
+	if req.Trigger == pipeline.TriggerNearBudget {
+		// A hint, not a request: handed to the preparer, answered by
+		// the over-budget request it prepares for.
+		if c.opt.NearBudget != nil {
+			c.opt.NearBudget(req)
+		}
+		c.hints.Add(1)
+		c.ack(log, msg)
+		return
+	}
 
 	res, cerr := c.svc.Compact(ctx, req)
 	interrupted := cerr != nil && ctx.Err() != nil

@@ -79,7 +79,7 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 		return req, ev, invalid("%v", err)
 	}
 	if !ok {
-		return req, ev, invalid("subject %q is not %s<session_id> or %s<session_id>", subject, OverBudgetPrefix, OverflowPrefix)
+		return req, ev, invalid("subject %q is not %s<session_id>, %s<session_id> or %s<session_id>", subject, OverBudgetPrefix, OverflowPrefix, NearBudgetPrefix)
 	}
 	if ev.Type() != route.Type {
 		return req, ev, invalid("type %q is not %s, the type of subject %q", ev.Type(), route.Type, subject)

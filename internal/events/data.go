@@ -12,6 +12,7 @@ import (
 const (
 	TypeContextOverBudget       = "ContextOverBudget"
 	TypeContextOverflow         = "context_overflow"
+	TypeContextNearBudget       = "ContextNearBudget"
 	TypeCompactionCompleted     = "CompactionCompleted"
 	TypeCompactionFailed        = "CompactionFailed"
 	TypeCompactionCircuitOpened = "CompactionCircuitOpened"

@@ -13,6 +13,9 @@ import (
 const (
 	OverBudgetPrefix    = "agent.context.over_budget."
 	OverflowPrefix      = "agent.context.overflow."
+	// NearBudgetPrefix: a runtime says its context nears its budget; the
+	// service prepares the coming compaction (no result event).
+	NearBudgetPrefix = "agent.context.near_budget."
 	CompletedPrefix     = "compaction.completed."
 	FailedPrefix        = "compaction.failed."
 	CircuitOpenedPrefix = "compaction.circuit_opened."
@@ -55,6 +58,7 @@ type Route struct {
 var Contract = []Route{
 	{Type: TypeContextOverBudget, Prefix: OverBudgetPrefix, Request: true, Trigger: pipeline.TriggerOverBudget, Schema: schemas.ContextRequest},
 	{Type: TypeContextOverflow, Prefix: OverflowPrefix, Request: true, Trigger: pipeline.TriggerOverflow, Schema: schemas.ContextRequest},
+	{Type: TypeContextNearBudget, Prefix: NearBudgetPrefix, Request: true, Trigger: pipeline.TriggerNearBudget, Schema: schemas.ContextRequest},
 	{Type: TypeCompactionCompleted, Prefix: CompletedPrefix, Schema: schemas.CompactionCompleted},
 	{Type: TypeCompactionFailed, Prefix: FailedPrefix, Schema: schemas.CompactionFailed},
 	{Type: TypeCompactionCircuitOpened, Prefix: CircuitOpenedPrefix, Schema: schemas.CompactionCircuitOpened},

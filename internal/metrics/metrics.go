@@ -13,6 +13,7 @@ import (
 
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/preparer"
 )
 
 const ns = "compactor"
@@ -32,6 +33,7 @@ type Metrics struct {
 	summaryOut  prometheus.Counter
 	llmCalls    prometheus.Counter
 	summaryToks prometheus.Histogram
+	prepared    *prometheus.CounterVec
 }
 
 // New registers the collectors. version is the service's, reported as
@@ -69,6 +71,8 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 			Help: "Calls to summary models."}),
 		summaryToks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "summary_tokens",
 			Help: "Tokens of the summary in force after a compaction.", Buckets: prometheus.ExponentialBuckets(64, 2, 8)}),
+		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preparation_runs_total",
+			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
 		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,
@@ -141,6 +145,42 @@ func (m *Metrics) Observe(res *pipeline.Result) {
 		m.summarised.Add(float64(res.MessagesSummarised))
 		m.summaryToks.Observe(float64(res.SummaryTokens))
 	}
+}
+
+// Preparations registers the preparation metrics: what the pipeline's
+// preparations did (svc) and what the scheduler saw (sched); both are read
+// at every scrape. ObservePreparation counts each preparation's outcome.
+func (m *Metrics) Preparations(svc func() pipeline.PrepareStats, sched func() preparer.Stats) {
+	for _, d := range []struct {
+		name, help string
+		get        func() int64
+		gauge      bool
+	}{
+		{"preparations_started_total", "Preparations started (claimed): a compaction computed ahead of its request.", func() int64 { return svc().Started }, false},
+		{"preparations_ready_total", "Preparations stored ready to commit.", func() int64 { return svc().Ready }, false},
+		{"preparations_failed_total", "Preparations that failed (not counted against breakers; the request falls back to the blocking path).", func() int64 { return svc().Failed }, false},
+		{"preparations_used_total", "Requests answered from a preparation with no model call (strategy prepared).", func() int64 { return svc().Used }, false},
+		{"preparations_topped_up_total", "Requests answered from a preparation with only the messages since summarised (strategy prepared_topup).", func() int64 { return svc().TopUps }, false},
+		{"preparations_stale_total", "Preparations never used: a compaction committed since, or replaced by one of another range.", func() int64 { return svc().Stale }, false},
+		{"preparation_wasted_tokens_total", "Summary model tokens (input and output) spent on preparations never used: stale, replaced or failed.", func() int64 { return svc().WastedTokens }, false},
+		{"preparation_triggers_total", "Appends and ContextNearBudget hints seen by the preparer.", func() int64 { return sched().Triggers }, false},
+		{"preparation_triggers_dropped_total", "Triggers dropped because the preparation queue was full.", func() int64 { return sched().Dropped }, false},
+		{"preparations_waiting", "Sessions waiting to be prepared.", func() int64 { return sched().Waiting }, true},
+	} {
+		get := d.get
+		val := func() float64 { return float64(get()) }
+		if d.gauge {
+			m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
+		} else {
+			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
+		}
+	}
+	m.reg.MustRegister(m.prepared)
+}
+
+// ObservePreparation counts one preparation by its outcome.
+func (m *Metrics) ObservePreparation(p pipeline.Preparation, _ error) {
+	m.prepared.WithLabelValues(string(p.Outcome)).Inc()
 }
 
 // Handler serves the registry in the Prometheus text format.

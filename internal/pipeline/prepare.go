@@ -72,6 +72,10 @@ type Preparation struct {
 	// FromSeq and ToSeq bound what the prepared compaction summarises.
 	FromSeq int64 `json:"from_seq,omitempty"`
 	ToSeq   int64 `json:"to_seq,omitempty"`
+	// HeadSeq and Limit are the session's head and context limit as the
+	// preparation read them (0 when it did not read the session).
+	HeadSeq int64 `json:"head_seq,omitempty"`
+	Limit   int   `json:"context_limit,omitempty"`
 	// TokensBefore is the context when prepared; TokensAfter the context
 	// the prepared compaction leaves then.
 	TokensBefore int `json:"tokens_before,omitempty"`
@@ -234,7 +238,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		return err
 	}
 	rec := p.sess.Record
-	out.TokensBefore = p.beforeTokens
+	out.HeadSeq, out.Limit, out.TokensBefore = rec.HeadSeq, p.limit, p.beforeTokens
 	switch {
 	case req.Trigger == PrepareAppend && float64(p.beforeTokens) < s.cfg.PrepareAt*float64(p.limit):
 		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, under %.0f%% of %d", p.beforeTokens, 100*s.cfg.PrepareAt, p.limit)

@@ -17,6 +17,9 @@ const (
 	TriggerOverBudget Trigger = "over_budget" // ContextOverBudget
 	TriggerOverflow   Trigger = "overflow"    // context_overflow
 	TriggerManual     Trigger = "manual"      // an operator or a runtime asked
+	// TriggerNearBudget is a ContextNearBudget: not a compaction request
+	// (Valid is false) but a hint to prepare one (Service.Prepare).
+	TriggerNearBudget Trigger = "near_budget"
 )
 
 // Valid reports whether t is a known trigger.

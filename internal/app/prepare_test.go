@@ -1,0 +1,242 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/fakeprovider"
+	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/natstest"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/schemas"
+)
+
+// prepLimit is the context limit of the preparation tests' sessions.
+const prepLimit = 6000
+
+func noMessageCount(c *app.Config) { c.Pipeline.MaxMessages = 0 }
+
+// runtime is a runtime's side of a preparation test: its client and the
+// session's next turn.
+type runtime struct {
+	t    *testing.T
+	c    *client.Client
+	sid  string
+	next int
+}
+
+func newRuntime(t *testing.T, url, sid string) *runtime {
+	t.Helper()
+	nc, _ := natstest.ConnectURL(t, url)
+	c, err := client.New(nc, client.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(context.Background(), client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: prepLimit,
+		Messages: []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent for an airline.")}}}); err != nil {
+		t.Fatal(err)
+	}
+	return &runtime{t: t, c: c, sid: sid}
+}
+
+// grow appends turns through the service until the context reaches share
+// of the limit.
+func (r *runtime) grow(share float64) {
+	r.t.Helper()
+	for {
+		v, err := r.c.Context(context.Background(), r.sid)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		if v.Tokens >= int(share*prepLimit) {
+			return
+		}
+		i := r.next
+		r.next++
+		msgs := []client.Message{
+			{ID: fmt.Sprintf("u%d", i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is my bag tagged BAG-%04d? It held my laptop and the charger for it.", i, i))},
+			{ID: fmt.Sprintf("a%d", i), Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Bag BAG-%04d is in Lisbon; it arrives on day %d by the evening flight, and a courier brings it to you.", i, i%28+1))},
+		}
+		if _, err := r.c.Append(context.Background(), r.sid, msgs); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// prepared waits until the session has a ready preparation and returns it.
+func prepared(t *testing.T, url, sid string) session.PreparedCompaction {
+	t.Helper()
+	nc, js := natstest.ConnectURL(t, url)
+	store, err := kvstore.NewSessions(context.Background(), nc, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, err := store.Prepared(context.Background(), sid)
+		if err == nil && p.State == session.PreparedReady {
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no ready preparation of %s: %+v %v", sid, p, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (r *runtime) compact(id string) *client.Completed {
+	r.t.Helper()
+	res, err := r.c.Compact(context.Background(), client.CompactRequest{RequestID: id, Data: client.RequestData{SessionID: r.sid}})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if !res.OK() {
+		r.t.Fatalf("failed: %+v", res.Failed)
+	}
+	if err := schemas.Validate(schemas.CompactionCompleted, res.Data); err != nil {
+		r.t.Fatalf("result does not validate: %v\n%s", err, res.Data)
+	}
+	return res.Completed
+}
+
+// The service prepares a session whose appends pass prepare_at; the
+// preparation survives a restart of the service, and the over-budget
+// request after it is answered from it with no model call.
+func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	a, fp := service(t, srv.ClientURL(), nil, noMessageCount)
+	rt := newRuntime(t, srv.ClientURL(), "prep-restart")
+	rt.grow(0.75)
+	p := prepared(t, srv.ClientURL(), rt.sid)
+	if p.LLMCalls == 0 || p.Compaction == nil || p.Trigger != pipeline.PrepareAppend {
+		t.Fatalf("preparation %+v", p)
+	}
+	if st := a.Pipeline.PrepareStats(); st.Ready != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The context is unchanged until a request commits it.
+	if v, _ := rt.c.Context(context.Background(), rt.sid); v.CompactionID != "" {
+		t.Fatalf("a preparation was committed: %s", v.CompactionID)
+	}
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := service(t, srv.ClientURL(), nil, noMessageCount)
+	calls, _, _, _ := fp.Stats()
+	rt.grow(1.01)
+	res := rt.compact("after-restart")
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared" || res.LLMCalls != 0 || res.PreparedAgeMS <= 0 {
+		t.Fatalf("result %+v", res)
+	}
+	if now, _, _, _ := fp.Stats(); now != calls {
+		t.Fatalf("the request called the model: %d calls, %d before", now, calls)
+	}
+	if st := b.Pipeline.PrepareStats(); st.Used != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	v, err := rt.c.Context(context.Background(), rt.sid)
+	if err != nil || v.CompactionID != res.CompactionMessageID || v.Tokens != res.TokensAfter {
+		t.Fatalf("context %s (%d tokens), result %+v: %v", v.CompactionID, v.Tokens, res, err)
+	}
+}
+
+// A runtime's ContextNearBudget prepares the session; messages appended
+// while the summary model works on the preparation are all in the
+// context the request commits.
+func TestNearBudgetHintAndAppendsDuringPreparation(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	slow := func(string) fakeprovider.Action { return fakeprovider.Action{Delay: 1500 * time.Millisecond} }
+	_, _ = service(t, srv.ClientURL(), slow, func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 })
+	rt := newRuntime(t, srv.ClientURL(), "prep-hint")
+	rt.grow(0.72)
+	if err := rt.c.NearBudget(context.Background(), client.CompactRequest{Data: client.RequestData{SessionID: rt.sid}}); err != nil {
+		t.Fatal(err)
+	}
+	// Appends while the model works: the preparation's claim is stored
+	// at its start.
+	nc, js := natstest.ConnectURL(t, srv.ClientURL())
+	store, _ := kvstore.NewSessions(context.Background(), nc, js)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if p, err := store.Prepared(context.Background(), rt.sid); err == nil && p.State == session.PreparedRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the hint started no preparation")
+		}
+	}
+	during := rt.next
+	rt.grow(0.8)
+	if rt.next == during {
+		t.Fatal("nothing appended during the preparation")
+	}
+	p := prepared(t, srv.ClientURL(), rt.sid)
+	if p.Trigger != pipeline.PrepareNearBudget {
+		t.Fatalf("preparation %+v", p)
+	}
+	rt.grow(1.01)
+	res := rt.compact("after-hint")
+	if res.Strategy != "prepared" || res.LLMCalls != 0 {
+		t.Fatalf("result %+v", res)
+	}
+	v, _ := rt.c.Context(context.Background(), rt.sid)
+	seen := map[string]bool{}
+	for _, m := range v.Messages {
+		seen[m.ID] = true
+	}
+	for i := during; i < rt.next; i++ {
+		if !seen[fmt.Sprintf("u%d", i)] || !seen[fmt.Sprintf("a%d", i)] {
+			t.Fatalf("turn %d, appended during or after the preparation, is not in the context", i)
+		}
+	}
+}
+
+// Two replicas asked to prepare the same session at once make one
+// preparation: the claim in KV keeps the second off.
+func TestTwoReplicasPrepareOnce(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	slow := func(string) fakeprovider.Action { return fakeprovider.Action{Delay: 500 * time.Millisecond} }
+	off := func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 }
+	a, fa := service(t, srv.ClientURL(), slow, off)
+	b, fb := service(t, srv.ClientURL(), slow, off)
+	rt := newRuntime(t, srv.ClientURL(), "prep-twice")
+	rt.grow(0.75)
+	var wg sync.WaitGroup
+	outs := make([]pipeline.Preparation, 2)
+	for i, svc := range []*pipeline.Service{a.Pipeline, b.Pipeline} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			outs[i], err = svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: rt.sid, Trigger: pipeline.PrepareNearBudget})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	done := 0
+	for _, o := range outs {
+		switch o.Outcome {
+		case pipeline.PrepareDone:
+			done++
+		case pipeline.PrepareInFlight, pipeline.PrepareUnchanged:
+		default:
+			t.Fatalf("outcome %+v", o)
+		}
+	}
+	ca, _, _, _ := fa.Stats()
+	cb, _, _, _ := fb.Stats()
+	if done != 1 || (ca > 0) == (cb > 0) {
+		t.Fatalf("%d preparations, model calls %d and %d: %+v", done, ca, cb, outs)
+	}
+	rt.grow(1.01)
+	if res := rt.compact("after-two"); res.Strategy != "prepared" {
+		t.Fatalf("result %+v", res)
+	}
+}

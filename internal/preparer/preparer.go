@@ -1,0 +1,273 @@
+// Package preparer schedules the preparation of compactions
+// (pipeline.Service.Prepare) in the background: it watches the appends
+// that go through the service and the ContextNearBudget hints of
+// runtimes, and prepares a session's next compaction once its context
+// passes prepare_at of its limit, so that the over-budget request finds it
+// ready and is answered without a model call.
+//
+// Preparations are work no runtime waits for yet, so they yield to the
+// work runtimes wait for: they run on a few workers of their own, never
+// hold a session against a request, and wait while the service is busy
+// with requests. A session is queued once however many appends come; an
+// append is checked against a running estimate of the session's context
+// (its last count plus what was appended since), so that only appends
+// near the threshold cost a read of the session.
+package preparer
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactor/compactor/internal/pipeline"
+)
+
+// Options tune a Preparer.
+type Options struct {
+	// Workers run preparations at once (default 4).
+	Workers int
+	// Queue bounds the sessions waiting to be prepared (default 10,000);
+	// a trigger for a session beyond it is dropped (counted).
+	Queue int
+	// Busy, when set, reports that requests use the service's capacity:
+	// a preparation does not start while it says so.
+	Busy func() bool
+	// Recheck is how long a session whose preparation stands is left
+	// alone by appends (default 10 s): its estimate cannot see the
+	// compactions of other replicas, so it is read again after that.
+	Recheck time.Duration
+	// Logger, when set, logs failed preparations.
+	Logger *slog.Logger
+	// Observe, when set, sees every preparation that ran.
+	Observe func(pipeline.Preparation, error)
+}
+
+// Stats are a Preparer's counters.
+type Stats struct {
+	// Triggers received (appends and hints), Queued sessions, Dropped
+	// triggers (queue full), Skipped appends (under the threshold by the
+	// estimate).
+	Triggers, Queued, Dropped, Skipped int64
+	// Waiting sessions now.
+	Waiting int64
+}
+
+// Preparer is the scheduler. It is safe for concurrent use.
+type Preparer struct {
+	svc *pipeline.Service
+	opt Options
+	log *slog.Logger
+
+	mu      sync.Mutex
+	queue   []job
+	pending map[string]bool
+	est     map[string]*estimate
+	wake    chan struct{}
+
+	triggers, queued, dropped, skipped atomic.Int64
+}
+
+type job struct {
+	sessionID, trigger, requestID string
+	model                         string
+	limit                         int
+}
+
+// estimate is what the preparer knows of a session's context: its
+// tokens at head (the last count plus the appends since), its limit, and
+// whether a preparation stands for it (checked at).
+type estimate struct {
+	head    int64
+	tokens  int
+	limit   int
+	read    time.Time // when the count was read
+	settled time.Time // a preparation stands (or none is due) since
+}
+
+// maxEstimates bounds the sessions the preparer remembers.
+const maxEstimates = 100_000
+
+// New returns a preparer over svc; Run starts its workers.
+func New(svc *pipeline.Service, opt Options) *Preparer {
+	if opt.Workers <= 0 {
+		opt.Workers = 4
+	}
+	if opt.Queue <= 0 {
+		opt.Queue = 10_000
+	}
+	if opt.Recheck <= 0 {
+		opt.Recheck = 10 * time.Second
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Preparer{svc: svc, opt: opt, log: log, pending: map[string]bool{}, est: map[string]*estimate{}, wake: make(chan struct{}, 1)}
+}
+
+// Stats returns the counters.
+func (p *Preparer) Stats() Stats {
+	p.mu.Lock()
+	waiting := int64(len(p.queue))
+	p.mu.Unlock()
+	return Stats{Triggers: p.triggers.Load(), Queued: p.queued.Load(), Dropped: p.dropped.Load(), Skipped: p.skipped.Load(), Waiting: waiting}
+}
+
+// Appended is told of an append that went through the service: the
+// session's head after it, the seq of its first message and the tokens it
+// added. It never blocks.
+func (p *Preparer) Appended(sessionID string, head, firstSeq int64, tokens int) {
+	p.triggers.Add(1)
+	if p.svc.Config().PrepareAt == 0 {
+		return
+	}
+	p.mu.Lock()
+	if e := p.est[sessionID]; e != nil && e.head > 0 && firstSeq == e.head+1 {
+		// No append unseen since the last count: the estimate holds.
+		e.head, e.tokens = head, e.tokens+tokens
+		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
+		// Over the limit the request is due (a compaction elsewhere may
+		// have shrunk the context: read it again after Recheck); a
+		// preparation that stands is left alone as long.
+		over := e.tokens > e.limit && time.Since(e.read) < p.opt.Recheck
+		settled := !e.settled.IsZero() && time.Since(e.settled) < p.opt.Recheck
+		if below || over || settled {
+			p.mu.Unlock()
+			p.skipped.Add(1)
+			return
+		}
+	}
+	p.mu.Unlock()
+	p.enqueue(job{sessionID: sessionID, trigger: pipeline.PrepareAppend})
+}
+
+// NearBudget is told of a runtime's ContextNearBudget: the session is
+// prepared whatever the estimate says. It never blocks.
+func (p *Preparer) NearBudget(req pipeline.Request) {
+	p.triggers.Add(1)
+	p.enqueue(job{sessionID: req.SessionID, trigger: pipeline.PrepareNearBudget, requestID: req.ID, model: req.Model, limit: req.ContextLimit})
+}
+
+// Compacted is told that a session was compacted here: its estimate is
+// gone (the context shrank).
+func (p *Preparer) Compacted(sessionID string) {
+	p.mu.Lock()
+	delete(p.est, sessionID)
+	p.mu.Unlock()
+}
+
+func (p *Preparer) enqueue(j job) {
+	p.mu.Lock()
+	switch {
+	case p.pending[j.sessionID]:
+		if j.trigger == pipeline.PrepareNearBudget {
+			// A runtime's word wins over an append's.
+			for i := range p.queue {
+				if p.queue[i].sessionID == j.sessionID {
+					p.queue[i] = j
+				}
+			}
+		}
+		p.mu.Unlock()
+		return
+	case len(p.queue) >= p.opt.Queue:
+		p.mu.Unlock()
+		p.dropped.Add(1)
+		return
+	}
+	p.pending[j.sessionID] = true
+	p.queue = append(p.queue, j)
+	p.mu.Unlock()
+	p.queued.Add(1)
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the oldest waiting job.
+func (p *Preparer) next() (job, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.queue) == 0 {
+		return job{}, false
+	}
+	j := p.queue[0]
+	p.queue = p.queue[1:]
+	delete(p.pending, j.sessionID)
+	return j, true
+}
+
+// Run runs the workers until ctx ends; preparations running then are
+// cancelled (a preparation is only ever a head start).
+func (p *Preparer) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	for range p.opt.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.work(ctx)
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+func (p *Preparer) work(ctx context.Context) {
+	for {
+		j, ok := p.next()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.wake:
+				continue
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		// Requests first: wait while they use the service's capacity.
+		for p.opt.Busy != nil && p.opt.Busy() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		out, err := p.svc.Prepare(ctx, pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
+			Model: j.model, ContextLimit: j.limit})
+		p.learn(j.sessionID, out, err)
+		if err != nil && ctx.Err() == nil {
+			p.log.Warn("preparation failed", slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
+		}
+		if p.opt.Observe != nil && ctx.Err() == nil {
+			p.opt.Observe(out, err)
+		}
+	}
+}
+
+// learn updates the session's estimate from what a preparation read.
+func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if out.HeadSeq == 0 || out.Limit == 0 {
+		delete(p.est, sid) // not read: the next append reads it
+		return
+	}
+	if len(p.est) >= maxEstimates {
+		for k := range p.est { // forget one at random
+			delete(p.est, k)
+			break
+		}
+	}
+	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, limit: out.Limit, read: time.Now()}
+	switch out.Outcome {
+	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight:
+		if err == nil {
+			e.settled = time.Now()
+		}
+	}
+	p.est[sid] = e
+}
