@@ -61,7 +61,7 @@ type Config struct {
 	// PrepareWorkers run preparations at once (default 4; see
 	// pipeline.Config.PrepareAt).
 	PrepareWorkers int
-	ShutdownGrace time.Duration
+	ShutdownGrace  time.Duration
 	// Source is the CloudEvents source of the events published.
 	Source string
 	// MetricsAddr serves /metrics, /healthz and /readyz ("": off).

@@ -97,8 +97,8 @@ type Consumer struct {
 	wg sync.WaitGroup
 
 	received, completed, failed, retried, dead, released, inflight, hints atomic.Int64
-	deadBy                                                         map[string]int64 // under mu
-	consuming                                                      atomic.Bool
+	deadBy                                                                map[string]int64 // under mu
+	consuming                                                             atomic.Bool
 }
 
 // Consuming reports whether the consumer is bound and its last pull

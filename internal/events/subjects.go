@@ -11,11 +11,11 @@ import (
 // Subject prefixes of the contract (SPEC §8); the session id is the last
 // token.
 const (
-	OverBudgetPrefix    = "agent.context.over_budget."
-	OverflowPrefix      = "agent.context.overflow."
+	OverBudgetPrefix = "agent.context.over_budget."
+	OverflowPrefix   = "agent.context.overflow."
 	// NearBudgetPrefix: a runtime says its context nears its budget; the
 	// service prepares the coming compaction (no result event).
-	NearBudgetPrefix = "agent.context.near_budget."
+	NearBudgetPrefix    = "agent.context.near_budget."
 	CompletedPrefix     = "compaction.completed."
 	FailedPrefix        = "compaction.failed."
 	CircuitOpenedPrefix = "compaction.circuit_opened."
