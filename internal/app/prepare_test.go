@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -120,10 +122,22 @@ func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
 	if st := a.Pipeline.PrepareStats(); st.Ready != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	// The context is unchanged until a request commits it.
+	// The context is unchanged until a request commits it; the history
+	// (session show) lists the preparation.
 	if v, _ := rt.c.Context(context.Background(), rt.sid); v.CompactionID != "" {
 		t.Fatalf("a preparation was committed: %s", v.CompactionID)
 	}
+	showsPrepared := func(state string, usable bool) {
+		t.Helper()
+		var h sessions.History
+		if code := call(t, a.NC, api.SubjectHistory, map[string]string{"session_id": rt.sid}, &h); code != "" {
+			t.Fatalf("history: %s", code)
+		}
+		if len(h.Prepared) != 1 || h.Prepared[0].State != state || h.Prepared[0].Usable != usable || len(h.Compactions) != 0 && usable {
+			t.Fatalf("history lists %+v, want one %s (usable %v)", h.Prepared, state, usable)
+		}
+	}
+	showsPrepared(session.PreparedReady, true)
 	if err := a.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +154,8 @@ func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
 	if st := b.Pipeline.PrepareStats(); st.Used != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+	a = b
+	showsPrepared(session.PreparedUsed, false)
 	v, err := rt.c.Context(context.Background(), rt.sid)
 	if err != nil || v.CompactionID != res.CompactionMessageID || v.Tokens != res.TokensAfter {
 		t.Fatalf("context %s (%d tokens), result %+v: %v", v.CompactionID, v.Tokens, res, err)

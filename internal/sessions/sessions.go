@@ -307,6 +307,17 @@ type History struct {
 	Record      session.Record    `json:"record"`
 	Messages    []session.Message `json:"messages"`
 	Compactions []session.Message `json:"compactions"`
+	// Prepared lists the session's prepared compaction (at most one):
+	// computed ahead, not committed.
+	Prepared []Prepared `json:"prepared"`
+}
+
+// Prepared is a prepared compaction as History shows it: Usable says
+// whether a request would commit it now (ready, and built on the
+// compaction in force).
+type Prepared struct {
+	session.PreparedCompaction
+	Usable bool `json:"usable"`
 }
 
 // History returns the session's full history: nothing is ever dropped.
@@ -316,11 +327,26 @@ func (s *Service) History(ctx context.Context, sid string) (History, error) {
 		if h.Record, err = s.store.Record(ctx, sid); err != nil {
 			return err
 		}
-		h.Messages, h.Compactions, err = s.store.History(ctx, sid)
-		return err
+		if h.Messages, h.Compactions, err = s.store.History(ctx, sid); err != nil {
+			return err
+		}
+		h.Prepared = nil
+		if ps, ok := s.store.(pipeline.PreparedStore); ok {
+			p, err := ps.Prepared(ctx, sid)
+			switch {
+			case err == nil && p.Epoch == h.Record.Epoch:
+				h.Prepared = append(h.Prepared, Prepared{PreparedCompaction: p, Usable: p.Usable(h.Record)})
+			case err != nil && !errors.Is(err, session.ErrNotFound):
+				return err
+			}
+		}
+		return nil
 	})
 	if h.Compactions == nil {
 		h.Compactions = []session.Message{}
+	}
+	if h.Prepared == nil {
+		h.Prepared = []Prepared{}
 	}
 	return h, err
 }
