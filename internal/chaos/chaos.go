@@ -103,6 +103,10 @@ type Report struct {
 	ModelCallsFailed   int64   `json:"model_calls_failed"`   // answered with an error on purpose
 	ModelCallsAnswered int64   `json:"model_calls_answered"` // answered with a summary
 	ModelCallsNeeded   int     `json:"model_calls_needed"`   // llm_calls of the completed results
+	// PreparationCalls are the answered calls made by preparations (no
+	// request waited for them); Prepared the results answered from one.
+	PreparationCalls int64 `json:"model_calls_preparations"`
+	Prepared         int   `json:"answered_from_preparations"`
 	CallsPerRequest    float64 `json:"model_calls_per_request"`
 
 	LatencyP50 time.Duration `json:"latency_p50"`
@@ -591,6 +595,9 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		if res.typ == events.TypeCompactionCompleted {
 			rep.ModelCallsNeeded += res.llmCalls
 		}
+		if res.strategy == "prepared" || res.strategy == "prepared_topup" {
+			rep.Prepared++
+		}
 		if d, ok := answered[id]; ok {
 			lat = append(lat, d)
 		}
@@ -601,8 +608,11 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		}
 	}
 	rep.ModelCalls, rep.ModelCallsFailed, _, rep.ModelCallsAnswered = r.fp.Stats()
+	rep.PreparationCalls = r.fp.PreparationCalls()
 	if rep.ModelCallsNeeded > 0 {
-		rep.CallsPerRequest = float64(rep.ModelCallsAnswered) / float64(rep.ModelCallsNeeded)
+		// Duplicated work is what requests call beyond what their
+		// results account for; preparations are counted apart.
+		rep.CallsPerRequest = float64(rep.ModelCallsAnswered-rep.PreparationCalls) / float64(rep.ModelCallsNeeded)
 	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
@@ -617,8 +627,8 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 type sessionMessage struct{ ID, Text string }
 
 type storedResult struct {
-	typ, outcome string
-	llmCalls     int
+	typ, outcome, strategy string
+	llmCalls               int
 }
 
 // storedResults reads every result event in COMPACTION_EVENTS by event id.
@@ -646,6 +656,7 @@ func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error
 				Outcome  string `json:"outcome"`
 				Reason   string `json:"reason"`
 				LLMCalls int    `json:"llm_calls"`
+				Strategy string `json:"strategy"`
 			}
 			_ = json.Unmarshal(m.Data(), &d)
 			typ := m.Headers().Get("ce-type")
@@ -653,7 +664,7 @@ func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error
 			if typ == events.TypeCompactionFailed {
 				outcome = "failed: " + d.Reason
 			}
-			out[m.Headers().Get("ce-id")] = storedResult{typ: typ, outcome: outcome, llmCalls: d.LLMCalls}
+			out[m.Headers().Get("ce-id")] = storedResult{typ: typ, outcome: outcome, strategy: d.Strategy, llmCalls: d.LLMCalls}
 		}
 		if n == 0 || pending == 0 {
 			return out, nil
@@ -693,9 +704,11 @@ func (r Report) Markdown(command string) string {
 	slices.Sort(outs)
 	row("outcomes", strings.Join(outs, ", "))
 	row("model calls (all / failed on purpose / answered)", fmt.Sprintf("%d / %d / %d", r.ModelCalls, r.ModelCallsFailed, r.ModelCallsAnswered))
+	row("model calls made by preparations (answered)", r.PreparationCalls)
+	row("results answered from a preparation", r.Prepared)
 	row("model calls the results account for", r.ModelCallsNeeded)
-	row("model calls per request (answered ÷ accounted for)", fmt.Sprintf("%.3f", r.CallsPerRequest))
+	row("model calls per request (answered by requests ÷ accounted for)", fmt.Sprintf("%.3f", r.CallsPerRequest))
 	row("request to result, p50 / p99 / max", fmt.Sprintf("%v / %v / %v", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond), r.LatencyMax.Round(time.Millisecond)))
-	b.WriteString("\nHow each figure is found: every message a runtime was told is stored (applied or already stored) is looked up by id in its session's history afterwards; a message stored twice would show as the same id or the same text twice. Results are read from `COMPACTION_EVENTS` by the result id derived from each request id, and a core subscriber on `compaction.>` counts every publish (JetStream's dedup keeps the stream to one, but a subscriber would see a second publish). Answered model calls are compared with the `llm_calls` of the completed results: a request worked on twice (a redelivery of work still in progress) would call the model twice for one result. The p99 includes the requests a killed replica held: they are redelivered after the consumer's ack wait (10 s here).\n")
+	b.WriteString("\nHow each figure is found: every message a runtime was told is stored (applied or already stored) is looked up by id in its session's history afterwards; a message stored twice would show as the same id or the same text twice. Results are read from `COMPACTION_EVENTS` by the result id derived from each request id, and a core subscriber on `compaction.>` counts every publish (JetStream's dedup keeps the stream to one, but a subscriber would see a second publish). Answered model calls, less those made by preparations (they say so in the `X-Compactor-Purpose` header), are compared with the `llm_calls` of the completed results: a request worked on twice (a redelivery of work still in progress) would call the model twice for one result. A result answered from a preparation made no call itself. The p99 includes the requests a killed replica held: they are redelivered after the consumer's ack wait (10 s here).\n")
 	return b.String()
 }

@@ -70,6 +70,9 @@ type Server struct {
 	once    sync.Once
 
 	calls, failed, hung, answered atomic.Int64
+	// prepared counts the answered calls that said they were for a
+	// preparation (X-Compactor-Purpose).
+	prepared atomic.Int64
 }
 
 // Start serves on a free loopback port.
@@ -109,6 +112,10 @@ func (s *Server) Close() {
 func (s *Server) Stats() (calls, failed, hung, answered int64) {
 	return s.calls.Load(), s.failed.Load(), s.hung.Load(), s.answered.Load()
 }
+
+// PreparationCalls are the answered calls made for preparations (the
+// service's calls that no request waited for).
+func (s *Server) PreparationCalls() int64 { return s.prepared.Load() }
 
 // errorBodies are OpenAI's error bodies for the statuses it answers.
 var errorBodies = map[int]string{
@@ -167,6 +174,9 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.answered.Add(1)
+	if r.Header.Get("X-Compactor-Purpose") == "preparation" {
+		s.prepared.Add(1)
+	}
 	text := summaryOf(prompt.String())
 	out, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("chatcmpl-%d", s.calls.Load()), "object": "chat.completion",
 		"created": time.Now().Unix(), "model": req.Model,

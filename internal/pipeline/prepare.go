@@ -24,6 +24,26 @@ const (
 	PrepareAppend = "append"
 )
 
+// PurposePreparation names the summary calls of preparations (see
+// WithPurpose): a provider client tells them apart from the calls a
+// request waits for (the router sends it as the X-Compactor-Purpose
+// header), so that their cost can be told apart too.
+const PurposePreparation = "preparation"
+
+type purposeKey struct{}
+
+// WithPurpose tags ctx with what its summary calls are for.
+func WithPurpose(ctx context.Context, purpose string) context.Context {
+	return context.WithValue(ctx, purposeKey{}, purpose)
+}
+
+// Purpose returns what ctx's summary calls are for ("" for a request's
+// compaction).
+func Purpose(ctx context.Context) string {
+	p, _ := ctx.Value(purposeKey{}).(string)
+	return p
+}
+
 // PrepareRequest asks for a session's next compaction to be prepared.
 type PrepareRequest struct {
 	SessionID string
@@ -294,7 +314,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.WastedTokens = w
 	}
 	req2 := Request{SessionID: req.SessionID, ID: req.RequestID, Model: req.Model, ContextLimit: req.ContextLimit}
-	err = s.summarise(ctx, p, req2, r, &res)
+	err = s.summarise(WithPurpose(ctx, PurposePreparation), p, req2, r, &res)
 	claim.LLMCalls, claim.InputTokens, claim.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
 	out.LLMCalls, out.InputTokens, out.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
 	if err == nil {

@@ -264,10 +264,11 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
 	}
 	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, limit: out.Limit, read: time.Now()}
 	switch out.Outcome {
-	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight:
-		if err == nil {
-			e.settled = time.Now()
-		}
+	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight,
+		pipeline.PrepareFailed:
+		// A preparation stands, none can be made, or one failed (the
+		// model may be down: not again at every append).
+		e.settled = time.Now()
 	}
 	p.est[sid] = e
 }

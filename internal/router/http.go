@@ -19,6 +19,11 @@ import (
 // maxBody bounds a provider's answer; a summary is a few KB.
 const maxBody = 8 << 20
 
+// PurposeHeader names what a summary call is for when it is not a
+// request's compaction (pipeline.PurposePreparation), so that a proxy or
+// a provider's logs can tell the two kinds of traffic apart.
+const PurposeHeader = "X-Compactor-Purpose"
+
 // post sends a JSON body and returns the status, headers and the whole
 // answer. A transport failure or an unreadable body is a retryable
 // *APIError (ErrServer).
@@ -33,6 +38,9 @@ func post(ctx context.Context, client *http.Client, provider, url string, header
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
+	if p := pipeline.Purpose(ctx); p != "" {
+		req.Header.Set(PurposeHeader, p) // a preparation's call: nobody waits for it yet
+	}
 	for k, v := range headers {
 		if v != "" {
 			req.Header.Set(k, v)
