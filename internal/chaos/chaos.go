@@ -99,15 +99,15 @@ type Report struct {
 	Outcomes         map[string]int `json:"outcomes"`
 	Compactions      int            `json:"compactions"`
 
-	ModelCalls         int64   `json:"model_calls"`          // every call the model got
-	ModelCallsFailed   int64   `json:"model_calls_failed"`   // answered with an error on purpose
-	ModelCallsAnswered int64   `json:"model_calls_answered"` // answered with a summary
-	ModelCallsNeeded   int     `json:"model_calls_needed"`   // llm_calls of the completed results
+	ModelCalls         int64 `json:"model_calls"`          // every call the model got
+	ModelCallsFailed   int64 `json:"model_calls_failed"`   // answered with an error on purpose
+	ModelCallsAnswered int64 `json:"model_calls_answered"` // answered with a summary
+	ModelCallsNeeded   int   `json:"model_calls_needed"`   // llm_calls of the completed results
 	// PreparationCalls are the answered calls made by preparations (no
 	// request waited for them); Prepared the results answered from one.
-	PreparationCalls int64 `json:"model_calls_preparations"`
-	Prepared         int   `json:"answered_from_preparations"`
-	CallsPerRequest    float64 `json:"model_calls_per_request"`
+	PreparationCalls int64   `json:"model_calls_preparations"`
+	Prepared         int     `json:"answered_from_preparations"`
+	CallsPerRequest  float64 `json:"model_calls_per_request"`
 
 	LatencyP50 time.Duration `json:"latency_p50"`
 	LatencyP99 time.Duration `json:"latency_p99"`
