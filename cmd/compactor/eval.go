@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/eval"
@@ -45,6 +46,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	maxMessages := fs.Int("max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit)")
 	compare := fs.Bool("compare-ladder", false, "compare the reduction ladder (clear tool results, then summarise) with summary only, in one run: the agent trajectories and LoCoMo, a line per set and limit")
 	progress := fs.Bool("progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
+	comparePrepared := fs.Bool("compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
+	modelDelay := fs.Duration("model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
+	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
 	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
 	if err != nil {
@@ -78,6 +82,30 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	sum := extractive.New(counter)
 	enc := json.NewEncoder(stdout)
+	if *comparePrepared {
+		if len(lims) != 1 {
+			return fmt.Errorf("%w: --compare-prepared takes one limit (--limits 4000)", errUsage)
+		}
+		if *modelDelay <= 0 || *pace <= 0 {
+			return fmt.Errorf("%w: --model-delay and --pace must be positive", errUsage)
+		}
+		var pw io.Writer
+		if *progress {
+			pw = stderr
+		}
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxSummaryTokens = *maxSummary
+		cmp, err := bench.ComparePrepared(ctx, convs, cfg, bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw})
+		if err != nil {
+			return err
+		}
+		for _, r := range []any{cmp.Blocking, cmp.Prepared, cmp} {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if *compare {
 		var pw io.Writer
 		if *progress {

@@ -8,3 +8,6 @@ func (s *Sessions) FailWrites(f func(key string) error) { s.failWrite = f }
 
 // SetClock replaces the store's clock.
 func (s *Sessions) SetClock(now func() time.Time) { s.now = now }
+
+// APIError maps a write's API error as the store does.
+var APIError = apiError

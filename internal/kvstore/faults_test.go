@@ -17,6 +17,7 @@ import (
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -328,4 +329,59 @@ func TestReadYourWritesOnCluster(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// JetStream keeps at most 50 atomic batches open per stream and refuses
+// more with a 429: that is the backend being busy, worth repeating (it
+// was answered as a plain error, a 500 to the runtime). Many runtimes
+// appending at once through three replicas all get their appends in.
+func TestAppendsBeyondTheBatchLimit(t *testing.T) {
+	err := kvstore.APIError(context.Background(), "append", 429, 10210, "atomic publish too many inflight")
+	if !errors.Is(err, session.ErrUnavailable) {
+		t.Fatalf("a 429 is %v, not unavailable", err)
+	}
+	_, nc, js := natstest.Start(t)
+	ctx := context.Background()
+	if err := kvstore.Provision(ctx, js, 1); err != nil {
+		t.Fatal(err)
+	}
+	var svcs []*sessions.Service
+	for range 3 {
+		nc2, js2 := natstest.ConnectURL(t, nc.ConnectedUrl())
+		s, err := kvstore.NewSessions(ctx, nc2, js2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svcs = append(svcs, sessions.New(s, nil, nil))
+	}
+	const n = 150
+	for i := range n {
+		if _, err := svcs[0].Create(ctx, session.Record{SessionID: fmt.Sprintf("busy-%d", i)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range n {
+		for k := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := session.Message{ID: fmt.Sprintf("m%d", k), Role: session.RoleUser, Content: session.TextContent(strings.Repeat("word ", 50))}
+				if _, err := svcs[(i+k)%3].Append(ctx, fmt.Sprintf("busy-%d", i), []session.Message{m}, session.AppendOptions{}); err != nil {
+					failed.Add(1)
+					t.Log(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		t.Fatalf("%d appends failed", f)
+	}
+	for i := range n {
+		if rec, err := svcs[1].Store().Record(ctx, fmt.Sprintf("busy-%d", i)); err != nil || rec.HeadSeq != 3 {
+			t.Fatalf("session %d: head %d, %v", i, rec.HeadSeq, err)
+		}
+	}
 }

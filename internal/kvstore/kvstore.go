@@ -54,6 +54,10 @@ var (
 // maxBatch is JetStream's limit of messages in one atomic batch.
 const maxBatch = 1000
 
+// maxBatchesInFlight bounds one process's atomic batches in flight, under
+// JetStream's 50 per stream.
+const maxBatchesInFlight = 32
+
 // casRetries bounds re-reads after a lost compare-and-set.
 const casRetries = 50
 
@@ -144,6 +148,8 @@ type Sessions struct {
 	// chunk is the largest value written whole; a message over it is
 	// stored in chunks of this size.
 	chunk int
+	// batches bounds this process's atomic batches in flight.
+	batches chan struct{}
 	// failWrite, in tests, fails a write (an atomic batch or a single
 	// value, by key of its last value) before it is sent.
 	failWrite func(key string) error
@@ -164,7 +170,7 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	if chunk < 4<<10 {
 		return nil, fmt.Errorf("bind bucket %s: max_payload %d is too small", SessionsBucket, nc.MaxPayload())
 	}
-	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now, chunk: chunk}, nil
+	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now, chunk: chunk, batches: make(chan struct{}, maxBatchesInFlight)}, nil
 }
 
 // withTimeout bounds one backend request to opTimeout (or ctx's earlier
@@ -190,7 +196,8 @@ func unavailable(ctx context.Context, what string, err error) error {
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrConnectionDraining),
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrSlowConsumer):
 		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
-	case errors.As(err, &apiErr) && apiErr.Code == 503:
+	case errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.Code == 429):
+		// No leader, or too many atomic batches in flight on the stream.
 		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)

@@ -68,6 +68,15 @@ func (s *Sessions) batch(ctx context.Context, epoch string, items []item) (uint6
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
+	// JetStream keeps at most 50 atomic batches open per stream (more
+	// are refused with 429): this process keeps under that; other
+	// replicas' batches may still crowd it, and a refusal is retried.
+	select {
+	case s.batches <- struct{}{}:
+		defer func() { <-s.batches }()
+	case <-ctx.Done():
+		return 0, unavailable(ctx, "atomic write", ctx.Err())
+	}
 	id := uuid.NewString()
 	for i, it := range items {
 		m := nats.NewMsg(subject(SessionsBucket, it.key))

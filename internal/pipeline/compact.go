@@ -335,7 +335,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if r.step == StepSummarise {
+	if r.step == StepSummarise && !r.written {
 		if err := s.summarise(ctx, r.planOf(p), req, r, res); err != nil {
 			return err
 		}
@@ -349,6 +349,9 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		// force.
 		r.selected = append(r.covered, r.selected...)
 		res.Strategy, res.PreparedAgeMS = "prepared_topup", r.preparedAge
+		if r.written {
+			res.Strategy, res.SummaryModel = "prepared", r.prepared.Compaction.Compaction.Model
+		}
 	}
 	a := s.assemble(p, req, key, r, res)
 	if err := Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
@@ -361,8 +364,12 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := s.commitResult(ctx, req, a, r, res); err != nil {
 		return err
 	}
-	if r.prepared != nil && res.Strategy == "prepared_topup" {
-		s.prep.topUps.Add(1)
+	if r.prepared != nil && (res.Strategy == "prepared_topup" || res.Strategy == "prepared") {
+		if r.written {
+			s.prep.used.Add(1)
+		} else {
+			s.prep.topUps.Add(1)
+		}
 		if ps, ok := s.store.(PreparedStore); ok {
 			s.markUsed(ctx, ps, *r.prepared)
 		}
@@ -465,6 +472,9 @@ type reduction struct {
 	covered     []session.Message
 	prepared    *session.PreparedCompaction
 	preparedAge int64
+	// written: the summary is the preparation's, with tool results
+	// cleared after it (no model call).
+	written bool
 }
 
 // planOf is the plan the summary step reads: p, or for a top-up p with
@@ -679,7 +689,7 @@ func (s *Service) assemble(p *plan, req Request, key string, r *reduction, res *
 	meta.TokensBefore, meta.TokensAfter, meta.SummaryTokens = p.beforeTokens, a.tokens, r.summaryTokens
 	meta.Chunks, meta.LLMCalls = res.Chunks, res.LLMCalls
 	meta.PrefixKeptTokens = PrefixKept(p.before, after)
-	if r.step == StepClear {
+	if r.step == StepClear || r.written {
 		meta.ClearedNow, meta.ClearedTokens = len(r.clear.Cleared), r.clear.Saved
 	}
 	a.commit.Compaction = msg

@@ -137,8 +137,18 @@ func (s *Service) PrepareStats() PrepareStats {
 		TopUps: c.topUps.Load(), Stale: c.stale.Load(), WastedTokens: c.wasted.Load()}
 }
 
-// flight is a preparation running in this process.
-type flight struct{ done chan struct{} }
+// flight is a preparation running in this process. Once planned, it
+// says what it will leave (under Service.mu): the compaction in force it
+// builds on, where its raw tail starts and its summary's budget, so that
+// a request can tell whether waiting for it pays.
+type flight struct {
+	done      chan struct{}
+	cancel    context.CancelFunc
+	planned   bool
+	base      string
+	tailStart int64
+	budget    int
+}
 
 // startFlight registers a preparation of the session; false when one runs.
 func (s *Service) startFlight(id string) (*flight, bool) {
@@ -147,9 +157,15 @@ func (s *Service) startFlight(id string) (*flight, bool) {
 	if _, ok := s.flights[id]; ok {
 		return nil, false
 	}
-	f := &flight{done: make(chan struct{})}
+	f := &flight{done: make(chan struct{}), cancel: func() {}}
 	s.flights[id] = f
 	return f, true
+}
+
+// fitLimit is what a context built from a preparation may hold to be
+// committed as it is: under the target, or under prepare_at of the limit.
+func (s *Service) fitLimit(limit int) int {
+	return int(max(s.cfg.HeadroomRatio, s.cfg.PrepareAt) * float64(limit))
 }
 
 func (s *Service) endFlight(id string, f *flight) {
@@ -167,14 +183,32 @@ func (s *Service) compacting(id string) bool {
 	return ok
 }
 
-// waitFlight waits for a preparation of the session running in this
-// process to end: it started before the request came, so it answers
-// sooner than a fresh summary would.
-func (s *Service) waitFlight(ctx context.Context, id string) {
+// waitFlight decides about a preparation of the session running in this
+// process when a request comes. It started before the request, so when
+// what it will leave fits (its summary's budget plus every raw message
+// from its tail start to now) it answers sooner than a fresh summary:
+// the request waits for it. Otherwise the request would wait for it and
+// then summarise the rest anyway: the preparation is cancelled (its
+// tokens not spent for nothing) and the request takes its own path.
+func (s *Service) waitFlight(ctx context.Context, p *plan) {
 	s.mu.Lock()
-	f := s.flights[id]
+	f := s.flights[p.sess.Record.SessionID]
+	var fits bool
+	if f != nil && f.planned && f.base == p.sess.Record.CompactionID {
+		est := p.pinnedTokens + f.budget + summaryFraming
+		for i := range p.candidates {
+			if p.candidates[i].Seq >= f.tailStart {
+				est += p.candidates[i].Tokens
+			}
+		}
+		fits = est <= s.fitLimit(p.limit)
+	}
 	s.mu.Unlock()
 	if f == nil {
+		return
+	}
+	if !fits {
+		f.cancel()
 		return
 	}
 	select {
@@ -236,6 +270,8 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		return nil
 	}
 	defer s.endFlight(req.SessionID, f)
+	ctx, f.cancel = context.WithCancel(ctx)
+	defer f.cancel()
 	if s.compacting(req.SessionID) {
 		// A request runs: what it commits makes a preparation planned
 		// now stale. The next trigger prepares on what it leaves.
@@ -298,6 +334,12 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.Outcome = PrepareUnchanged
 		return nil
 	}
+	s.mu.Lock()
+	f.planned, f.base, f.tailStart, f.budget = true, rec.CompactionID, rec.HeadSeq+1, r.budget
+	if len(r.tail) > 0 {
+		f.tailStart = r.tail[0].Seq
+	}
+	s.mu.Unlock()
 	claim := session.PreparedCompaction{SessionID: req.SessionID, State: session.PreparedRunning, Base: rec.CompactionID, HeadSeq: rec.HeadSeq,
 		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Owner: s.owner, StartedAt: s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
 	if claim, err = ps.PutPrepared(ctx, claim); errors.Is(err, session.ErrConflict) {
@@ -323,7 +365,9 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		err = Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
 			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.cfg.MaxSummaryTokens)})
 		if err == nil {
-			err = s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context))
+			// Progress as the request will see it: both sides grown by
+			// what the preparation planned for.
+			err = s.checkProgress(d, p.beforeTokens+p.growth, a.tokens+p.growth, len(a.context))
 		}
 		if err == nil {
 			msg := a.msg
@@ -374,7 +418,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 	if !ok {
 		return nil, false, nil
 	}
-	s.waitFlight(ctx, req.SessionID)
+	s.waitFlight(ctx, p)
 	stored, err := ps.Prepared(ctx, req.SessionID)
 	if err != nil {
 		return nil, false, nil // none, or unreadable: the blocking path
@@ -392,7 +436,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 	// It fits when it leaves the context under the target, or under
 	// prepare_at (no compaction would be prepared for it yet): with
 	// the limit's last share free either way.
-	target := int(max(s.cfg.HeadroomRatio, s.cfg.PrepareAt) * float64(p.limit))
+	target := s.fitLimit(p.limit)
 	fitsCount := s.cfg.MaxMessages <= 0 || len(p2.before) <= s.cfg.MaxMessages
 	if p2.beforeTokens > target || !fitsCount {
 		return s.topUp(p, p2, d, stored, age)
@@ -443,7 +487,7 @@ func (s *Service) topUp(p, p2 *plan, d Decision, stored session.PreparedCompacti
 	}
 	var scratch Result
 	r, err := s.plan(p2, d, s.selectTail(p2), &scratch)
-	if err != nil || r == nil || r.step != StepSummarise {
+	if err != nil || r == nil {
 		return nil, false, nil
 	}
 	meta := stored.Compaction.Compaction
@@ -456,6 +500,15 @@ func (s *Service) topUp(p, p2 *plan, d Decision, stored session.PreparedCompacti
 		return nil, false, nil // the session is not as the preparation saw it
 	}
 	r.on, r.prepared, r.preparedAge = p2, &stored, age
+	if r.step == StepClear {
+		// Clearing tool results after the prepared summary is enough: no
+		// model call. The compaction is the prepared summary over what
+		// it covers, and the tail with the results cleared.
+		r.step, r.written = StepSummarise, true
+		r.selected, r.covered = r.covered, nil
+		r.summary, r.summaryTokens, r.incremental = meta.SummaryText, meta.SummaryTokens, meta.Incremental
+		r.budget = max(r.budget, meta.SummaryTokens)
+	}
 	return r, false, nil
 }
 

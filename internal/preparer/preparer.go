@@ -16,6 +16,7 @@ package preparer
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -239,7 +240,7 @@ func (p *Preparer) work(ctx context.Context) {
 		out, err := p.svc.Prepare(ctx, pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
 			Model: j.model, ContextLimit: j.limit})
 		p.learn(j.sessionID, out, err)
-		if err != nil && ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) { // (a request cancelled it: it took its own path)
 			p.log.Warn("preparation failed", slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
 		}
 		if p.opt.Observe != nil && ctx.Err() == nil {

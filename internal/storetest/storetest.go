@@ -318,6 +318,61 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 			t.Fatalf("recreated session: %d messages, %d compactions", len(all), len(comps))
 		}
 	})
+	t.Run("prepared compactions", func(t *testing.T) {
+		s := newStore(t)
+		ps, ok := s.(pipeline.PreparedStore)
+		if !ok {
+			t.Skip("the store keeps no prepared compactions")
+		}
+		if _, err := ps.PutPrepared(ctx, session.PreparedCompaction{SessionID: "p", State: session.PreparedRunning}); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("PutPrepared on no session: %v", err)
+		}
+		rec, err := s.Create(ctx, session.Record{SessionID: "p"}, conversation(3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ps.Prepared(ctx, "p"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("Prepared before any: %v", err)
+		}
+		claim, err := ps.PutPrepared(ctx, session.PreparedCompaction{SessionID: "p", State: session.PreparedRunning, HeadSeq: rec.HeadSeq, Owner: "a"})
+		if err != nil || claim.Revision == 0 || claim.Epoch != rec.Epoch {
+			t.Fatalf("claim: %+v %v", claim, err)
+		}
+		// A second claim from none loses: one preparation per session.
+		if _, err := ps.PutPrepared(ctx, session.PreparedCompaction{SessionID: "p", State: session.PreparedRunning, Owner: "b"}); !errors.Is(err, session.ErrConflict) {
+			t.Fatalf("second claim: %v", err)
+		}
+		msg := session.Message{ID: "prep-1", Role: session.RoleUser, IsCompaction: true, Content: text("summary"),
+			Compaction: &session.CompactionMeta{SummaryText: "summary", FromSeq: 2, ToSeq: 3, TailStartSeq: 4}}
+		ready := claim
+		ready.State, ready.Compaction = session.PreparedReady, &msg
+		if ready, err = ps.PutPrepared(ctx, ready); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ps.PutPrepared(ctx, claim); !errors.Is(err, session.ErrConflict) {
+			t.Fatalf("write at a stale revision: %v", err)
+		}
+		got, err := ps.Prepared(ctx, "p")
+		if err != nil || got.Revision != ready.Revision || got.State != session.PreparedReady || got.Compaction == nil ||
+			got.Compaction.Compaction.SummaryText != "summary" || !got.Usable(rec) {
+			t.Fatalf("Prepared: %+v %v", got, err)
+		}
+		// A copy: changing it changes nothing stored.
+		got.Compaction.Compaction.SummaryText = "changed"
+		if again, _ := ps.Prepared(ctx, "p"); again.Compaction.Compaction.SummaryText != "summary" {
+			t.Fatal("the store shares its prepared compaction with callers")
+		}
+		// Deleted with the session; a new incarnation has none.
+		if err := s.Delete(ctx, "p"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Create(ctx, session.Record{SessionID: "p"}, conversation(3)); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := ps.Prepared(ctx, "p"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("a prepared compaction outlived its session: %+v %v", p, err)
+		}
+	})
 }
 
 // RunBreakers runs the breaker-store suite.

@@ -1,0 +1,369 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/router"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// PreparedOptions set up a comparison of blocking and prepared
+// compactions (ComparePrepared).
+type PreparedOptions struct {
+	// Limit is every session's context limit (default 4000).
+	Limit int
+	// ModelDelay is how long every summary call takes (default 2 s).
+	ModelDelay time.Duration
+	// Pace scales the realistic pacing of the messages (default 0.25:
+	// four times faster, which leaves preparations less time than real
+	// agents would: a conservative figure). See PaceOf.
+	Pace float64
+	// Progress, when set, gets a line per mode.
+	Progress io.Writer
+}
+
+func (o *PreparedOptions) defaults() {
+	if o.Limit <= 0 {
+		o.Limit = 4000
+	}
+	if o.ModelDelay <= 0 {
+		o.ModelDelay = 2 * time.Second
+	}
+	if o.Pace <= 0 {
+		o.Pace = 0.25
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+// PaceOf is how long after the previous message a message arrives in a
+// real agent loop: an assistant message as a model writes it (0.5 s to
+// the first token, then 100 tokens a second), a tool result as a tool
+// runs (0.3 s, plus reading its output at 5,000 tokens a second), a user
+// message 0.5 s plus 100 tokens a second (a person, or an orchestrator
+// agent, writing it).
+func PaceOf(m *session.Message) time.Duration {
+	secs := 0.5 + float64(m.Tokens)/100
+	if m.Role == session.RoleTool {
+		secs = 0.3 + float64(m.Tokens)/5000
+	}
+	return time.Duration(math.Min(secs, 20) * float64(time.Second))
+}
+
+// Quantiles are latencies in milliseconds.
+type Quantiles struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P95 float64 `json:"p95_ms"`
+	P99 float64 `json:"p99_ms"`
+	Max float64 `json:"max_ms"`
+}
+
+func quantiles(d []time.Duration) Quantiles {
+	if len(d) == 0 {
+		return Quantiles{}
+	}
+	slices.Sort(d)
+	at := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(d)))) - 1
+		return float64(d[max(min(i, len(d)-1), 0)]) / float64(time.Millisecond)
+	}
+	return Quantiles{N: len(d), P50: at(0.50), P95: at(0.95), P99: at(0.99), Max: at(1)}
+}
+
+// PreparedRow is one mode's replay: every conversation at once, each
+// paced, through the service, with a stand-in model.
+type PreparedRow struct {
+	Mode     string `json:"mode"` // blocking (prepare_at 0) or prepared
+	Limit    int    `json:"context_limit"`
+	Sessions int    `json:"sessions"`
+	Requests int    `json:"requests"`
+	// Compacted requests; of them, answered from a preparation at once
+	// (strategy prepared), with a top-up, and with no model call at all.
+	Compacted       int `json:"compacted"`
+	FromPreparation int `json:"from_preparation"`
+	TopUps          int `json:"topped_up"`
+	NoModelCall     int `json:"no_model_call"`
+	Failures        int `json:"failures"`
+	// Possible are the requests whose session had passed prepare_at of
+	// its limit at least one model call's time before the request.
+	Possible int `json:"preparation_possible"`
+	// Latency is request to result as the runtime waits for it: all
+	// requests, and those where a preparation was possible.
+	Latency         Quantiles `json:"latency"`
+	LatencyPossible Quantiles `json:"latency_possible"`
+	// The stand-in's counts: every call, and the preparations' part.
+	ModelCalls       int64 `json:"model_calls"`
+	InputTokens      int64 `json:"summary_input_tokens"`
+	OutputTokens     int64 `json:"summary_output_tokens"`
+	PrepCalls        int64 `json:"preparation_calls"`
+	PrepInputTokens  int64 `json:"preparation_input_tokens"`
+	WastedTokens     int64 `json:"wasted_tokens"`
+	StalePreparation int64 `json:"stale_preparations"`
+	// Retention is LoCoMo's answers kept (see eval.Retention).
+	Retention      eval.Retention `json:"locomo_retention"`
+	RetentionShare float64        `json:"locomo_retention_share"`
+	Seconds        float64        `json:"seconds"`
+}
+
+// PreparedComparison is blocking against prepared on the same replays.
+type PreparedComparison struct {
+	Blocking PreparedRow `json:"blocking"`
+	Prepared PreparedRow `json:"prepared"`
+	// InputRatio is the stand-in's input tokens, prepared over blocking.
+	InputRatio float64 `json:"input_ratio"`
+	// Speedup is the blocking p95 over the prepared p95, where a
+	// preparation was possible.
+	Speedup float64 `json:"p95_speedup"`
+	Pace    float64 `json:"pace"`
+	// ModelDelayMS is every summary call's time.
+	ModelDelayMS int64 `json:"model_delay_ms"`
+}
+
+// ComparePrepared replays every conversation through the service twice,
+// in one run: with preparations off (blocking: the request waits for the
+// summary model) and on (prepare_at 0.7). In each, every conversation
+// runs at once as a runtime would: its messages arrive paced (PaceOf,
+// scaled), are appended through compactor.session.append, and whenever
+// the context is over the limit the runtime publishes ContextOverBudget
+// and waits for the result before its next message. The model is an
+// OpenAI-compatible stand-in whose every call takes opt.ModelDelay.
+func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg pipeline.Config, opt PreparedOptions) (*PreparedComparison, error) {
+	opt.defaults()
+	cfg.MaxMessages = 0 // the token limit decides, as the runtime's check does
+	out := &PreparedComparison{Pace: opt.Pace, ModelDelayMS: opt.ModelDelay.Milliseconds()}
+	for _, mode := range []string{"blocking", "prepared"} {
+		c := cfg
+		if mode == "blocking" {
+			c.PrepareAt = 0
+		} else if c.PrepareAt == 0 {
+			c.PrepareAt = pipeline.DefaultConfig().PrepareAt
+		}
+		row, err := replayPaced(ctx, convs, c, opt, mode)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", mode, err)
+		}
+		fmt.Fprintf(opt.Progress, "prepared comparison, %s: %d requests, p50/p95/p99 %.0f/%.0f/%.0f ms (where a preparation was possible: %d, p95 %.0f ms), %d from a preparation, model input %d tokens, %.0f s\n",
+			mode, row.Requests, row.Latency.P50, row.Latency.P95, row.Latency.P99, row.Possible, row.LatencyPossible.P95, row.FromPreparation, row.InputTokens, row.Seconds)
+		if mode == "blocking" {
+			out.Blocking = row
+		} else {
+			out.Prepared = row
+		}
+	}
+	if out.Blocking.InputTokens > 0 {
+		out.InputRatio = float64(out.Prepared.InputTokens) / float64(out.Blocking.InputTokens)
+	}
+	if out.Prepared.LatencyPossible.P95 > 0 {
+		out.Speedup = out.Blocking.LatencyPossible.P95 / out.Prepared.LatencyPossible.P95
+	}
+	return out, nil
+}
+
+// request is one compaction request as the runtime saw it.
+type request struct {
+	wait     time.Duration
+	possible bool
+	res      *client.Completed
+	failed   bool
+}
+
+func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipeline.Config, opt PreparedOptions, mode string) (PreparedRow, error) {
+	row := PreparedRow{Mode: mode, Limit: opt.Limit, Sessions: len(convs)}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return row, err
+	}
+	standIn, err := StartStandIn(opt.ModelDelay, extractive.New(counter), counter)
+	if err != nil {
+		return row, err
+	}
+	defer standIn.Close()
+	dir, err := os.MkdirTemp("", "compactor-prepared-")
+	if err != nil {
+		return row, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: dir})
+	if err != nil {
+		return row, err
+	}
+	defer embedded.Stop(srv)
+	sum, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: standIn.URL, Timeout: time.Minute,
+		Extractive: extractive.New(counter), Getenv: func(string) string { return "" }})
+	if err != nil {
+		return row, err
+	}
+	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
+	var log *slog.Logger
+	if os.Getenv("PREP_DEBUG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	svc, err := app.Start(ctx, app.Config{NATSURL: srv.ClientURL(), Provision: true, Workers: 64, PrepareWorkers: 16,
+		Pipeline: cfg, Summarizer: sum, Logger: log})
+	if err != nil {
+		return row, err
+	}
+	defer func() { _ = svc.Stop() }()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		return row, err
+	}
+	defer nc.Close()
+	cl, err := client.New(nc, client.WithSource("urn:compactor:bench"), client.WithTimeout(time.Minute))
+	if err != nil {
+		return row, err
+	}
+	store := svc.Sessions.Store()
+
+	start := time.Now()
+	var (
+		mu   sync.Mutex
+		reqs []request
+		ret  eval.Retention
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for i := range convs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rs, r, err := runPaced(ctx, cl, store, fmt.Sprintf("prep-%d", i), convs[i], counter, opt)
+			mu.Lock()
+			defer mu.Unlock()
+			reqs = append(reqs, rs...)
+			ret = ret.Add(r)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", convs[i].Name, err))
+			}
+		}()
+	}
+	wg.Wait()
+	row.Seconds = time.Since(start).Seconds()
+	if len(errs) > 0 {
+		return row, errs[0]
+	}
+	var all, possible []time.Duration
+	for _, r := range reqs {
+		row.Requests++
+		all = append(all, r.wait)
+		if r.possible {
+			row.Possible++
+			possible = append(possible, r.wait)
+		}
+		switch {
+		case r.failed:
+			row.Failures++
+		case r.res.Outcome == pipeline.OutcomeCompacted:
+			row.Compacted++
+			switch r.res.Strategy {
+			case "prepared":
+				row.FromPreparation++
+			case "prepared_topup":
+				row.TopUps++
+			}
+			if r.res.LLMCalls == 0 {
+				row.NoModelCall++
+			}
+		}
+	}
+	row.Latency, row.LatencyPossible = quantiles(all), quantiles(possible)
+	st := standIn.Stats()
+	row.ModelCalls, row.InputTokens, row.OutputTokens = st.Calls, st.InputTokens, st.OutputTokens
+	row.PrepCalls, row.PrepInputTokens = st.PrepCalls, st.PrepInputTokens
+	ps := svc.Pipeline.PrepareStats()
+	row.WastedTokens, row.StalePreparation = ps.WastedTokens, ps.Stale
+	row.Retention, row.RetentionShare = ret, ret.Share()
+	return row, nil
+}
+
+// runPaced is one runtime: it appends its conversation's messages at
+// their pace, keeps count of its context as it goes (the counts the
+// appends answer), asks for a compaction whenever the context is over
+// the limit and waits for the result before going on.
+func runPaced(ctx context.Context, cl *client.Client, store interface {
+	Record(context.Context, string) (session.Record, error)
+}, id string, c transcript.Conversation, counter *tokens.Counter, opt PreparedOptions) ([]request, eval.Retention, error) {
+	if _, err := cl.Create(ctx, client.CreateRequest{SessionID: id, Model: "gpt-4o", ContextLimit: opt.Limit}); err != nil {
+		return nil, eval.Retention{}, err
+	}
+	var reqs []request
+	ctxTokens := tokens.ReplyPriming()
+	var crossed time.Time
+	threshold := int(pipeline.DefaultConfig().PrepareAt * float64(opt.Limit))
+	for i := range c.Messages {
+		m := c.Messages[i]
+		m.ID = fmt.Sprintf("m%d", i)
+		m.Tokens = 0
+		counter.Ensure(&m)
+		select {
+		case <-ctx.Done():
+			return reqs, eval.Retention{}, ctx.Err()
+		case <-time.After(time.Duration(opt.Pace * float64(PaceOf(&m)))):
+		}
+		m.Tokens = 0
+		a, err := cl.Append(ctx, id, []client.Message{m})
+		if err != nil {
+			return reqs, eval.Retention{}, err
+		}
+		ctxTokens += a.Tokens
+		if crossed.IsZero() && ctxTokens >= threshold {
+			crossed = time.Now()
+		}
+		if ctxTokens <= opt.Limit {
+			continue
+		}
+		t0 := time.Now()
+		res, err := cl.Compact(ctx, client.CompactRequest{RequestID: fmt.Sprintf("%s-%d", id, i), Data: client.RequestData{SessionID: id}})
+		if err != nil {
+			return reqs, eval.Retention{}, err
+		}
+		r := request{wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
+		reqs = append(reqs, r)
+		if os.Getenv("PREP_DEBUG") != "" && r.res != nil {
+			fmt.Fprintf(os.Stderr, "DEBUG %s msg %d: wait %v possible %v since-cross %v strategy %s calls %d before %d after %d\n", id, i, r.wait.Round(time.Millisecond), r.possible, t0.Sub(crossed).Round(time.Millisecond), r.res.Strategy, r.res.LLMCalls, r.res.TokensBefore, r.res.TokensAfter)
+		}
+		v, err := cl.Context(ctx, id)
+		if err != nil {
+			return reqs, eval.Retention{}, err
+		}
+		if v.Tokens > opt.Limit && r.res != nil && r.res.Outcome == pipeline.OutcomeCompacted {
+			return reqs, eval.Retention{}, fmt.Errorf("message %d: compacted to %d tokens, over the limit %d", i, v.Tokens, opt.Limit)
+		}
+		ctxTokens, crossed = v.Tokens, time.Time{}
+		if ctxTokens >= threshold {
+			crossed = time.Now()
+		}
+	}
+	if len(c.QA) == 0 {
+		return reqs, eval.Retention{}, nil
+	}
+	v, err := cl.Context(ctx, id)
+	if err != nil {
+		return reqs, eval.Retention{}, err
+	}
+	rec, err := store.Record(ctx, id)
+	if err != nil {
+		return reqs, eval.Retention{}, err
+	}
+	return reqs, eval.Measure(c, func(i int) bool { return int64(i+1) < rec.TailStartSeq }, eval.ContextUnits(v.Messages)), nil
+}

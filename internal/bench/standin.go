@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// StandIn is an OpenAI-compatible chat completions server standing in for
+// a summary model: every call takes Delay, and its answer is what the
+// offline summariser writes from the transcript it was sent (read back
+// from the prompt), so that a measurement through it keeps the offline
+// summariser's quality and pays a real model's wait. It counts the tokens
+// it reads and writes, and the calls that said they were preparations.
+type StandIn struct {
+	URL   string // base URL: .../v1
+	delay time.Duration
+	sum   pipeline.Summarizer
+	count *tokens.Counter
+	srv   *http.Server
+
+	calls, prepCalls, inTokens, outTokens, prepIn, prepOut atomic.Int64
+}
+
+// StartStandIn serves on a free loopback port.
+func StartStandIn(delay time.Duration, sum pipeline.Summarizer, counter *tokens.Counter) (*StandIn, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &StandIn{URL: "http://" + l.Addr().String() + "/v1", delay: delay, sum: sum, count: counter}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.handle)
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(l) }()
+	return s, nil
+}
+
+// Close stops the server.
+func (s *StandIn) Close() { _ = s.srv.Close() }
+
+// StandInStats are a stand-in's counters: calls and tokens in all, and
+// those of preparations.
+type StandInStats struct {
+	Calls, InputTokens, OutputTokens             int64
+	PrepCalls, PrepInputTokens, PrepOutputTokens int64
+}
+
+// Stats returns the counters.
+func (s *StandIn) Stats() StandInStats {
+	return StandInStats{Calls: s.calls.Load(), InputTokens: s.inTokens.Load(), OutputTokens: s.outTokens.Load(),
+		PrepCalls: s.prepCalls.Load(), PrepInputTokens: s.prepIn.Load(), PrepOutputTokens: s.prepOut.Load()}
+}
+
+var (
+	messageBlock = regexp.MustCompile(`(?s)<message role="(system|user|assistant|tool)"[^>]*>\n(.*?)</message>`)
+	summaryBlock = regexp.MustCompile(`(?s)<summary part="\d+">\n(.*?)\n</summary>`)
+)
+
+func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Model    string `json:"model"`
+		Messages []struct {
+			Role    string `json:"role"`
+			Content string `json:"content"`
+		} `json:"messages"`
+		MaxTokens           int `json:"max_tokens"`
+		MaxCompletionTokens int `json:"max_completion_tokens"`
+	}
+	body, _ := io.ReadAll(r.Body)
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"We could not parse the JSON body of your request.","type":"invalid_request_error","param":null,"code":null}}`, http.StatusBadRequest)
+		return
+	}
+	prompt := req.Messages[len(req.Messages)-1].Content
+	in := 0
+	for _, m := range req.Messages {
+		in += s.count.Count(m.Content) + 4
+	}
+	t := time.NewTimer(s.delay)
+	select {
+	case <-r.Context().Done():
+		t.Stop()
+		return
+	case <-t.C:
+	}
+	sreq := pipeline.SummaryRequest{Task: pipeline.TaskSummarise, MaxTokens: max(req.MaxTokens, req.MaxCompletionTokens)}
+	if blocks := summaryBlock.FindAllStringSubmatch(prompt, -1); len(blocks) > 0 {
+		sreq.Task = pipeline.TaskMerge
+		if strings.Contains(prompt, "has grown too long") {
+			sreq.Task = pipeline.TaskCondense
+		}
+		for _, b := range blocks {
+			sreq.Messages = append(sreq.Messages, session.Message{Role: session.RoleUser, Content: session.TextContent(html.UnescapeString(b[1]))})
+		}
+	} else {
+		for _, b := range messageBlock.FindAllStringSubmatch(prompt, -1) {
+			sreq.Messages = append(sreq.Messages, session.Message{Role: session.Role(b[1]), Content: session.TextContent(strings.TrimSpace(html.UnescapeString(b[2])))})
+		}
+	}
+	resp, err := s.sum.Summarize(context.WithoutCancel(r.Context()), sreq)
+	if err != nil || strings.TrimSpace(resp.Text) == "" {
+		http.Error(w, `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`, http.StatusInternalServerError)
+		return
+	}
+	out := s.count.Count(resp.Text)
+	s.calls.Add(1)
+	s.inTokens.Add(int64(in))
+	s.outTokens.Add(int64(out))
+	if r.Header.Get("X-Compactor-Purpose") == pipeline.PurposePreparation {
+		s.prepCalls.Add(1)
+		s.prepIn.Add(int64(in))
+		s.prepOut.Add(int64(out))
+	}
+	b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("chatcmpl-%d", s.calls.Load()), "object": "chat.completion",
+		"created": time.Now().Unix(), "model": req.Model,
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": resp.Text}, "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": in, "completion_tokens": out, "total_tokens": in + out}})
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
