@@ -64,6 +64,9 @@ type Options struct {
 	Limits []int
 	// ScaleSizes of the scale measure (1000, 10000).
 	ScaleSizes []int
+	// Prepared sets up the comparison of blocking and prepared
+	// compactions (defaults: PreparedOptions's).
+	Prepared PreparedOptions
 	// Progress receives a line per step (nil: none).
 	Progress io.Writer
 }
@@ -577,6 +580,10 @@ type Report struct {
 	// replays (issue 13).
 	Ladder     []eval.LadderRow `json:"ladder"`
 	LadderNote string           `json:"ladder_note,omitempty"`
+	// Prepared compares blocking and prepared compactions through the
+	// service on paced replays (issue 14).
+	Prepared     *PreparedComparison `json:"prepared,omitempty"`
+	PreparedNote string              `json:"prepared_note,omitempty"`
 }
 
 // Run runs every measure. It returns an error if any fails.
@@ -620,6 +627,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	rep.ModelCost, rep.CostNote = rows, note
 	if rep.Ladder, rep.LadderNote, err = ladder(ctx, opt.Data, opt.Progress); err != nil {
 		return nil, fmt.Errorf("ladder: %w", err)
+	}
+	if rep.Prepared, rep.PreparedNote, err = prepared(ctx, opt.Data, opt.Prepared, opt.Progress); err != nil {
+		return nil, fmt.Errorf("prepared: %w", err)
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil

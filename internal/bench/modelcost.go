@@ -119,6 +119,23 @@ var LadderLimits = []int{8000, 32000}
 // and with summary only, at LadderLimits, with the token limit as the only
 // trigger (the message count is a separate policy that clearing cannot
 // serve).
+// prepared runs ComparePrepared on every conversation of the data folder.
+func prepared(ctx context.Context, data string, opt PreparedOptions, progress io.Writer) (*PreparedComparison, string, error) {
+	if data == "" {
+		return nil, "skipped: no data folder given (--data)", nil
+	}
+	convs, err := transcript.LoadDataDir(data)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(convs) == 0 {
+		return nil, fmt.Sprintf("skipped: no conversations under %s", data), nil
+	}
+	opt.Progress = progress
+	cmp, err := ComparePrepared(ctx, convs, pipeline.DefaultConfig(), opt)
+	return cmp, "", err
+}
+
 func ladder(ctx context.Context, data string, progress io.Writer) ([]eval.LadderRow, string, error) {
 	if data == "" {
 		return nil, "skipped: no data folder given (--data)", nil

@@ -311,16 +311,22 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// A prepared compaction answers at once when it still fits, or
-	// leaves only a top-up to summarise.
-	r, done, err := s.fromPrepared(ctx, p, d, req, res)
-	if done || err != nil {
-		return err
-	}
-	if r == nil {
-		if r, err = s.plan(p, d, s.selectTail(p), res); err != nil || r == nil {
-			return err // refused, or answered (already compacted)
+	r, err := s.plan(p, d, s.selectTail(p), res)
+	if r == nil || r.step != StepClear {
+		// A model is needed (or nothing can be planned): a prepared
+		// compaction answers at once when it still fits, or leaves only
+		// a top-up to summarise. (Clearing needs no model: it is as
+		// quick, and cuts where the session is now.)
+		pr, done, perr := s.fromPrepared(ctx, p, d, req, res)
+		if done || perr != nil {
+			return perr
 		}
+		if pr != nil {
+			r, err = pr, nil
+		}
+	}
+	if err != nil || r == nil {
+		return err // refused, or answered (already compacted)
 	}
 	// A compaction under this key may exist already: a replica won the
 	// race (answer it), or a crash came between its write and its commit
@@ -426,13 +432,15 @@ func (s *Service) overflow(p *plan, req Request, res *Result) Decision {
 // the headroom the pinned messages and a full summary leave (Select).
 func (s *Service) selectTail(p *plan) Selection {
 	reserve := s.cfg.MaxSummaryTokens + summaryFraming
-	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.growth - p.pinnedTokens - reserve
+	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.pinnedTokens - reserve
 	if tailBudget < p.limit/10 {
 		// The pinned messages and the summary leave no headroom: keep half
 		// of the room they leave as tail, so that the compaction still cuts
 		// enough and the next one is not due at once.
 		tailBudget = max((p.limit-p.pinnedTokens-reserve)/2, p.limit/10)
 	}
+	// A preparation leaves the room to the messages still to come.
+	tailBudget = max(tailBudget-p.growth, 0)
 	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: s.maxTail(p)})
 }
 

@@ -311,10 +311,17 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.Outcome, out.Detail = PrepareInFlight, "claimed by "+stored.Owner
 		return nil
 	}
-	// Plan as if the context had grown to its limit: the cut stays where
-	// it is as messages come, so the preparation is not redone at every
-	// append, and they fill the tail.
+	// Plan as if the context had grown to its limit: the messages to come
+	// fill the tail.
 	p.growth = max(p.limit-p.beforeTokens, 0)
+	if stored.Usable(rec) && stored.Compaction.Compaction.FromSeq > 0 {
+		// The stored preparation stands while it will still fit when the
+		// context reaches its limit: redone only to cut further.
+		if p2 := s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= s.fitLimit(p.limit) {
+			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
+			return nil
+		}
+	}
 	d := Decision{Needed: true, Reason: DecisionTokens}
 	var res Result
 	r, err := s.plan(p, d, s.selectTail(p), &res)
@@ -331,7 +338,18 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 	}
 	out.FromSeq, out.ToSeq = r.selected[0].Seq, r.selected[len(r.selected)-1].Seq
 	if stored.Usable(rec) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
-		out.Outcome = PrepareUnchanged
+		out.Outcome = PrepareUnchanged // (the same range would be cut again)
+		return nil
+	}
+	// Before any model call: a summary as long as its budget must make
+	// the progress the request will require, else the preparation would
+	// spend tokens on a compaction nobody can commit.
+	worst := p.pinnedTokens + r.budget + summaryFraming
+	for i := range r.tail {
+		worst += r.tail[i].Tokens
+	}
+	if err := s.checkProgress(d, p.beforeTokens+p.growth, worst+p.growth, len(p.pinned)+1+len(r.tail)); err != nil {
+		out.Outcome, out.Detail = PrepareNothing, err.Error()
 		return nil
 	}
 	s.mu.Lock()
