@@ -104,8 +104,10 @@ type PreparedRow struct {
 	TopUps          int `json:"topped_up"`
 	NoModelCall     int `json:"no_model_call"`
 	Failures        int `json:"failures"`
-	// Possible are the requests whose session had passed prepare_at of
-	// its limit at least one model call's time before the request.
+	// Possible are the requests that needed a model (one was called, or
+	// a preparation's summary was committed; a compaction that clearing
+	// settles is instant either way) and whose session had passed
+	// prepare_at of its limit at least one model call's time before.
 	Possible int `json:"preparation_possible"`
 	// Latency is request to result as the runtime waits for it: all
 	// requests, and those where a preparation was possible.
@@ -338,7 +340,13 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 			return reqs, eval.Retention{}, err
 		}
 		r := request{wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
+		if c := res.Completed; c != nil && c.LLMCalls == 0 && c.Strategy != "prepared" {
+			r.possible = false // no model needed: instant either way
+		}
 		reqs = append(reqs, r)
+		if os.Getenv("PREP_DEBUG") != "" && res.Failed != nil {
+			fmt.Fprintf(os.Stderr, "DEBUG %s msg %d: failed %s: %s\n", id, i, res.Failed.Reason, res.Failed.Error)
+		}
 		if os.Getenv("PREP_DEBUG") != "" && r.res != nil {
 			fmt.Fprintf(os.Stderr, "DEBUG %s msg %d: wait %v possible %v since-cross %v strategy %s calls %d before %d after %d\n", id, i, r.wait.Round(time.Millisecond), r.possible, t0.Sub(crossed).Round(time.Millisecond), r.res.Strategy, r.res.LLMCalls, r.res.TokensBefore, r.res.TokensAfter)
 		}

@@ -127,7 +127,8 @@ func (r *Report) Markdown(chart string) string {
 			"`compactor.session.append` at %.2f× a real agent loop's pace (an assistant message 0.5 s plus 100 tokens/s, a tool result 0.3 s, "+
 			"a user message 0.5 s plus 100 tokens/s), asks for a compaction (`ContextOverBudget`) whenever its context is over %d tokens and waits "+
 			"for the result before going on. The summary model is an OpenAI-compatible stand-in whose every call takes %d ms and answers the "+
-			"extractive summary of the transcript it is sent. A preparation was *possible* for a request when its session had passed "+
+			"extractive summary of the transcript it is sent. A preparation was *possible* for a request that needed a model (one was called, "+
+			"or a prepared summary committed; a compaction that clearing settles is instant in both modes) when its session had passed "+
 			"`prepare_at` at least one model call's time before it. Latencies are request to result, in ms.\n\n", c.Pace, c.Prepared.Limit, c.ModelDelayMS)
 		w("| mode | requests | compacted | from a preparation (no model call) | topped up | no model call at all | p50 | p95 | p99 | where possible: n | p50 | p95 | p99 | model calls (preparations) | summary input tokens (preparations) | wasted tokens | LoCoMo retention |\n")
 		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")

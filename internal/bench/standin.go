@@ -84,10 +84,15 @@ func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"error":{"message":"We could not parse the JSON body of your request.","type":"invalid_request_error","param":null,"code":null}}`, http.StatusBadRequest)
 		return
 	}
-	prompt := req.Messages[len(req.Messages)-1].Content
+	// The task is in the first user turn (a reminder, when the service
+	// sends one, follows the model's answer).
+	var prompt string
 	in := 0
 	for _, m := range req.Messages {
 		in += s.count.Count(m.Content) + 4
+		if m.Role == "user" && prompt == "" {
+			prompt = m.Content
+		}
 	}
 	t := time.NewTimer(s.delay)
 	select {

@@ -341,15 +341,22 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.Outcome = PrepareUnchanged // (the same range would be cut again)
 		return nil
 	}
-	// Before any model call: a summary as long as its budget must make
-	// the progress the request will require, else the preparation would
-	// spend tokens on a compaction nobody can commit.
+	// Before any model call: with a summary as long as its budget, the
+	// compaction must make the progress the request will require, and
+	// fit when the context reaches its limit (else the request would
+	// summarise again anyway): otherwise the preparation would spend
+	// tokens on a compaction nobody commits.
 	worst := p.pinnedTokens + r.budget + summaryFraming
 	for i := range r.tail {
 		worst += r.tail[i].Tokens
 	}
 	if err := s.checkProgress(d, p.beforeTokens+p.growth, worst+p.growth, len(p.pinned)+1+len(r.tail)); err != nil {
 		out.Outcome, out.Detail = PrepareNothing, err.Error()
+		return nil
+	}
+	if worst+p.growth > s.fitLimit(p.limit) {
+		out.Outcome, out.Detail = PrepareNothing, fmt.Sprintf("it would leave about %d tokens at the limit, over the %d it must fit in (pinned %d, summary %d)",
+			worst+p.growth, s.fitLimit(p.limit), p.pinnedTokens, r.budget)
 		return nil
 	}
 	s.mu.Lock()

@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// chatConversation is a synthetic chat of n messages, each with its own
+// facts.
+func chatConversation(name string, n int) transcript.Conversation {
+	c := transcript.Conversation{Name: name, Source: "synthetic"}
+	for i := range n {
+		role := session.RoleUser
+		if i%2 == 1 {
+			role = session.RoleAssistant
+		}
+		c.Messages = append(c.Messages, session.Message{Role: role, Content: session.TextContent(
+			fmt.Sprintf("Message %d of %s: the parcel PCL-%05d left the depot in Porto at %02d:%02d and reaches Braga on day %d.", i, name, i*7, i%24, i%60, i%28+1))})
+	}
+	return c
+}
+
+// The comparison on a small run: the blocking mode never answers from a
+// preparation and makes none; the prepared mode answers from
+// preparations, its preparation calls say so to the model, and both
+// compact every request. (Counts, not times: the report's latencies are
+// make bench's.)
+func TestComparePreparedSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs two servers and the service, paced")
+	}
+	convs := []transcript.Conversation{chatConversation("a", 300), chatConversation("b", 300)}
+	cmp, err := ComparePrepared(context.Background(), convs, pipeline.DefaultConfig(), PreparedOptions{Limit: 4000, ModelDelay: 50 * time.Millisecond, Pace: 0.03})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, p := cmp.Blocking, cmp.Prepared
+	if b.Requests == 0 || b.Failures != 0 || p.Failures != 0 || b.Compacted != b.Requests || p.Compacted != p.Requests {
+		t.Fatalf("blocking %+v\nprepared %+v", b, p)
+	}
+	if b.FromPreparation != 0 || b.PrepCalls != 0 || b.TopUps != 0 {
+		t.Fatalf("the blocking mode prepared: %+v", b)
+	}
+	if p.FromPreparation == 0 || p.PrepCalls == 0 || p.PrepInputTokens == 0 || p.InputTokens < p.PrepInputTokens {
+		t.Fatalf("the prepared mode answered none from a preparation: %+v", p)
+	}
+	if p.Latency.N != p.Requests || p.Latency.P50 > p.Latency.P99 {
+		t.Fatalf("latency %+v", p.Latency)
+	}
+	var out strings.Builder
+	rep := &Report{Prepared: cmp}
+	out.WriteString(rep.Markdown(""))
+	if !strings.Contains(out.String(), "## 6. Prepared compactions") || !strings.Contains(out.String(), "| prepared |") {
+		t.Fatalf("report:\n%s", out.String())
+	}
+}
