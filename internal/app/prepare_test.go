@@ -256,3 +256,104 @@ func TestTwoReplicasPrepareOnce(t *testing.T) {
 		t.Fatalf("result %+v", res)
 	}
 }
+
+// Two replicas answering requests for the same session at once, both from
+// its preparation: one compaction, committed once; the other request is
+// answered already_compacted. The preparation's metrics say it was used.
+func TestReplicasRaceToCommitAPreparation(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	a, _ := service(t, srv.ClientURL(), nil, noMessageCount)
+	b, _ := service(t, srv.ClientURL(), nil, func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 })
+	rt := newRuntime(t, srv.ClientURL(), "prep-race")
+	rt.grow(0.75)
+	prepared(t, srv.ClientURL(), rt.sid)
+	rt.grow(1.01)
+	var wg sync.WaitGroup
+	results := make([]*pipeline.Result, 2)
+	for i, svc := range []*pipeline.Service{a.Pipeline, b.Pipeline} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			results[i], err = svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprintf("race-%d", i), SessionID: rt.sid, Trigger: pipeline.TriggerOverBudget})
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	compacted, id := 0, ""
+	for _, r := range results {
+		switch {
+		case r.Outcome == pipeline.OutcomeCompacted && r.Strategy == "prepared":
+			compacted++
+			id = r.CompactionMessageID
+		case r.Outcome == pipeline.OutcomeAlreadyCompacted, r.Outcome == pipeline.OutcomeNoop:
+		default:
+			t.Fatalf("result %+v", r)
+		}
+	}
+	var h sessions.History
+	call(t, a.NC, api.SubjectHistory, map[string]string{"session_id": rt.sid}, &h)
+	if compacted != 1 || len(h.Compactions) != 1 || h.Record.CompactionID != id || results[0].CompactionMessageID != id || results[1].CompactionMessageID != id {
+		t.Fatalf("%d compacted, %d compactions stored: %+v / %+v", compacted, len(h.Compactions), results[0], results[1])
+	}
+	used := a.Pipeline.PrepareStats().Used + b.Pipeline.PrepareStats().Used
+	if used != 1 {
+		t.Fatalf("used %d", used)
+	}
+	mfs, err := a.Metrics.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, mf := range mfs {
+		found[mf.GetName()] = true
+	}
+	for _, name := range []string{"compactor_preparations_started_total", "compactor_preparations_used_total", "compactor_preparation_wasted_tokens_total", "compactor_preparation_runs_total"} {
+		if !found[name] {
+			t.Errorf("metric %s missing", name)
+		}
+	}
+}
+
+// A preparation that fails (the model answers 500s) is stored failed and
+// does not count against the breaker; the request that then needs the
+// model and fails counts once.
+func TestFailedPreparationAndTheBreaker(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	down := func(string) fakeprovider.Action { return fakeprovider.Action{Status: 500} }
+	a, fp := service(t, srv.ClientURL(), down, noMessageCount)
+	rt := newRuntime(t, srv.ClientURL(), "prep-fail")
+	rt.grow(0.75)
+	nc, js := natstest.ConnectURL(t, srv.ClientURL())
+	store, _ := kvstore.NewSessions(context.Background(), nc, js)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if p, err := store.Prepared(context.Background(), rt.sid); err == nil && p.State == session.PreparedFailed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no failed preparation stored")
+		}
+	}
+	if st := a.Pipeline.PrepareStats(); st.Failed == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	breakers, _ := kvstore.NewBreakers(context.Background(), nc, js)
+	if b, _ := breakers.Breaker(context.Background(), rt.sid); b.Failures != 0 {
+		t.Fatalf("a failed preparation counted: %+v", b)
+	}
+	rt.grow(1.01)
+	res, err := rt.c.Compact(context.Background(), client.CompactRequest{RequestID: "needs-model", Data: client.RequestData{SessionID: rt.sid}})
+	if err != nil || res.OK() || res.Failed.Reason != string(pipeline.ReasonSummaryFailed) {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if b, _ := breakers.Breaker(context.Background(), rt.sid); b.Failures != 1 {
+		t.Fatalf("breaker %+v, want the request's one failure", b)
+	}
+	// The model is back: the next request compacts (the blocking path).
+	fp.SetBehaviour(nil)
+	if c := rt.compact("model-back"); c.Outcome != pipeline.OutcomeCompacted || c.Strategy == "prepared" {
+		t.Fatalf("result %+v", c)
+	}
+}
