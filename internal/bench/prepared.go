@@ -113,6 +113,9 @@ type PreparedRow struct {
 	// requests, and those where a preparation was possible.
 	Latency         Quantiles `json:"latency"`
 	LatencyPossible Quantiles `json:"latency_possible"`
+	// BySet breaks the requests where a preparation was possible down by
+	// data set (locomo, tau-bench, swe-agent, openhands).
+	BySet map[string]SetLatency `json:"by_set,omitempty"`
 	// The stand-in's counts: every call, and the preparations' part.
 	ModelCalls       int64 `json:"model_calls"`
 	InputTokens      int64 `json:"summary_input_tokens"`
@@ -125,6 +128,14 @@ type PreparedRow struct {
 	Retention      eval.Retention `json:"locomo_retention"`
 	RetentionShare float64        `json:"locomo_retention_share"`
 	Seconds        float64        `json:"seconds"`
+}
+
+// SetLatency is one data set's requests where a preparation was
+// possible: how many, how many were answered from one, and their latency.
+type SetLatency struct {
+	Possible        int       `json:"possible"`
+	FromPreparation int       `json:"from_preparation"`
+	Latency         Quantiles `json:"latency"`
 }
 
 // PreparedComparison is blocking against prepared on the same replays.
@@ -183,6 +194,7 @@ func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg p
 
 // request is one compaction request as the runtime saw it.
 type request struct {
+	set      string
 	wait     time.Duration
 	possible bool
 	res      *client.Completed
@@ -265,12 +277,21 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		return row, errs[0]
 	}
 	var all, possible []time.Duration
+	bySet := map[string][]time.Duration{}
+	row.BySet = map[string]SetLatency{}
 	for _, r := range reqs {
 		row.Requests++
 		all = append(all, r.wait)
 		if r.possible {
 			row.Possible++
 			possible = append(possible, r.wait)
+			bySet[r.set] = append(bySet[r.set], r.wait)
+			sl := row.BySet[r.set]
+			sl.Possible++
+			if r.res != nil && r.res.Strategy == "prepared" {
+				sl.FromPreparation++
+			}
+			row.BySet[r.set] = sl
 		}
 		switch {
 		case r.failed:
@@ -289,6 +310,11 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		}
 	}
 	row.Latency, row.LatencyPossible = quantiles(all), quantiles(possible)
+	for set, d := range bySet {
+		sl := row.BySet[set]
+		sl.Latency = quantiles(d)
+		row.BySet[set] = sl
+	}
 	st := standIn.Stats()
 	row.ModelCalls, row.InputTokens, row.OutputTokens = st.Calls, st.InputTokens, st.OutputTokens
 	row.PrepCalls, row.PrepInputTokens = st.PrepCalls, st.PrepInputTokens
@@ -339,7 +365,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if err != nil {
 			return reqs, eval.Retention{}, err
 		}
-		r := request{wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
+		r := request{set: c.Source, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
 		if c := res.Completed; c != nil && c.LLMCalls == 0 && c.Strategy != "prepared" {
 			r.possible = false // no model needed: instant either way
 		}
