@@ -231,10 +231,12 @@ func (s *Service) claimTTL() time.Duration {
 // compaction (select, the ladder, summarise, assemble, verify), planned
 // as if the context had already grown to its limit, so that the messages
 // appended meanwhile fill the raw tail. It runs only where a model is
-// needed; at most one preparation runs per session (claimed in the store,
-// so across replicas); one that would cut the range of the stored one is
-// not redone. Prepare never changes the session's context, and its
-// failures do not count against the breaker.
+// needed and where the request can commit it (it must fit when the
+// context reaches its limit); at most one preparation runs per session
+// (claimed in the store, so across replicas), and a stored one stands
+// while it will still fit: it is redone only to cut further. Prepare
+// never changes the session's context, and its failures do not count
+// against the breaker.
 func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (Preparation, error) {
 	start := s.now()
 	out := Preparation{SessionID: req.SessionID}
