@@ -16,7 +16,7 @@ build:
 # the heavy replays and evaluations in full without it. No network, no keys.
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty|TestLargeSession' ./internal/pipeline ./internal/eval ./internal/kvstore
+	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty|TestLargeSession|TestComparePrepared' ./internal/pipeline ./internal/eval ./internal/kvstore ./internal/bench
 
 test-race: test
 

@@ -218,7 +218,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	cleanups = append(cleanups, cancel)
 	apiSrv, err := api.Start(runCtx, nc, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: breakers,
 		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: func() any { return a.Consumer.Stats() }, Appended: a.Preparer.Appended})
+		Stats: a.stats, Appended: a.Preparer.Appended})
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +318,18 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		}
 	}()
 	return a, nil
+}
+
+// Stats is what the service's micro stats carry: the consumer's counters,
+// with the preparations' beside them.
+type Stats struct {
+	consumer.Stats
+	Preparations pipeline.PrepareStats `json:"preparations"`
+	Preparer     preparer.Stats        `json:"preparer"`
+}
+
+func (a *App) stats() any {
+	return Stats{Stats: a.Consumer.Stats(), Preparations: a.Pipeline.PrepareStats(), Preparer: a.Preparer.Stats()}
 }
 
 // Run starts the service and serves until ctx ends (nil) or a part fails.

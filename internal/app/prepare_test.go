@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -31,6 +32,9 @@ type runtime struct {
 	c    *client.Client
 	sid  string
 	next int
+	// tokens is the context's count as the appends' answers keep it
+	// (read again after a compaction; -1: to read).
+	tokens int
 }
 
 func newRuntime(t *testing.T, url, sid string) *runtime {
@@ -44,30 +48,32 @@ func newRuntime(t *testing.T, url, sid string) *runtime {
 		Messages: []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent for an airline.")}}}); err != nil {
 		t.Fatal(err)
 	}
-	return &runtime{t: t, c: c, sid: sid}
+	return &runtime{t: t, c: c, sid: sid, tokens: -1}
 }
 
 // grow appends turns through the service until the context reaches share
 // of the limit.
 func (r *runtime) grow(share float64) {
 	r.t.Helper()
-	for {
+	if r.tokens < 0 {
 		v, err := r.c.Context(context.Background(), r.sid)
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		if v.Tokens >= int(share*prepLimit) {
-			return
-		}
+		r.tokens = v.Tokens
+	}
+	for r.tokens < int(share*prepLimit) {
 		i := r.next
 		r.next++
 		msgs := []client.Message{
 			{ID: fmt.Sprintf("u%d", i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is my bag tagged BAG-%04d? It held my laptop and the charger for it.", i, i))},
 			{ID: fmt.Sprintf("a%d", i), Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Bag BAG-%04d is in Lisbon; it arrives on day %d by the evening flight, and a courier brings it to you.", i, i%28+1))},
 		}
-		if _, err := r.c.Append(context.Background(), r.sid, msgs); err != nil {
+		a, err := r.c.Append(context.Background(), r.sid, msgs)
+		if err != nil {
 			r.t.Fatal(err)
 		}
+		r.tokens += a.Tokens
 	}
 }
 
@@ -104,6 +110,7 @@ func (r *runtime) compact(id string) *client.Completed {
 	if err := schemas.Validate(schemas.CompactionCompleted, res.Data); err != nil {
 		r.t.Fatalf("result does not validate: %v\n%s", err, res.Data)
 	}
+	r.tokens = -1
 	return res.Completed
 }
 
@@ -153,6 +160,19 @@ func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
 	}
 	if st := b.Pipeline.PrepareStats(); st.Used != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+	// The micro stats carry the preparations' counters.
+	m, err := b.NC.Request("$SRV.STATS.compactor", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Data app.Stats `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(m.Data, &stats); err != nil || len(stats.Endpoints) == 0 || stats.Endpoints[0].Data.Preparations.Used != 1 {
+		t.Fatalf("stats %s: %v", m.Data, err)
 	}
 	a = b
 	showsPrepared(session.PreparedUsed, false)

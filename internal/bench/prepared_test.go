@@ -33,8 +33,8 @@ func chatConversation(name string, n int) transcript.Conversation {
 // compact every request. (Counts, not times: the report's latencies are
 // make bench's.)
 func TestComparePreparedSmall(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs two servers and the service, paced")
+	if testing.Short() || raceEnabled {
+		t.Skip("runs two servers and the service, paced (make test runs it without the race detector)")
 	}
 	convs := []transcript.Conversation{chatConversation("a", 300), chatConversation("b", 300)}
 	cmp, err := ComparePrepared(context.Background(), convs, pipeline.DefaultConfig(), PreparedOptions{Limit: 4000, ModelDelay: 50 * time.Millisecond, Pace: 0.03})

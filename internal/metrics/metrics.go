@@ -72,7 +72,7 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 		summaryToks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "summary_tokens",
 			Help: "Tokens of the summary in force after a compaction.", Buckets: prometheus.ExponentialBuckets(64, 2, 8)}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preparation_runs_total",
-			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed."}, []string{"outcome"}),
+			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed, cancelled."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
 		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,

@@ -82,6 +82,9 @@ const (
 	// stored (a request falls back to the blocking path) and does not
 	// count against the breaker.
 	PrepareFailed PrepareOutcome = "failed"
+	// PrepareCancelled: a request came while it ran, and what it would
+	// leave did not fit: the request took its own path (stored as failed).
+	PrepareCancelled PrepareOutcome = "cancelled"
 )
 
 // Preparation is what one Prepare call did.
@@ -111,19 +114,23 @@ type Preparation struct {
 
 // PrepareStats are the service's preparation counters since it started.
 type PrepareStats struct {
-	// Started preparations (claimed), and how they ended.
-	Started, Ready, Failed int64
+	// Started preparations (claimed), and how they ended (a preparation
+	// a request cancelled counts as failed).
+	Started int64 `json:"started"`
+	Ready   int64 `json:"ready"`
+	Failed  int64 `json:"failed"`
 	// Used: requests answered from a preparation at once (no model
 	// call); TopUps: answered from one with only the messages since
 	// summarised.
-	Used, TopUps int64
+	Used   int64 `json:"used"`
+	TopUps int64 `json:"topped_up"`
 	// Stale: preparations found unusable (a compaction committed since,
 	// or replaced by a preparation of another range) before any request
 	// used them.
-	Stale int64
+	Stale int64 `json:"stale"`
 	// WastedTokens: summary model tokens (input and output) spent on
 	// preparations never used: stale, replaced or failed.
-	WastedTokens int64
+	WastedTokens int64 `json:"wasted_tokens"`
 }
 
 type prepCounters struct {
@@ -407,6 +414,9 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		s.prep.failed.Add(1)
 		s.prep.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
 		out.Outcome, out.Detail = PrepareFailed, err.Error()
+		if errors.Is(err, context.Canceled) {
+			out.Outcome = PrepareCancelled
+		}
 	}
 	if _, perr := ps.PutPrepared(context.WithoutCancel(ctx), claim); perr != nil {
 		if err == nil {

@@ -50,9 +50,12 @@ type Stats struct {
 	// Triggers received (appends and hints), Queued sessions, Dropped
 	// triggers (queue full), Skipped appends (under the threshold by the
 	// estimate).
-	Triggers, Queued, Dropped, Skipped int64
+	Triggers int64 `json:"triggers"`
+	Queued   int64 `json:"queued"`
+	Dropped  int64 `json:"dropped"`
+	Skipped  int64 `json:"skipped"`
 	// Waiting sessions now.
-	Waiting int64
+	Waiting int64 `json:"waiting"`
 }
 
 // Preparer is the scheduler. It is safe for concurrent use.
@@ -266,7 +269,7 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
 	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, limit: out.Limit, read: time.Now()}
 	switch out.Outcome {
 	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight,
-		pipeline.PrepareFailed:
+		pipeline.PrepareFailed, pipeline.PrepareCancelled:
 		// A preparation stands, none can be made, or one failed (the
 		// model may be down: not again at every append).
 		e.settled = time.Now()

@@ -1,0 +1,105 @@
+package preparer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/preparer"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// The scheduler reads a session once, then keeps count from the appends
+// it is told of: appends under prepare_at cost no read, an append after
+// one it missed (another replica's) is read again, and the session is
+// prepared once it passes the threshold.
+func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
+	counter, _ := tokens.ForEncoding("o200k_base")
+	store := memstore.New()
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	svc, err := pipeline.New(store, memstore.NewBreakers(), extractive.New(counter), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var runs []pipeline.Preparation
+	done := make(chan pipeline.Preparation, 100)
+	p := preparer.New(svc, preparer.Options{Workers: 1, Observe: func(out pipeline.Preparation, _ error) { done <- out }})
+	go func() { _ = p.Run(ctx) }()
+	wait := func() pipeline.Preparation {
+		t.Helper()
+		select {
+		case out := <-done:
+			runs = append(runs, out)
+			return out
+		case <-time.After(10 * time.Second):
+			t.Fatal("no preparation ran")
+		}
+		return pipeline.Preparation{}
+	}
+	const limit = 6000
+	if _, err := store.Create(ctx, session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+		t.Fatal(err)
+	}
+	head := int64(0)
+	appendTurn := func(i int) (first int64, n int) {
+		msgs := []session.Message{
+			{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is bag BAG-%04d, with my laptop in it?", i, i))},
+			{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and reaches you on day %d by courier", i, i%28+1))},
+		}
+		for j := range msgs {
+			n += counter.Ensure(&msgs[j])
+		}
+		a, err := store.AppendWith(ctx, "s", msgs, session.AppendOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, head = head+1, a.HeadSeq
+		return first, n
+	}
+	// The first append is read: the estimate starts.
+	first, n := appendTurn(0)
+	p.Appended("s", head, first, n)
+	if out := wait(); out.Outcome != pipeline.PrepareBelow || out.HeadSeq != head {
+		t.Fatalf("first read: %+v", out)
+	}
+	// Appends under the threshold are counted, not read.
+	i := 1
+	for ; ; i++ {
+		first, n := appendTurn(i)
+		before := p.Stats().Skipped
+		p.Appended("s", head, first, n)
+		if p.Stats().Skipped == before {
+			break // the estimate reached prepare_at: queued
+		}
+	}
+	out := wait()
+	if out.Outcome != pipeline.PrepareDone || float64(out.TokensBefore) < cfg.PrepareAt*limit {
+		t.Fatalf("at the threshold: %+v (after %d turns)", out, i)
+	}
+	// Once prepared, more appends leave it alone (it stands).
+	first, n = appendTurn(i + 1)
+	before := p.Stats().Skipped
+	p.Appended("s", head, first, n)
+	if p.Stats().Skipped != before+1 {
+		t.Fatalf("an append after the preparation was queued: %+v", p.Stats())
+	}
+	// An append it was not told of (another replica's) makes the next one
+	// read the session again.
+	appendTurn(i + 2)
+	first, n = appendTurn(i + 3)
+	p.Appended("s", head, first, n)
+	if out := wait(); out.Outcome != pipeline.PrepareUnchanged {
+		t.Fatalf("after a missed append: %+v", out)
+	}
+	if st := p.Stats(); st.Queued != 3 || st.Dropped != 0 {
+		t.Fatalf("stats %+v (runs %+v)", st, runs)
+	}
+}
