@@ -114,38 +114,41 @@ func modelCost(ctx context.Context, data string, limits []int, progress io.Write
 // LadderLimits are the context limits of the ladder comparison.
 var LadderLimits = []int{8000, 32000}
 
-// ladder replays the agent trajectories of data (tau-bench, SWE-agent,
-// OpenHands) and LoCoMo through the runtime loop with the reduction ladder
-// and with summary only, at LadderLimits, with the token limit as the only
-// trigger (the message count is a separate policy that clearing cannot
-// serve).
-// prepared runs ComparePrepared on every conversation of the data folder.
-func prepared(ctx context.Context, data string, opt PreparedOptions, progress io.Writer) (*PreparedComparison, string, error) {
+// conversations loads every conversation of the data folder; note says
+// why there are none (no folder given, nothing in it).
+func conversations(data string) (convs []transcript.Conversation, note string, err error) {
 	if data == "" {
 		return nil, "skipped: no data folder given (--data)", nil
 	}
-	convs, err := transcript.LoadDataDir(data)
-	if err != nil {
+	if convs, err = transcript.LoadDataDir(data); err != nil {
 		return nil, "", err
 	}
 	if len(convs) == 0 {
 		return nil, fmt.Sprintf("skipped: no conversations under %s", data), nil
+	}
+	return convs, "", nil
+}
+
+// prepared runs ComparePrepared on every conversation of the data folder.
+func prepared(ctx context.Context, data string, opt PreparedOptions, progress io.Writer) (*PreparedComparison, string, error) {
+	convs, note, err := conversations(data)
+	if len(convs) == 0 {
+		return nil, note, err
 	}
 	opt.Progress = progress
 	cmp, err := ComparePrepared(ctx, convs, pipeline.DefaultConfig(), opt)
 	return cmp, "", err
 }
 
+// ladder replays the agent trajectories of data (tau-bench, SWE-agent,
+// OpenHands) and LoCoMo through the runtime loop with the reduction ladder
+// and with summary only, at LadderLimits, with the token limit as the only
+// trigger (the message count is a separate policy that clearing cannot
+// serve).
 func ladder(ctx context.Context, data string, progress io.Writer) ([]eval.LadderRow, string, error) {
-	if data == "" {
-		return nil, "skipped: no data folder given (--data)", nil
-	}
-	convs, err := transcript.LoadDataDir(data)
-	if err != nil {
-		return nil, "", err
-	}
+	convs, note, err := conversations(data)
 	if len(convs) == 0 {
-		return nil, fmt.Sprintf("skipped: no conversations under %s", data), nil
+		return nil, note, err
 	}
 	counter, err := tokens.ForEncoding("o200k_base")
 	if err != nil {
