@@ -377,3 +377,44 @@ func TestFailedPreparationAndTheBreaker(t *testing.T) {
 		t.Fatalf("result %+v", c)
 	}
 }
+
+// A request on one replica while another prepares the session waits for
+// that preparation (what it will leave fits) and commits it: no model
+// call of its own.
+func TestRequestWaitsForAnotherReplicasPreparation(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	slow := func(string) fakeprovider.Action { return fakeprovider.Action{Delay: 3 * time.Second} }
+	a, _ := service(t, srv.ClientURL(), slow, func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 })
+	b, fb := service(t, srv.ClientURL(), nil, func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 })
+	rt := newRuntime(t, srv.ClientURL(), "prep-other")
+	rt.grow(0.72)
+	prepDone := make(chan pipeline.Preparation, 1)
+	go func() {
+		out, err := a.Pipeline.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: rt.sid, Trigger: pipeline.PrepareNearBudget})
+		if err != nil {
+			t.Error(err)
+		}
+		prepDone <- out
+	}()
+	nc, js := natstest.ConnectURL(t, srv.ClientURL())
+	store, _ := kvstore.NewSessions(context.Background(), nc, js)
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if p, err := store.Prepared(context.Background(), rt.sid); err == nil && p.State == session.PreparedRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no preparation started")
+		}
+	}
+	rt.grow(1.01)
+	res, err := b.Pipeline.Compact(context.Background(), pipeline.Request{ID: "on-b", SessionID: rt.sid, Trigger: pipeline.TriggerOverBudget})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared" || res.LLMCalls != 0 {
+		t.Fatalf("result %+v %v", res, err)
+	}
+	if calls, _, _, _ := fb.Stats(); calls != 0 {
+		t.Fatalf("replica b called its model %d times", calls)
+	}
+	if out := <-prepDone; out.Outcome != pipeline.PrepareDone {
+		t.Fatalf("preparation %+v", out)
+	}
+}

@@ -200,16 +200,7 @@ func (s *Service) compacting(id string) bool {
 func (s *Service) waitFlight(ctx context.Context, p *plan) {
 	s.mu.Lock()
 	f := s.flights[p.sess.Record.SessionID]
-	var fits bool
-	if f != nil && f.planned && f.base == p.sess.Record.CompactionID {
-		est := p.pinnedTokens + f.budget + summaryFraming
-		for i := range p.candidates {
-			if p.candidates[i].Seq >= f.tailStart {
-				est += p.candidates[i].Tokens
-			}
-		}
-		fits = est <= s.fitLimit(p.limit)
-	}
+	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && s.willFit(p, f.tailStart, f.budget)
 	s.mu.Unlock()
 	if f == nil {
 		return
@@ -223,6 +214,46 @@ func (s *Service) waitFlight(ctx context.Context, p *plan) {
 	case <-ctx.Done():
 	}
 }
+
+// willFit reports whether a compaction whose raw tail starts at tailStart,
+// with a summary of at most budget tokens, would leave the session as it
+// is now within fitLimit: waiting for one being prepared then pays.
+func (s *Service) willFit(p *plan, tailStart int64, budget int) bool {
+	est := p.pinnedTokens + budget + summaryFraming
+	for i := range p.candidates {
+		if p.candidates[i].Seq >= tailStart {
+			est += p.candidates[i].Tokens
+		}
+	}
+	return est <= s.fitLimit(p.limit)
+}
+
+// awaitPrepared waits for a preparation another replica claimed and is
+// running (polling the store): it started before the request came, so it
+// answers sooner than a fresh summary would. It waits while the claim
+// holds, and at most awaitCap after the preparation started (its owner
+// may have died), and returns the stored preparation as it last read it.
+func (s *Service) awaitPrepared(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) session.PreparedCompaction {
+	t := time.NewTicker(25 * time.Millisecond)
+	defer t.Stop()
+	for p.Claimed(s.now(), min(s.claimTTL(), awaitCap)) {
+		select {
+		case <-ctx.Done():
+			return p
+		case <-t.C:
+		}
+		next, err := ps.Prepared(ctx, p.SessionID)
+		if err != nil {
+			return p
+		}
+		p = next
+	}
+	return p
+}
+
+// awaitCap bounds how long after a preparation started a request on
+// another replica waits for it.
+const awaitCap = time.Minute
 
 // claimTTL is how long a claimed preparation keeps other replicas off
 // (its owner may have died).
@@ -375,7 +406,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 	}
 	s.mu.Unlock()
 	claim := session.PreparedCompaction{SessionID: req.SessionID, State: session.PreparedRunning, Base: rec.CompactionID, HeadSeq: rec.HeadSeq,
-		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Owner: s.owner, StartedAt: s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
+		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Budget: r.budget, Owner: s.owner, StartedAt: s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
 	if claim, err = ps.PutPrepared(ctx, claim); errors.Is(err, session.ErrConflict) {
 		out.Outcome, out.Detail = PrepareInFlight, "another replica claimed it"
 		return nil
@@ -461,6 +492,12 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 		return nil, false, nil // none, or unreadable: the blocking path
 	}
 	rec := p.sess.Record
+	if stored.Claimed(s.now(), s.claimTTL()) && stored.Owner != s.owner && stored.Base == rec.CompactionID && stored.Epoch == rec.Epoch &&
+		stored.Budget > 0 && s.willFit(p, stored.ToSeq+1, stored.Budget) {
+		// Another replica is preparing the session, and what it will
+		// leave fits: wait for it.
+		stored = s.awaitPrepared(ctx, ps, stored)
+	}
 	if !stored.Usable(rec) {
 		s.retire(ctx, ps, stored, rec)
 		return nil, false, nil

@@ -40,6 +40,10 @@ type PreparedCompaction struct {
 	// FromSeq and ToSeq bound the range it summarises (its cut).
 	FromSeq int64 `json:"from_seq,omitempty"`
 	ToSeq   int64 `json:"to_seq,omitempty"`
+	// Budget is its summary's budget in tokens: with the range, what a
+	// request on another replica needs to tell whether waiting for a
+	// running preparation pays.
+	Budget int `json:"budget,omitempty"`
 	// Compaction is the compaction message (ready only), its metadata
 	// complete but for what the committing request adds.
 	Compaction *Message `json:"compaction,omitempty"`
