@@ -48,6 +48,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	progress := fs.Bool("progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
 	comparePrepared := fs.Bool("compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
 	modelDelay := fs.Duration("model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
+	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
 	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
 	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
@@ -94,7 +95,10 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			pw = stderr
 		}
 		cfg := pipeline.DefaultConfig()
-		cfg.MaxSummaryTokens = *maxSummary
+		cfg.MaxSummaryTokens, cfg.PrepareAt = *maxSummary, *prepareAt
+		if err := cfg.Validate(); err != nil || *prepareAt == 0 {
+			return fmt.Errorf("%w: --prepare-at must be in (0, 1)", errUsage)
+		}
 		cmp, err := bench.ComparePrepared(ctx, convs, cfg, bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw})
 		if err != nil {
 			return err
