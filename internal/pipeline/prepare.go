@@ -157,16 +157,18 @@ type flight struct {
 	budget    int
 }
 
-// startFlight registers a preparation of the session; false when one runs.
-func (s *Service) startFlight(id string) (*flight, bool) {
+// startFlight registers a preparation of the session, with the context
+// it runs under (a request may cancel it); false when one runs.
+func (s *Service) startFlight(ctx context.Context, id string) (*flight, context.Context, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.flights[id]; ok {
-		return nil, false
+		return nil, ctx, false
 	}
-	f := &flight{done: make(chan struct{}), cancel: func() {}}
+	f := &flight{done: make(chan struct{})}
+	ctx, f.cancel = context.WithCancel(ctx)
 	s.flights[id] = f
-	return f, true
+	return f, ctx, true
 }
 
 // fitLimit is what a context built from a preparation may hold to be
@@ -179,6 +181,7 @@ func (s *Service) endFlight(id string, f *flight) {
 	s.mu.Lock()
 	delete(s.flights, id)
 	s.mu.Unlock()
+	f.cancel()
 	close(f.done)
 }
 
@@ -304,14 +307,12 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.Outcome, out.Detail = PrepareBelow, "prepare_at is 0"
 		return nil
 	}
-	f, ok := s.startFlight(req.SessionID)
+	f, ctx, ok := s.startFlight(ctx, req.SessionID)
 	if !ok {
 		out.Outcome = PrepareInFlight
 		return nil
 	}
 	defer s.endFlight(req.SessionID, f)
-	ctx, f.cancel = context.WithCancel(ctx)
-	defer f.cancel()
 	if s.compacting(req.SessionID) {
 		// A request runs: what it commits makes a preparation planned
 		// now stale. The next trigger prepares on what it leaves.
