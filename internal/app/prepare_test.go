@@ -80,6 +80,13 @@ func (r *runtime) grow(share float64) {
 // prepared waits until the session has a ready preparation and returns it.
 func prepared(t *testing.T, url, sid string) session.PreparedCompaction {
 	t.Helper()
+	return waitPrepared(t, url, sid, session.PreparedReady)
+}
+
+// waitPrepared waits until the session's stored preparation is in state
+// and returns it.
+func waitPrepared(t *testing.T, url, sid, state string) session.PreparedCompaction {
+	t.Helper()
 	nc, js := natstest.ConnectURL(t, url)
 	store, err := kvstore.NewSessions(context.Background(), nc, js)
 	if err != nil {
@@ -88,13 +95,13 @@ func prepared(t *testing.T, url, sid string) session.PreparedCompaction {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		p, err := store.Prepared(context.Background(), sid)
-		if err == nil && p.State == session.PreparedReady {
+		if err == nil && p.State == state {
 			return p
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no ready preparation of %s: %+v %v", sid, p, err)
+			t.Fatalf("no %s preparation of %s: %+v %v", state, sid, p, err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -196,16 +203,7 @@ func TestNearBudgetHintAndAppendsDuringPreparation(t *testing.T) {
 	}
 	// Appends while the model works: the preparation's claim is stored
 	// at its start.
-	nc, js := natstest.ConnectURL(t, srv.ClientURL())
-	store, _ := kvstore.NewSessions(context.Background(), nc, js)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if p, err := store.Prepared(context.Background(), rt.sid); err == nil && p.State == session.PreparedRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the hint started no preparation")
-		}
-	}
+	waitPrepared(t, srv.ClientURL(), rt.sid, session.PreparedRunning)
 	during := rt.next
 	rt.grow(0.8)
 	if rt.next == during {
@@ -346,19 +344,11 @@ func TestFailedPreparationAndTheBreaker(t *testing.T) {
 	a, fp := service(t, srv.ClientURL(), down, noMessageCount)
 	rt := newRuntime(t, srv.ClientURL(), "prep-fail")
 	rt.grow(0.75)
-	nc, js := natstest.ConnectURL(t, srv.ClientURL())
-	store, _ := kvstore.NewSessions(context.Background(), nc, js)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if p, err := store.Prepared(context.Background(), rt.sid); err == nil && p.State == session.PreparedFailed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no failed preparation stored")
-		}
-	}
+	waitPrepared(t, srv.ClientURL(), rt.sid, session.PreparedFailed)
 	if st := a.Pipeline.PrepareStats(); st.Failed == 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	nc, js := natstest.ConnectURL(t, srv.ClientURL())
 	breakers, _ := kvstore.NewBreakers(context.Background(), nc, js)
 	if b, _ := breakers.Breaker(context.Background(), rt.sid); b.Failures != 0 {
 		t.Fatalf("a failed preparation counted: %+v", b)
@@ -396,16 +386,7 @@ func TestRequestWaitsForAnotherReplicasPreparation(t *testing.T) {
 		}
 		prepDone <- out
 	}()
-	nc, js := natstest.ConnectURL(t, srv.ClientURL())
-	store, _ := kvstore.NewSessions(context.Background(), nc, js)
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if p, err := store.Prepared(context.Background(), rt.sid); err == nil && p.State == session.PreparedRunning {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no preparation started")
-		}
-	}
+	waitPrepared(t, srv.ClientURL(), rt.sid, session.PreparedRunning)
 	rt.grow(1.01)
 	res, err := b.Pipeline.Compact(context.Background(), pipeline.Request{ID: "on-b", SessionID: rt.sid, Trigger: pipeline.TriggerOverBudget})
 	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared" || res.LLMCalls != 0 {

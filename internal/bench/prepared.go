@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math"
 	"os"
 	"slices"
@@ -228,12 +227,8 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		return row, err
 	}
 	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
-	var log *slog.Logger
-	if os.Getenv("PREP_DEBUG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
 	svc, err := app.Start(ctx, app.Config{NATSURL: srv.ClientURL(), Provision: true, Workers: 64, PrepareWorkers: 16,
-		Pipeline: cfg, Summarizer: sum, Logger: log})
+		Pipeline: cfg, Summarizer: sum})
 	if err != nil {
 		return row, err
 	}
@@ -370,12 +365,6 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 			r.possible = false // no model needed: instant either way
 		}
 		reqs = append(reqs, r)
-		if os.Getenv("PREP_DEBUG") != "" && res.Failed != nil {
-			fmt.Fprintf(os.Stderr, "DEBUG %s msg %d: failed %s: %s\n", id, i, res.Failed.Reason, res.Failed.Error)
-		}
-		if os.Getenv("PREP_DEBUG") != "" && r.res != nil {
-			fmt.Fprintf(os.Stderr, "DEBUG %s msg %d: wait %v possible %v since-cross %v strategy %s calls %d before %d after %d\n", id, i, r.wait.Round(time.Millisecond), r.possible, t0.Sub(crossed).Round(time.Millisecond), r.res.Strategy, r.res.LLMCalls, r.res.TokensBefore, r.res.TokensAfter)
-		}
 		v, err := cl.Context(ctx, id)
 		if err != nil {
 			return reqs, eval.Retention{}, err

@@ -234,12 +234,12 @@ func (s *Service) willFit(p *plan, tailStart int64, budget int) bool {
 // awaitPrepared waits for a preparation another replica claimed and is
 // running (polling the store): it started before the request came, so it
 // answers sooner than a fresh summary would. It waits while the claim
-// holds, and at most awaitCap after the preparation started (its owner
-// may have died), and returns the stored preparation as it last read it.
+// holds (its owner renews it every claimBeat; one that died stops), and
+// returns the stored preparation as it last read it.
 func (s *Service) awaitPrepared(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) session.PreparedCompaction {
 	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
-	for p.Claimed(s.now(), min(s.claimTTL(), awaitCap)) {
+	for p.Claimed(s.now(), s.claimTTL()) {
 		select {
 		case <-ctx.Done():
 			return p
@@ -254,17 +254,38 @@ func (s *Service) awaitPrepared(ctx context.Context, ps PreparedStore, p session
 	return p
 }
 
-// awaitCap bounds how long after a preparation started a request on
-// another replica waits for it.
-const awaitCap = time.Minute
+// claimBeat is how often a preparation's owner renews its claim, and
+// claimStale how long a claim lasts unrenewed: a replica that died while
+// preparing keeps the others off (and a request waiting) that long.
+const (
+	claimBeat  = time.Second
+	claimStale = 3 * claimBeat
+)
 
 // claimTTL is how long a claimed preparation keeps other replicas off
-// (its owner may have died).
-func (s *Service) claimTTL() time.Duration {
-	if t := time.Duration(s.cfg.Timeout); t > 0 {
-		return t
+// without a heartbeat.
+func (s *Service) claimTTL() time.Duration { return claimStale }
+
+// beat renews claim every claimBeat until stop is closed, then returns
+// the claim as last written (its revision is what the final write must
+// name).
+func (s *Service) beat(ctx context.Context, ps PreparedStore, claim session.PreparedCompaction, stop <-chan struct{}) session.PreparedCompaction {
+	t := time.NewTicker(claimBeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return claim
+		case <-ctx.Done():
+			return claim
+		case <-t.C:
+		}
+		next := claim
+		next.Heartbeat = s.now().UTC()
+		if w, err := ps.PutPrepared(ctx, next); err == nil {
+			claim = w
+		}
 	}
-	return 5 * time.Minute
 }
 
 // Prepare computes the session's next compaction ahead of the request
@@ -422,7 +443,11 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.WastedTokens = w
 	}
 	req2 := Request{SessionID: req.SessionID, ID: req.RequestID, Model: req.Model, ContextLimit: req.ContextLimit}
+	stopBeat, beaten := make(chan struct{}), make(chan session.PreparedCompaction, 1)
+	go func(c session.PreparedCompaction) { beaten <- s.beat(ctx, ps, c, stopBeat) }(claim)
 	err = s.summarise(WithPurpose(ctx, PurposePreparation), p, req2, r, &res)
+	close(stopBeat)
+	claim = <-beaten
 	claim.LLMCalls, claim.InputTokens, claim.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
 	out.LLMCalls, out.InputTokens, out.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
 	if err == nil {

@@ -262,7 +262,7 @@ func TestOnePreparationInFlight(t *testing.T) {
 		}()
 	}
 	for rec.count.Load() == 0 {
-		runtimeGosched()
+		time.Sleep(time.Millisecond)
 	}
 	close(release)
 	wg.Wait()
@@ -280,5 +280,3 @@ func TestOnePreparationInFlight(t *testing.T) {
 		t.Fatalf("%d preparations, want 1: %+v", done, outs)
 	}
 }
-
-func runtimeGosched() { time.Sleep(time.Millisecond) }

@@ -50,6 +50,8 @@ type PreparedCompaction struct {
 	// Owner names the process that prepares it.
 	Owner     string    `json:"owner,omitempty"`
 	StartedAt time.Time `json:"started_at"`
+	// Heartbeat is when the owner last said it is still preparing.
+	Heartbeat time.Time `json:"heartbeat,omitzero"`
 	ReadyAt   time.Time `json:"ready_at,omitzero"`
 	// Usage of the summary model by the preparation.
 	LLMCalls     int `json:"llm_calls,omitempty"`
@@ -71,8 +73,16 @@ func (p *PreparedCompaction) Usable(rec Record) bool {
 		p.Epoch == rec.Epoch && p.Base == rec.CompactionID && p.HeadSeq <= rec.HeadSeq
 }
 
-// Claimed reports whether a preparation is under way at now: running and
-// started less than ttl ago.
+// Claimed reports whether a preparation is under way at now: running,
+// and its owner heard from (started, or its last heartbeat) less than
+// ttl ago: an owner that died stops beating.
 func (p *PreparedCompaction) Claimed(now time.Time, ttl time.Duration) bool {
-	return p != nil && p.State == PreparedRunning && now.Before(p.StartedAt.Add(ttl))
+	if p == nil || p.State != PreparedRunning {
+		return false
+	}
+	last := p.StartedAt
+	if p.Heartbeat.After(last) {
+		last = p.Heartbeat
+	}
+	return now.Before(last.Add(ttl))
 }
