@@ -220,13 +220,13 @@ func (s *Store) Commit(_ context.Context, c session.Commit) (existed bool, err e
 		return false, fmt.Errorf("session %s: %w", c.SessionID, session.ErrNotFound)
 	}
 	id := c.Compaction.ID
+	_, existed = e.compactions[id]
 	if e.rec.CompactionID != c.PrevCompactionID {
-		return false, fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, e.rec.CompactionID, session.ErrConflict)
+		return existed, fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, e.rec.CompactionID, session.ErrConflict)
 	}
 	if c.TailStartSeq < 1 || c.TailStartSeq > e.rec.HeadSeq+1 {
 		return false, fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, e.rec.HeadSeq+1)
 	}
-	_, existed = e.compactions[id]
 	if !existed {
 		e.compactions[id] = c.Compaction
 		e.order = append(e.order, id)

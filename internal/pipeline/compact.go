@@ -723,6 +723,7 @@ func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r 
 	if r.step == StepClear {
 		res.Strategy = "cleared"
 	}
+	strategy := res.Strategy
 	if err != nil || existed {
 		// Another writer stored this compaction (same key, same id) first:
 		// it is the request named in the stored message that compacted
@@ -731,6 +732,11 @@ func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r 
 		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
 		if stored, ok := s.madeBy(ctx, req.SessionID, a.msg.ID, req.ID); ok {
 			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+			if !existed {
+				// This delivery wrote the compaction and another writer
+				// committed the record to it: it is what this one did.
+				res.Strategy = strategy
+			}
 		} else if stored != nil {
 			res.Summary = SummaryText(stored)
 		}
@@ -755,7 +761,8 @@ func (s *Service) checkProgress(d Decision, before, after, afterMessages int) er
 
 // commit writes the compaction. A lost race is answered from a fresh read:
 // the winner's compaction under our id means already_compacted
-// (errWonByOther); another compaction means plan again (errReplan). The
+// (errWonByOther; existed says whether the stored message was there before
+// this commit wrote it); another compaction means plan again (errReplan). The
 // write is not cancelled with ctx: once the summary exists, finishing the
 // commit is cheaper than redoing it.
 func (s *Service) commit(ctx context.Context, c session.Commit) (existed bool, err error) {
@@ -766,7 +773,7 @@ func (s *Service) commit(ctx context.Context, c session.Commit) (existed bool, e
 	case errors.Is(err, session.ErrConflict):
 		sess, lerr := s.store.Load(context.WithoutCancel(ctx), c.SessionID, false)
 		if lerr == nil && sess.Record.CompactionID == c.Compaction.ID {
-			return true, errWonByOther
+			return existed, errWonByOther // existed: the stored message is not this commit's
 		}
 		return false, errReplan
 	case errors.Is(err, session.ErrNotFound):

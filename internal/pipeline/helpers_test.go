@@ -110,3 +110,22 @@ func (c *crashStore) Compaction(ctx context.Context, sessionID, id string) (*ses
 	}
 	return c.Store.Compaction(ctx, sessionID, id)
 }
+
+// overtakenStore commits the first Commit and then answers it with
+// session.ErrConflict, as the KV store answers a request whose compaction
+// message it wrote while another request, racing with the same plan, moved
+// the record to that message first.
+type overtakenStore struct {
+	*memstore.Store
+	once sync.Once
+}
+
+func (o *overtakenStore) Commit(ctx context.Context, cm session.Commit) (bool, error) {
+	overtaken := false
+	o.once.Do(func() { overtaken = true })
+	existed, err := o.Store.Commit(ctx, cm)
+	if overtaken && err == nil {
+		return existed, session.ErrConflict
+	}
+	return existed, err
+}

@@ -565,11 +565,16 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 	res.Incremental, res.Chunks, res.PrefixKeptTokens = meta.Incremental, meta.Chunks, meta.PrefixKeptTokens
 	res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeCompacted, "prepared", age
 	if err != nil || existed {
-		res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeAlreadyCompacted, "existing", 0
-		if _, mine := s.madeBy(ctx, req.SessionID, m.ID, req.ID); mine {
-			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+		_, mine := s.madeBy(ctx, req.SessionID, m.ID, req.ID)
+		if !mine || existed {
+			res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeAlreadyCompacted, "existing", 0
+			if mine {
+				res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+			}
+			return nil, true, nil
 		}
-		return nil, true, nil
+		// This request wrote the compaction and another committed the
+		// record to it: it is this request's.
 	}
 	s.prep.used.Add(1)
 	s.markUsed(ctx, ps, stored)

@@ -634,3 +634,30 @@ func TestBreakerCooldownProbe(t *testing.T) {
 		t.Fatalf("breaker after a successful probe: %+v", b)
 	}
 }
+
+// A request whose compaction message is the one stored, committed by
+// another writer's record move, answers what it did (the CI failure of
+// TestClearedCompactionOnKV: it said "redelivered"); a redelivery of it
+// then says redelivered.
+func TestOvertakenCommitKeepsItsStrategy(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	e, _ := newRecorderEnv(t, cfg)
+	e.importSession(t, "s", 8000, agentRun(20, 500))
+	svc, err := pipeline.New(&overtakenStore{Store: e.store}, e.breakers, extractive.New(e.counter), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "cleared" {
+		t.Fatalf("overtaken commit: %v %+v", err, res)
+	}
+	again, err := svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || again.Outcome != pipeline.OutcomeCompacted || again.Strategy != "redelivered" {
+		t.Fatalf("redelivery: %v %+v", err, again)
+	}
+	other, err := svc.Compact(context.Background(), pipeline.Request{ID: "2", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || other.Outcome == pipeline.OutcomeCompacted {
+		t.Fatalf("another request: %v %+v", err, other)
+	}
+}
