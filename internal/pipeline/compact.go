@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactor/compactor/internal/ledger"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
@@ -483,6 +484,12 @@ type reduction struct {
 	// written: the summary is the preparation's, with tool results
 	// cleared after it (no model call).
 	written bool
+	// ledger is the artifact ledger of what the summary covers, rendered
+	// into it as ledgerBullets; instructionsDropped counts the
+	// summariser's instruction bullets the user never wrote.
+	ledger              *ledger.Ledger
+	ledgerBullets       []string
+	instructionsDropped int
 }
 
 // planOf is the plan the summary step reads: p, or for a top-up p with
@@ -632,36 +639,61 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
 	}
+	sm.sources = instructionSources(p.pinned, input, prev)
+	// The artifact ledger of everything the summary will cover takes its
+	// share of the budget first; the summariser writes within the rest.
+	var stale []string
+	if hasSummary(prev) && prev.Compaction != nil {
+		stale = prev.Compaction.LedgerBullets
+	}
+	var led ledgerPart
+	if s.cfg.LedgerShare > 0 {
+		led.ledger = ledgerOf(prev, input, r.incremental)
+		led.rendered = ledger.Render(led.ledger, p.counter.Count, int(s.cfg.LedgerShare*float64(r.budget)))
+		if led.ledger.Empty() {
+			led.ledger = nil
+		}
+	}
+	budget := r.budget - bulletTokens(p.counter, led.rendered.All())
 	var text string
 	strategy := "single"
 	if r.incremental {
 		// The delta gets the room the summary in force leaves (at least a
 		// quarter of the budget), so the joined summary mostly fits and
 		// condensing, which re-reads the whole summary, stays rare.
-		room := r.budget - summaryTokens(p.counter, prev)
-		text, err = sm.runWithin(ctx, input, max(room, r.budget/4))
+		oldSummary, _ := summary.Parse(SummaryText(prev))
+		oldSummary = withoutBullets(oldSummary, stale)
+		room := budget - p.counter.Count(oldSummary.Render())
+		text, err = sm.runWithin(ctx, input, max(room, budget/4))
 		if err == nil {
-			old, _ := summary.Parse(SummaryText(prev))
 			delta, _ := summary.Parse(text)
-			text = summary.Merge(old, delta).Render()
-			if sm.count(text) > r.budget {
-				text, err = sm.condense(ctx, text, int(s.cfg.CondenseRatio*float64(r.budget)))
+			text = summary.Merge(oldSummary, delta).Render()
+			if sm.count(text) > budget {
+				text, err = sm.condense(ctx, text, int(s.cfg.CondenseRatio*float64(budget)))
 			}
 		}
 		strategy = "incremental"
 	} else {
-		text, err = sm.runWithin(ctx, input, r.budget)
+		text, err = sm.runWithin(ctx, input, budget)
 		if sm.chunks > 1 {
 			strategy = "chunked"
 		}
 	}
 	res.LLMCalls, res.Chunks, res.InputTokens, res.OutputTokens = sm.calls, sm.chunks, sm.inTokens, sm.outTokens
 	res.SummaryModel, res.Incremental, res.Strategy = firstNonEmpty(sm.answeredBy, sumModel), r.incremental, strategy
+	res.InstructionsDropped = sm.dropped
 	if err != nil {
 		return err
 	}
+	text = withLedger(p.counter, text, led.rendered, stale, r.budget)
 	r.summary, r.summaryTokens = text, sm.count(text)
+	r.ledger, r.ledgerBullets, r.instructionsDropped = led.ledger, led.rendered.All(), sm.dropped
 	return nil
+}
+
+type ledgerPart struct {
+	ledger   *ledger.Ledger
+	rendered ledger.Rendered
 }
 
 // assembled is a compaction ready to verify and commit.
@@ -677,6 +709,7 @@ type assembled struct {
 // what is cleared shown cleared.
 func (s *Service) assemble(p *plan, req Request, key string, r *reduction, res *Result) assembled {
 	msg, commit := prune(pruneInput{sessionID: req.SessionID, key: key, requestID: req.ID, step: r.step, summary: r.summary,
+		ledger: r.ledger, ledgerBullets: r.ledgerBullets, instructionsDropped: r.instructionsDropped,
 		prev: p.sess.Summary, pinned: p.pinned, selected: r.selected, tail: r.tail, cleared: r.cleared,
 		headSeq: p.sess.Record.HeadSeq, model: res.SummaryModel, incremental: r.incremental, now: s.now().UTC()})
 	switch {

@@ -57,6 +57,10 @@ type Config struct {
 	// deltas fit without another condensing call (1: condense to the
 	// budget itself, and so again at almost every compaction).
 	CondenseRatio float64 `json:"condense_ratio"`
+	// LedgerShare is the share of a summary's budget its artifact ledger
+	// (files, commands, errors and fixes, tests, identifiers, extracted
+	// from the summarised messages) may take; 0 turns the ledger off.
+	LedgerShare float64 `json:"ledger_share"`
 	// KeepFirstUserMessage pins the first user message (the task) next to
 	// the leading system messages.
 	KeepFirstUserMessage bool `json:"keep_first_user_message"`
@@ -148,6 +152,7 @@ func DefaultConfig() Config {
 		HeadroomRatio:       0.6,
 		MinReduction:        0.10,
 		CondenseRatio:       0.75,
+		LedgerShare:         0.4,
 		ToolOutputMaxTokens: 2000,
 		MaxChunkDepth:       6,
 		CommitRetries:       3,
@@ -200,6 +205,7 @@ func (c Config) Validate() error {
 	check(c.MaxFailures >= 1, "max_failures must be >= 1, got %d", c.MaxFailures)
 	check(c.HeadroomRatio > 0 && c.HeadroomRatio <= 1, "headroom_ratio must be in (0, 1], got %g", c.HeadroomRatio)
 	check(c.MinReduction >= 0 && c.MinReduction < 1, "min_reduction must be in [0, 1), got %g", c.MinReduction)
+	check(c.LedgerShare >= 0 && c.LedgerShare <= 0.8, "ledger_share must be in [0, 0.8], got %g", c.LedgerShare)
 	check(c.CondenseRatio >= 0.2 && c.CondenseRatio <= 1, "condense_ratio must be in [0.2, 1], got %g", c.CondenseRatio)
 	check(c.ToolOutputMaxTokens >= 50, "tool_output_max_tokens must be >= 50, got %d", c.ToolOutputMaxTokens)
 	check(c.MaxChunkDepth >= 1 && c.MaxChunkDepth <= 16, "max_chunk_depth must be in [1, 16], got %d", c.MaxChunkDepth)

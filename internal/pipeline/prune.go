@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/compactor/compactor/internal/ledger"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
 )
@@ -72,6 +73,11 @@ type pruneInput struct {
 	model       string
 	incremental bool
 	now         time.Time
+	// ledger and ledgerBullets are the summary's artifact ledger (a
+	// compaction that writes no summary carries the one in force).
+	ledger              *ledger.Ledger
+	ledgerBullets       []string
+	instructionsDropped int
 }
 
 // summaryRange is what the summary of a compaction message covers.
@@ -122,6 +128,10 @@ func prune(in pruneInput) (session.Message, session.Commit) {
 		CreatedAt:      in.now,
 		Step:           in.step,
 		Cleared:        in.cleared,
+		Ledger:         in.ledger,
+		LedgerBullets:  in.ledgerBullets,
+
+		InstructionsDropped: in.instructionsDropped,
 	}
 	msg := session.Message{ID: CompactionID(in.key), Role: session.RoleUser, IsCompaction: true, Compaction: meta}
 	from, to := summaryRange(in.prev)
@@ -136,6 +146,9 @@ func prune(in pruneInput) (session.Message, session.Commit) {
 		msg.Content = session.TextContent(fmt.Sprintf(summaryPreamble, from, to) + in.summary)
 	} else if hasSummary(in.prev) {
 		msg.Seq, msg.Content = in.prev.Seq, in.prev.Content
+		if pm := in.prev.Compaction; pm != nil && in.ledger == nil {
+			meta.Ledger, meta.LedgerBullets = pm.Ledger, pm.LedgerBullets
+		}
 	}
 	meta.SummaryFromSeq, meta.SummaryToSeq = from, to
 	if in.summary == "" {

@@ -55,6 +55,11 @@ type summariser struct {
 	calls, chunks, shrinks int
 	inTokens, outTokens    int
 
+	// sources are what "User instructions" may quote; dropped counts the
+	// bullets removed for quoting nothing the user wrote.
+	sources sources
+	dropped int
+
 	memo         map[string]int // token counts of summary texts seen in this compaction
 	answeredBy   string         // the model the provider says answered
 	messagesOnly bool           // the summariser does not read rendered prompts
@@ -372,6 +377,9 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 	for attempt := 0; attempt < 2; attempt++ {
 		if attempt > 0 {
 			req.Prompt = p.User + reminder(lastErr)
+			if errors.Is(lastErr, errInventedInstructions) {
+				req.Prompt = p.User + instructionReminder + strings.Join(summary.Headings, ", ") + "."
+			}
 		}
 		resp, err := s.sum.Summarize(ctx, req)
 		s.calls++
@@ -412,7 +420,13 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 			lastErr = err
 			continue
 		}
-		return s.fit(text), nil
+		verified, dropped, empty := verifyInstructions(text, s.sources)
+		s.dropped += dropped
+		if dropped > 0 && empty && attempt == 0 {
+			lastErr = errInventedInstructions // one reminder, then an empty section is the answer
+			continue
+		}
+		return s.fit(verified), nil
 	}
 	return "", fail(ReasonSummaryFailed, true, ErrSummaryFailed, "the summary model's answer is not a summary, after one reminder: %v", lastErr)
 }
@@ -433,52 +447,70 @@ func (s *summariser) fit(text string) string {
 // over, it drops the oldest bullets of the largest sections (user
 // instructions and the goal last) until it fits. Each bullet is counted once.
 func fitSummary(counter *tokens.Counter, text string, maxTokens int) string {
+	return fitSummaryKeeping(counter, text, maxTokens, nil)
+}
+
+// fitSummaryKeeping is fitSummary that drops the bullets in keep (the
+// ledger's) only when nothing else is left.
+func fitSummaryKeeping(counter *tokens.Counter, text string, maxTokens int, keep []string) string {
 	if counter.Count(text) <= maxTokens {
 		return text
 	}
 	s, _ := summary.Parse(text)
-	cost := map[string][]int{}
+	kept := make(map[string]bool, len(keep))
+	for _, b := range keep {
+		kept[strings.TrimSpace(strings.ReplaceAll(b, "\n", " "))] = true
+	}
 	total := counter.Count(summary.New().Render())
 	for _, h := range summary.Headings {
 		for _, b := range s.Sections[h] {
-			c := counter.Count("- "+b+"\n") + 1
-			cost[h] = append(cost[h], c)
-			total += c
+			total += counter.Count("- "+b+"\n") + 1
 		}
 	}
 	for total > maxTokens {
-		h := dropOldest(s)
-		if h == "" {
+		b := dropOldest(s, kept)
+		if b == "" {
 			break
 		}
-		total -= cost[h][0]
-		cost[h] = cost[h][1:]
+		total -= counter.Count("- "+b+"\n") + 1
 	}
 	out := s.Render()
-	for counter.Count(out) > maxTokens && dropOldest(s) != "" { // the estimate was low
+	for counter.Count(out) > maxTokens && dropOldest(s, kept) != "" { // the estimate was low
 		out = s.Render()
 	}
 	return out
 }
 
-// dropOldest removes the first bullet of the section with the most bullets,
-// the goal and the user's instructions only when nothing else is left. It
-// returns the section, or "" when the summary has no bullets.
-func dropOldest(s *summary.Summary) string {
+// dropOldest removes the first bullet of the section with the most
+// bullets: bullets in keep, the goal and the user's instructions only when
+// nothing else is left. It returns the bullet, or "" when the summary has
+// no bullets.
+func dropOldest(s *summary.Summary, keep map[string]bool) string {
 	protected := map[string]bool{summary.Goal: true, summary.Instructions: true}
-	for _, lastResort := range []bool{false, true} {
-		victim := ""
+	for pass := 0; pass < 3; pass++ {
+		victim, at, most := "", -1, 0
 		for _, h := range summary.Headings {
-			if protected[h] && !lastResort {
+			if protected[h] && pass < 2 {
 				continue
 			}
-			if len(s.Sections[h]) > 0 && (victim == "" || len(s.Sections[h]) > len(s.Sections[victim])) {
-				victim = h
+			n, first := 0, -1
+			for i, b := range s.Sections[h] {
+				if keep[b] && pass == 0 {
+					continue
+				}
+				if first < 0 {
+					first = i
+				}
+				n++
+			}
+			if n > most {
+				victim, at, most = h, first, n
 			}
 		}
 		if victim != "" {
-			s.Sections[victim] = s.Sections[victim][1:]
-			return victim
+			b := s.Sections[victim][at]
+			s.Sections[victim] = append(s.Sections[victim][:at:at], s.Sections[victim][at+1:]...)
+			return b
 		}
 	}
 	return ""

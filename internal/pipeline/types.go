@@ -126,7 +126,11 @@ type Result struct {
 	// were summarised on top of it), how long before the request the
 	// preparation was ready.
 	PreparedAgeMS int64 `json:"prepared_age_ms,omitempty"`
-	DurationMS    int64 `json:"duration_ms"`
+	// InstructionsDropped counts the bullets the summariser put under
+	// "User instructions" that the user (or a pinned system message)
+	// never wrote: they are removed before the summary is stored.
+	InstructionsDropped int   `json:"instructions_dropped,omitempty"`
+	DurationMS          int64 `json:"duration_ms"`
 	// Summary is the summary text now in force (also for already_compacted).
 	Summary string `json:"-"`
 

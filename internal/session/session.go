@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/compactor/compactor/internal/ledger"
+
 	"github.com/google/uuid"
 )
 
@@ -189,6 +191,14 @@ type CompactionMeta struct {
 	// many messages, saving how many tokens.
 	ClearedNow    int `json:"cleared_now,omitempty"`
 	ClearedTokens int `json:"cleared_tokens,omitempty"`
+	// Ledger is the artifact ledger of everything the summary in force
+	// covers (files, commands, errors and fixes, tests, identifiers), and
+	// LedgerBullets the bullets it was rendered into in the summary.
+	Ledger        *ledger.Ledger `json:"ledger,omitempty"`
+	LedgerBullets []string       `json:"ledger_bullets,omitempty"`
+	// InstructionsDropped counts the summary's "User instructions" bullets
+	// removed because the user never wrote them.
+	InstructionsDropped int `json:"instructions_dropped,omitempty"`
 	// PrefixKeptTokens is how many leading tokens of the context it left
 	// are identical to the context before it.
 	PrefixKeptTokens int `json:"prefix_kept_tokens,omitempty"`

@@ -1,0 +1,664 @@
+// Package ledger is the artifact ledger: what an agent did to its
+// workspace, extracted deterministically from a session's messages — files
+// read, created, edited and deleted, commands with their exit status,
+// errors and what fixed them, test outcomes, URLs and identifiers. A
+// compaction stores it in its metadata and renders it into the summary's
+// "Files and artifacts" and "Errors and fixes" sections, so that no
+// summariser, model or offline, has to remember it.
+//
+// It reads the tool calls of common agent tools (shell commands; editors
+// such as str_replace_editor, SWE-agent's open/create/edit; any path or file
+// argument) and their results (file headers, exit codes, tracebacks, test
+// summaries), in the OpenAI chat format and in SWE-agent's text-action
+// format (a fenced command answered by a user message).
+package ledger
+
+import (
+	"encoding/json"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// File operations, in the order a rendering lists them.
+const (
+	OpCreated = "created"
+	OpEdited  = "edited"
+	OpDeleted = "deleted"
+	OpRead    = "read"
+)
+
+var opOrder = []string{OpEdited, OpCreated, OpDeleted, OpRead}
+
+// Bounds of what one ledger keeps (the rendering is bounded separately, by
+// tokens): the oldest entries go first.
+const (
+	maxFiles    = 400
+	maxCommands = 40
+	maxErrors   = 40
+	maxTests    = 20
+	maxRefs     = 60
+	maxText     = 140 // characters of a command or an error kept
+)
+
+// Ledger is what a range of a session did. The zero value is empty.
+type Ledger struct {
+	Files    []File    `json:"files,omitempty"`
+	Commands []Command `json:"commands,omitempty"`
+	Errors   []Issue   `json:"errors,omitempty"`
+	Tests    []Test    `json:"tests,omitempty"`
+	// Refs are URLs and identifiers the agent's tool calls named
+	// (reservation ids, ticket numbers, commit hashes).
+	Refs []string `json:"refs,omitempty"`
+}
+
+// File is one path and what was done to it.
+type File struct {
+	Path string   `json:"path"`
+	Ops  []string `json:"ops"`
+	Seq  int64    `json:"last_seq,omitempty"`
+}
+
+// Command is one shell command the agent ran.
+type Command struct {
+	Cmd  string `json:"cmd"`
+	Exit *int   `json:"exit,omitempty"`
+	Seq  int64  `json:"seq,omitempty"`
+}
+
+// Issue is an error a tool reported, and what fixed it, when something did.
+type Issue struct {
+	Error string `json:"error"`
+	From  string `json:"from,omitempty"` // the command or tool that reported it
+	Fix   string `json:"fix,omitempty"`
+	Seq   int64  `json:"seq,omitempty"`
+}
+
+// Test is one test run's outcome.
+type Test struct {
+	Cmd     string `json:"cmd,omitempty"`
+	Outcome string `json:"outcome"` // "passed" or "failed"
+	Detail  string `json:"detail,omitempty"`
+	Seq     int64  `json:"seq,omitempty"`
+}
+
+// Empty reports whether the ledger records nothing.
+func (l *Ledger) Empty() bool {
+	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs) == 0
+}
+
+// Clone returns a deep copy (nil for nil).
+func (l *Ledger) Clone() *Ledger {
+	if l == nil {
+		return nil
+	}
+	out := &Ledger{Files: make([]File, len(l.Files)), Commands: slices.Clone(l.Commands), Errors: slices.Clone(l.Errors),
+		Tests: slices.Clone(l.Tests), Refs: slices.Clone(l.Refs)}
+	for i, f := range l.Files {
+		out.Files[i] = File{Path: f.Path, Ops: slices.Clone(f.Ops), Seq: f.Seq}
+	}
+	return out
+}
+
+// Merge returns the ledger of prev followed by next: files' operations
+// united, lists appended, errors fixed later marked fixed; bounded, oldest
+// entries first to go. The inputs are not changed.
+func Merge(prev, next *Ledger) *Ledger {
+	out := prev.Clone()
+	if out == nil {
+		out = &Ledger{}
+	}
+	if next == nil {
+		return out
+	}
+	for _, f := range next.Files {
+		for _, op := range f.Ops {
+			out.file(f.Path, op, f.Seq)
+		}
+	}
+	out.Commands = append(out.Commands, next.Commands...)
+	for _, e := range next.Errors {
+		out.addError(e)
+	}
+	out.Tests = append(out.Tests, next.Tests...)
+	for _, r := range next.Refs {
+		out.ref(r)
+	}
+	out.bound()
+	return out
+}
+
+func (l *Ledger) bound() {
+	if n := len(l.Files) - maxFiles; n > 0 {
+		// The files touched longest ago go first.
+		slices.SortStableFunc(l.Files, func(a, b File) int { return int(a.Seq - b.Seq) })
+		l.Files = slices.Clone(l.Files[n:])
+	}
+	l.Commands = lastN(l.Commands, maxCommands)
+	l.Errors = lastN(l.Errors, maxErrors)
+	l.Tests = lastN(l.Tests, maxTests)
+	l.Refs = lastN(l.Refs, maxRefs)
+}
+
+func lastN[T any](s []T, n int) []T {
+	if len(s) <= n {
+		return s
+	}
+	return slices.Clone(s[len(s)-n:])
+}
+
+func (l *Ledger) file(path, op string, seq int64) {
+	path = cleanPath(path)
+	if path == "" {
+		return
+	}
+	for i := range l.Files {
+		// One file under two names, relative and absolute: keep the
+		// absolute one.
+		have := l.Files[i].Path
+		if !strings.HasPrefix(path, "/") && strings.HasSuffix(have, "/"+strings.TrimPrefix(path, "./")) {
+			path = have
+		} else if !strings.HasPrefix(have, "/") && strings.HasSuffix(path, "/"+strings.TrimPrefix(have, "./")) {
+			l.Files[i].Path = path
+		}
+		if l.Files[i].Path == path {
+			if !slices.Contains(l.Files[i].Ops, op) {
+				l.Files[i].Ops = append(l.Files[i].Ops, op)
+			}
+			l.Files[i].Seq = max(l.Files[i].Seq, seq)
+			return
+		}
+	}
+	l.Files = append(l.Files, File{Path: path, Ops: []string{op}, Seq: seq})
+}
+
+func (l *Ledger) addError(e Issue) {
+	for i := range l.Errors {
+		if l.Errors[i].Error == e.Error && l.Errors[i].From == e.From {
+			if e.Fix != "" {
+				l.Errors[i].Fix = e.Fix
+			}
+			l.Errors[i].Seq = max(l.Errors[i].Seq, e.Seq)
+			return
+		}
+	}
+	l.Errors = append(l.Errors, e)
+}
+
+func (l *Ledger) ref(r string) {
+	if r == "" || slices.Contains(l.Refs, r) {
+		return
+	}
+	l.Refs = append(l.Refs, r)
+}
+
+// cleanPath trims quotes and punctuation around a path, and a trailing
+// ":line" or ":line:col".
+func cleanPath(p string) string {
+	p = strings.Trim(strings.TrimSpace(p), "'\"`,;()[]{}<>")
+	p = reLineSuffix.ReplaceAllString(p, "")
+	if p == "" || p == "." || p == ".." || p == "/" || strings.ContainsAny(p, " \t\n*?$") || len(p) > 300 {
+		return ""
+	}
+	return p
+}
+
+var reLineSuffix = regexp.MustCompile(`(:\d+)+:?$`)
+
+// Message is what the ledger reads of a session message.
+type Message struct {
+	Role       string // "system", "user", "assistant" or "tool"
+	Text       string
+	Seq        int64
+	ToolCalls  []Call
+	ToolCallID string
+	Name       string
+	Summary    bool // a compaction message: skipped
+}
+
+// Call is one tool call of an assistant message.
+type Call struct {
+	ID, Name, Arguments string
+}
+
+// Extract reads msgs (in session order) and returns their ledger.
+func Extract(msgs []Message) *Ledger {
+	x := extractor{l: &Ledger{}, calls: map[string]*call{}}
+	for i := range msgs {
+		x.message(msgs, i)
+	}
+	x.l.bound()
+	return x.l
+}
+
+// call is a tool call waiting for its result.
+type call struct {
+	name string
+	args map[string]any
+	cmd  string // the shell command, when it is one
+	seq  int64
+}
+
+type extractor struct {
+	l        *Ledger
+	calls    map[string]*call
+	openFile string // SWE-agent's open file: its edit tool names none
+	// open errors, by the program that reported them: the files edited
+	// since, and the command that reported it.
+	pending []*pendingError
+}
+
+type pendingError struct {
+	idx     int // in l.Errors
+	program string
+	edited  []string
+}
+
+func (x *extractor) message(msgs []Message, i int) {
+	m := &msgs[i]
+	if m.Summary {
+		return
+	}
+	switch m.Role {
+	case "assistant":
+		for _, tc := range m.ToolCalls {
+			c := &call{name: tc.Name, seq: m.Seq}
+			_ = json.Unmarshal([]byte(tc.Arguments), &c.args)
+			x.action(c)
+			x.calls[tc.ID] = c
+		}
+		if len(m.ToolCalls) == 0 && i+1 < len(msgs) && msgs[i+1].Role == "user" {
+			// SWE-agent's text actions: the last fenced block is the command,
+			// and the next user message is its observation.
+			if cmd := lastFence(m.Text); cmd != "" {
+				c := textAction(cmd, m.Seq)
+				x.action(c)
+				x.result(c, msgs[i+1].Text, msgs[i+1].Seq)
+			}
+		}
+	case "tool":
+		c := x.calls[m.ToolCallID]
+		if c == nil {
+			c = &call{name: m.Name, seq: m.Seq}
+		}
+		x.result(c, m.Text, m.Seq)
+	}
+}
+
+// fileKeys are argument names that name a file.
+var fileKeys = []string{"path", "file", "file_path", "filepath", "filename", "file_name", "target_file", "target", "source", "destination", "notebook_path"}
+
+// action records what a call does before its result is known.
+func (x *extractor) action(c *call) {
+	name := strings.ToLower(c.name)
+	if s, ok := c.args["command"].(string); ok && isShellTool(name) {
+		c.cmd = s
+	} else if s, ok := c.args["cmd"].(string); ok {
+		c.cmd = s
+	} else if s, ok := c.args["script"].(string); ok && isShellTool(name) {
+		c.cmd = s
+	}
+	if c.cmd != "" {
+		x.l.Commands = append(x.l.Commands, Command{Cmd: clip(oneLine(c.cmd)), Seq: c.seq})
+		for _, f := range shellFiles(c.cmd) {
+			x.file(f.path, f.op, c.seq)
+		}
+	}
+	sub, _ := c.args["command"].(string)
+	op := toolOp(name, sub)
+	paths := argPaths(c.args)
+	if op != "" && len(paths) == 0 && (name == "edit" || name == "insert" || name == "append") && x.openFile != "" {
+		paths = []string{x.openFile} // SWE-agent edits the open file
+	}
+	for _, p := range paths {
+		if op == "" {
+			op = OpRead // a tool that names a file reads it, unless it says more
+		}
+		x.file(p, op, c.seq)
+		if name == "open" || (name == "str_replace_editor" && sub == "view") || name == "create" {
+			x.openFile = cleanPath(p)
+		}
+	}
+	for k, v := range c.args {
+		if s, ok := v.(string); ok && isRefKey(k) {
+			x.l.ref(s)
+		}
+		if s, ok := v.(string); ok {
+			for _, u := range reURL.FindAllString(s, 4) {
+				x.l.ref(strings.TrimRight(u, ".,;)'\""))
+			}
+		}
+	}
+}
+
+func (x *extractor) file(path, op string, seq int64) {
+	path = cleanPath(path)
+	if path == "" || !looksLikePath(path) {
+		return
+	}
+	x.l.file(path, op, seq)
+	if op == OpEdited || op == OpCreated || op == OpDeleted {
+		for _, p := range x.pending {
+			if !slices.Contains(p.edited, path) {
+				p.edited = append(p.edited, path)
+			}
+		}
+	}
+}
+
+func isShellTool(name string) bool {
+	switch name {
+	case "bash", "execute_bash", "shell", "run", "run_command", "terminal", "exec", "execute_command", "run_shell_command", "cmd", "sh", "run_terminal_cmd", "execute":
+		return true
+	}
+	return strings.Contains(name, "bash") || strings.Contains(name, "shell") || strings.Contains(name, "terminal")
+}
+
+// toolOp is what an editor-like tool does to the files it names.
+func toolOp(name, sub string) string {
+	switch name {
+	case "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "editor", "file_editor":
+		switch sub {
+		case "view":
+			return OpRead
+		case "create":
+			return OpCreated
+		case "str_replace", "insert", "undo_edit", "edit", "write":
+			return OpEdited
+		}
+		return ""
+	case "create", "create_file", "write_file", "new_file":
+		return OpCreated
+	case "edit", "edit_file", "str_replace", "apply_patch", "patch", "insert", "append", "replace_in_file", "write_to_file", "multi_edit":
+		return OpEdited
+	case "delete", "delete_file", "remove_file", "rm":
+		return OpDeleted
+	case "open", "read", "read_file", "view", "view_file", "cat", "open_file":
+		return OpRead
+	}
+	return ""
+}
+
+func argPaths(args map[string]any) []string {
+	var out []string
+	for _, k := range fileKeys {
+		switch v := args[k].(type) {
+		case string:
+			if looksLikePath(v) {
+				out = append(out, v)
+			}
+		case []any:
+			for _, e := range v {
+				if s, ok := e.(string); ok && looksLikePath(s) {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	if v, ok := args["paths"].([]any); ok {
+		for _, e := range v {
+			if s, ok := e.(string); ok && looksLikePath(s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// looksLikePath accepts a file name with an extension, a known extensionless
+// file, or a path with a directory and a file name.
+func looksLikePath(s string) bool {
+	s = strings.TrimSpace(s)
+	if s == "" || len(s) > 300 || strings.ContainsAny(s, " \t\n") || strings.HasPrefix(s, "-") || strings.Contains(s, "://") {
+		return false
+	}
+	base := s[strings.LastIndexByte(s, '/')+1:]
+	if base == "" {
+		return false
+	}
+	if knownFiles[base] {
+		return true
+	}
+	return reFileName.MatchString(base)
+}
+
+var (
+	reFileName = regexp.MustCompile(`^[\w.@+-]*[\w@+-]\.[A-Za-z][A-Za-z0-9]{0,9}$`)
+	knownFiles = map[string]bool{"Makefile": true, "Dockerfile": true, "README": true, "LICENSE": true, "Gemfile": true, "Rakefile": true,
+		"Cargo.lock": true, "go.mod": true, "go.sum": true, "CMakeLists.txt": true, "Justfile": true, "Procfile": true}
+	reURL = regexp.MustCompile(`https?://[^\s"'<>)\]]+`)
+	// refKeys are argument names whose values are identifiers worth keeping.
+	reRefKey = regexp.MustCompile(`(?i)(^id$|_id$|_ids?$|_number$|^ticket|^issue|^order|^reservation|^booking|^commit|^sha$|^branch$|^pr$|^url$)`)
+)
+
+func isRefKey(k string) bool { return reRefKey.MatchString(k) }
+
+// textAction reads a SWE-agent text command ("open path", "edit 1:5",
+// "create path", or a shell command).
+func textAction(cmd string, seq int64) *call {
+	f := strings.Fields(cmd)
+	c := &call{seq: seq, args: map[string]any{}}
+	switch f[0] {
+	case "open", "create", "find_file", "search_file":
+		c.name = f[0]
+		if len(f) > 1 {
+			key := "path"
+			if f[0] == "find_file" || f[0] == "search_file" {
+				key = "pattern"
+				if len(f) > 2 {
+					c.args["path"] = f[2]
+				}
+			}
+			c.args[key] = strings.Trim(f[1], `"'`)
+		}
+	case "edit", "insert", "append":
+		c.name = f[0]
+	case "goto", "scroll_down", "scroll_up", "search_dir", "submit", "exit":
+		c.name = f[0]
+	default:
+		c.name, c.args["command"] = "bash", cmd
+	}
+	return c
+}
+
+var reFence = regexp.MustCompile("(?s)```[a-zA-Z]*\\n(.*?)```")
+
+// lastFence returns the last fenced block's first line and, for an edit,
+// nothing more (its body is the new text, not a command).
+func lastFence(text string) string {
+	all := reFence.FindAllStringSubmatch(text, -1)
+	if len(all) == 0 {
+		return ""
+	}
+	body := strings.TrimSpace(all[len(all)-1][1])
+	if body == "" {
+		return ""
+	}
+	first, _, _ := strings.Cut(body, "\n")
+	first = strings.TrimSpace(first)
+	if f := strings.Fields(first); len(f) > 0 && (f[0] == "edit" || f[0] == "insert" || f[0] == "append") {
+		return first
+	}
+	if strings.Contains(body, "\n") && !strings.HasSuffix(first, "\\") {
+		return first // a multi-line block: its first line is the command
+	}
+	return body
+}
+
+var (
+	reOpenFile   = regexp.MustCompile(`\(Open file: ([^)\s]+)\)`)
+	reFileHeader = regexp.MustCompile(`^\[File: (\S+) \(\d+ lines total\)\]`)
+	reCreatedAt  = regexp.MustCompile(`(?i)\bfile created successfully at:? (\S+)`)
+	reEditedFile = regexp.MustCompile(`(?i)\bthe file (\S+) has been edited\b`)
+	reCatN       = regexp.MustCompile("(?i)result of running `cat -n` on (?:a snippet of )?(\\S+?):?\\s")
+	reExit       = regexp.MustCompile(`(?i)(?:exit(?:ed)?(?: with)? (?:code|status)[: =]*|returncode[: =]+|exit_code[": =]+)(-?\d+)`)
+	// reErrorLine is a line that reports an error.
+	reErrorLine = regexp.MustCompile(`(?i)^(\w+(\.\w+)*(Error|Exception)\b.*|error(\[\w+\])?:.*|fatal:.*|panic:.*|E {2,}\S.*|FAILED\b.*|.*: command not found|.*: No such file or directory.*|.*\.\w+:\d+(:\d+)?: (error|fatal error): .*|.*\bSegmentation fault\b.*|Error: .*)$`)
+	reTestLine  = regexp.MustCompile(`(?i)^(=+ .*\b(\d+ (passed|failed|errors?))\b.* =+|(ok|FAIL)\s+\S+\s+[\d.]+s|--- FAIL: \S+|Ran \d+ tests? in .*|(OK|FAILED)( \(.*\))?|Tests?:\s+.*\b(passed|failed)\b.*|test result: (ok|FAILED)\..*|\d+ (passing|failing)\b.*)$`)
+)
+
+// result records what a call's result says.
+func (x *extractor) result(c *call, text string, seq int64) {
+	if m := reFileHeader.FindStringSubmatch(strings.TrimSpace(text)); m != nil {
+		x.file(m[1], OpRead, seq)
+		x.openFile = cleanPath(m[1])
+	}
+	if m := reOpenFile.FindStringSubmatch(text); m != nil && m[1] != "n/a" {
+		x.openFile = cleanPath(m[1])
+	}
+	if m := reCreatedAt.FindStringSubmatch(text); m != nil {
+		x.file(m[1], OpCreated, seq)
+	}
+	if m := reEditedFile.FindStringSubmatch(text); m != nil {
+		x.file(m[1], OpEdited, seq)
+	}
+	if m := reCatN.FindStringSubmatch(text); m != nil {
+		x.file(m[1], OpRead, seq)
+	}
+	exit := -1
+	if c.cmd != "" {
+		if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
+			exit, _ = strconv.Atoi(ms[len(ms)-1][1])
+			for i := len(x.l.Commands) - 1; i >= 0; i-- {
+				if x.l.Commands[i].Seq == c.seq && x.l.Commands[i].Cmd == clip(oneLine(c.cmd)) {
+					e := exit
+					x.l.Commands[i].Exit = &e
+					break
+				}
+			}
+		}
+	}
+	from := c.name
+	if c.cmd != "" {
+		from = clip(oneLine(c.cmd))
+	}
+	errs, tests := scan(text)
+	for _, t := range tests {
+		outcome := "passed"
+		if reFailWord.MatchString(t) && !reZeroFail.MatchString(t) {
+			outcome = "failed"
+		}
+		x.l.Tests = append(x.l.Tests, Test{Cmd: from, Outcome: outcome, Detail: clip(t), Seq: seq})
+	}
+	failed := len(errs) > 0 || exit > 0
+	prog := program(c)
+	if !failed {
+		// The program that reported errors now runs clean: what was edited
+		// since fixed them.
+		var keep []*pendingError
+		for _, p := range x.pending {
+			if p.program != prog || prog == "" {
+				keep = append(keep, p)
+				continue
+			}
+			fix := "then `" + from + "` succeeded"
+			if len(p.edited) > 0 {
+				fix = "fixed by editing " + strings.Join(p.edited, ", ") + "; " + fix
+			}
+			x.l.Errors[p.idx].Fix = fix
+		}
+		x.pending = keep
+		return
+	}
+	for _, e := range errs {
+		before := len(x.l.Errors)
+		x.l.addError(Issue{Error: clip(e), From: from, Seq: seq})
+		if len(x.l.Errors) > before && prog != "" {
+			x.pending = append(x.pending, &pendingError{idx: len(x.l.Errors) - 1, program: prog})
+		}
+	}
+	if len(errs) == 0 && exit > 0 {
+		x.l.addError(Issue{Error: "exit status " + strconv.Itoa(exit), From: from, Seq: seq})
+		if prog != "" {
+			x.pending = append(x.pending, &pendingError{idx: len(x.l.Errors) - 1, program: prog})
+		}
+	}
+}
+
+var (
+	reFailWord = regexp.MustCompile(`(?i)\b(fail(ed|ing|ures?)?|errors?)\b`)
+	reZeroFail = regexp.MustCompile(`(?i)^(ok\s|test result: ok|=+ \d+ passed in)|\b0 (failed|failures|errors?)\b`)
+)
+
+// program names what a call runs, so a later clean run of it can be told
+// to have fixed its errors: a shell command's first two words, else the
+// tool's name.
+func program(c *call) string {
+	if c.cmd != "" {
+		segs := splitCommands(c.cmd)
+		f := strings.Fields(segs[len(segs)-1])
+		for _, s := range segs {
+			if w := strings.Fields(s); len(w) > 0 && w[0] != "cd" && w[0] != "export" {
+				f = w // the first command that is not a cd
+				break
+			}
+		}
+		if len(f) > 2 {
+			f = f[:2]
+		}
+		return strings.Join(f, " ")
+	}
+	if ps := argPaths(c.args); len(ps) > 0 {
+		return c.name + " " + cleanPath(ps[0])
+	}
+	return c.name
+}
+
+// scan returns a tool output's error lines (a traceback answered by its
+// last line) and test summary lines, each once.
+func scan(text string) (errs, tests []string) {
+	lines := strings.Split(text, "\n")
+	inTraceback := false
+	for i, line := range lines {
+		t := strings.TrimSpace(line)
+		if t == "" {
+			continue
+		}
+		if strings.HasPrefix(t, "Traceback (most recent call last)") {
+			inTraceback = true
+			continue
+		}
+		if inTraceback {
+			if strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || i == len(lines)-1 && !reErrorLine.MatchString(t) {
+				continue
+			}
+			inTraceback = false
+		}
+		if reTestLine.MatchString(t) {
+			if !slices.Contains(tests, t) {
+				tests = append(tests, t)
+			}
+			continue
+		}
+		if reErrorLine.MatchString(t) && len(errs) < 3 && !slices.Contains(errs, t) {
+			if strings.HasSuffix(t, ":") && len(t) < 12 {
+				// "ERROR:" alone: the message is on the next line.
+				for _, next := range lines[i+1:] {
+					if n := strings.TrimSpace(next); n != "" {
+						t += " " + n
+						break
+					}
+				}
+			}
+			errs = append(errs, t)
+		}
+	}
+	return errs, tests
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func clip(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= maxText {
+		return s
+	}
+	n := maxText
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,203 @@
+package ledger
+
+import (
+	"strings"
+)
+
+type fileOp struct {
+	path, op string
+}
+
+// shellFiles reads a shell command for the files it touches: redirections
+// and tee write, sed -i and patch edit, touch creates, rm deletes, mv and
+// cp create their target; cat, head, grep, python and the like read theirs.
+// It splits on ; && || | and newlines and knows quotes, not the whole shell.
+func shellFiles(cmd string) []fileOp {
+	var out []fileOp
+	for _, seg := range splitCommands(cmd) {
+		words := shellWords(seg)
+		if len(words) == 0 {
+			continue
+		}
+		// Redirections write their target, whatever the command.
+		var args []string
+		for i := 0; i < len(words); i++ {
+			w := words[i]
+			switch {
+			case w == ">" || w == ">>":
+				if i+1 < len(words) {
+					out = add(out, words[i+1], OpEdited)
+					i++
+				}
+				continue
+			case strings.HasPrefix(w, ">>") && len(w) > 2:
+				out = add(out, w[2:], OpEdited)
+				continue
+			case strings.HasPrefix(w, ">") && len(w) > 1 && w[1] != '&':
+				out = add(out, w[1:], OpEdited)
+				continue
+			case w == "<" || w == "2>" || w == "2>&1" || w == "&>" || strings.HasPrefix(w, "2>"):
+				if (w == "<" || w == "2>" || w == "&>") && i+1 < len(words) {
+					i++
+				}
+				continue
+			}
+			args = append(args, w)
+		}
+		if len(args) == 0 {
+			continue
+		}
+		verb := args[0]
+		for (verb == "sudo" || verb == "env" || verb == "time" || verb == "cd") && len(args) > 1 {
+			if verb == "cd" {
+				args = nil
+				break
+			}
+			args = args[1:]
+			verb = args[0]
+		}
+		if len(args) == 0 {
+			continue
+		}
+		if i := strings.LastIndexByte(verb, '/'); i >= 0 && !looksLikePath(verb) {
+			verb = verb[i+1:]
+		}
+		rest := args[1:]
+		switch verb {
+		case "sed", "perl":
+			op := OpRead
+			for _, a := range rest {
+				if a == "-i" || strings.HasPrefix(a, "-i") || a == "--in-place" || strings.HasPrefix(a, "-pi") {
+					op = OpEdited
+				}
+			}
+			out = addAll(out, rest, op)
+		case "tee":
+			out = addAll(out, rest, OpEdited)
+		case "touch":
+			out = addAll(out, rest, OpCreated)
+		case "rm", "unlink":
+			out = addAll(out, rest, OpDeleted)
+		case "mv", "cp", "ln":
+			files := paths(rest)
+			if len(files) >= 2 {
+				for _, f := range files[:len(files)-1] {
+					op := OpRead
+					if verb == "mv" {
+						op = OpDeleted
+					}
+					out = add(out, f, op)
+				}
+				out = add(out, files[len(files)-1], OpCreated)
+			}
+		case "patch", "git":
+			if verb == "git" && len(rest) > 0 && (rest[0] == "checkout" || rest[0] == "restore") {
+				out = addAll(out, rest[1:], OpEdited)
+			} else if verb == "git" && len(rest) > 0 && rest[0] == "rm" {
+				out = addAll(out, rest[1:], OpDeleted)
+			} else if verb == "git" && len(rest) > 0 && (rest[0] == "add" || rest[0] == "diff" || rest[0] == "show" || rest[0] == "log") {
+				out = addAll(out, rest[1:], OpRead)
+			} else if verb == "patch" {
+				out = addAll(out, rest, OpEdited)
+			}
+		case "echo", "printf", "mkdir", "ls", "find", "cd", "export", "pwd", "which", "pip", "apt-get", "apt", "npm", "yarn", "chmod", "chown", "kill", "sleep":
+			// They name no file they read (their redirections are handled above).
+		default:
+			out = addAll(out, rest, OpRead)
+			if looksLikePath(verb) && strings.ContainsRune(verb, '/') {
+				out = add(out, verb, OpRead) // ./script.sh
+			}
+		}
+	}
+	return out
+}
+
+func add(out []fileOp, p, op string) []fileOp {
+	p = strings.Trim(p, `'"`)
+	if !looksLikePath(p) {
+		return out
+	}
+	return append(out, fileOp{path: p, op: op})
+}
+
+func addAll(out []fileOp, args []string, op string) []fileOp {
+	for _, a := range paths(args) {
+		out = add(out, a, op)
+	}
+	return out
+}
+
+// paths keeps the arguments that are not flags.
+func paths(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if strings.HasPrefix(a, "-") {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// splitCommands cuts a command line at ; && || | and newlines outside quotes.
+func splitCommands(cmd string) []string {
+	var out []string
+	var cur strings.Builder
+	quote := byte(0)
+	for i := 0; i < len(cmd); i++ {
+		c := cmd[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			}
+			cur.WriteByte(c)
+		case c == '\'' || c == '"':
+			quote = c
+			cur.WriteByte(c)
+		case c == ';' || c == '\n' || c == '|' || (c == '&' && i+1 < len(cmd) && cmd[i+1] == '&'):
+			out = append(out, cur.String())
+			cur.Reset()
+			if (c == '&' || c == '|') && i+1 < len(cmd) && cmd[i+1] == c {
+				i++
+			}
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	return append(out, cur.String())
+}
+
+// shellWords splits a command into words, quotes removed.
+func shellWords(s string) []string {
+	var out []string
+	var cur strings.Builder
+	quote := byte(0)
+	in := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == quote {
+				quote = 0
+			} else {
+				cur.WriteByte(c)
+			}
+		case c == '\'' || c == '"':
+			quote, in = c, true
+		case c == ' ' || c == '\t':
+			if in {
+				out = append(out, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteByte(c)
+			in = true
+		}
+	}
+	if in {
+		out = append(out, cur.String())
+	}
+	return out
+}

@@ -1,0 +1,104 @@
+package pipeline
+
+import (
+	"strings"
+
+	"github.com/compactor/compactor/internal/ledger"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// ledgerMessages is what the ledger reads of msgs.
+func ledgerMessages(msgs []session.Message) []ledger.Message {
+	out := make([]ledger.Message, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		lm := ledger.Message{Role: string(m.Role), Text: m.Content.Text, Seq: m.Seq, ToolCallID: m.ToolCallID, Name: m.Name, Summary: m.IsCompaction}
+		for _, tc := range m.ToolCalls {
+			lm.ToolCalls = append(lm.ToolCalls, ledger.Call{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		out[i] = lm
+	}
+	return out
+}
+
+// ledgerOf is the ledger of what the summary will cover: the summary in
+// force's ledger (when the summary is extended incrementally) followed by
+// input's.
+func ledgerOf(prev *session.Message, input []session.Message, incremental bool) *ledger.Ledger {
+	cur := ledger.Extract(ledgerMessages(input))
+	if incremental && prev != nil && prev.Compaction != nil {
+		return ledger.Merge(prev.Compaction.Ledger, cur)
+	}
+	return cur
+}
+
+// bulletTokens is what bullets cost in a rendered summary.
+func bulletTokens(c *tokens.Counter, bullets []string) int {
+	n := 0
+	for _, b := range bullets {
+		n += c.Count("- "+b+"\n") + 1
+	}
+	return n
+}
+
+// withoutBullets returns s without the given bullets (the ledger an
+// earlier compaction rendered into it: the new one replaces it).
+func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
+	if len(bullets) == 0 {
+		return s
+	}
+	drop := make(map[string]bool, len(bullets))
+	for _, b := range bullets {
+		drop[strings.TrimSpace(strings.ReplaceAll(b, "\n", " "))] = true
+	}
+	out := summary.New()
+	for _, h := range summary.Headings {
+		for _, b := range s.Sections[h] {
+			if !drop[b] {
+				out.Add(h, b)
+			}
+		}
+	}
+	return out
+}
+
+// withLedger puts the ledger's bullets first in their sections of text,
+// after removing stale ones (an earlier ledger's), and keeps the
+// summariser's bullets after them. Within maxTokens: the summariser's
+// bullets go before the ledger's.
+func withLedger(c *tokens.Counter, text string, r ledger.Rendered, stale []string, maxTokens int) string {
+	if len(r.Files)+len(r.Errors)+len(stale) == 0 {
+		return text
+	}
+	parsed, _ := summary.Parse(text)
+	parsed = withoutBullets(parsed, stale)
+	out := summary.New()
+	for _, h := range summary.Headings {
+		switch h {
+		case summary.Files:
+			for _, b := range r.Files {
+				out.Add(h, b)
+			}
+		case summary.Errors:
+			for _, b := range r.Errors {
+				out.Add(h, b)
+			}
+		}
+		for _, b := range parsed.Sections[h] {
+			out.Add(h, b)
+		}
+	}
+	merged := out.Render()
+	if c.Count(merged) <= maxTokens {
+		return merged
+	}
+	return fitSummaryKeeping(c, merged, maxTokens, r.All())
+}
+
+// Ledger returns the artifact ledger of msgs (what a compaction of them
+// stores and renders).
+func Ledger(msgs []session.Message) *ledger.Ledger {
+	return ledger.Extract(ledgerMessages(msgs))
+}
