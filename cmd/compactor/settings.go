@@ -57,6 +57,8 @@ func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pi
 	fs.IntVar(&cfg.ClearAtLeast, "clear-at-least", cfg.ClearAtLeast, "clear in batches of at least this many tokens (never under min_reduction of the context)")
 	fs.Var((*listFlag)(&cfg.ExcludeTools), "exclude-tools", "`TOOLS` (comma-separated) whose results are never cleared")
 	fs.BoolVar(&cfg.ClearToolInputs, "clear-tool-inputs", cfg.ClearToolInputs, "clear large tool-call arguments too")
+	fs.Float64Var(&cfg.LedgerShare, "ledger-share", cfg.LedgerShare, "share of the summary budget the artifact ledger (files, commands, errors and fixes, tests, ids) may take (0: no ledger)")
+	fs.IntVar(&cfg.ImageTokens, "image-tokens", cfg.ImageTokens, "`TOKENS` an image of unknown size counts (a remote URL; default 765); inline images count by OpenAI's rule")
 	fs.Float64Var(&cfg.PrepareAt, "prepare-at", cfg.PrepareAt, "prepare a session's next compaction when its context passes this share of its limit, so the over-budget request is answered without a model call (0: off)")
 	fs.Var((*durationFlag)(&cfg.BreakerCooldown), "breaker-cooldown", "let one probe through an open breaker per `DURATION` (0: only an operator reset closes it)")
 	return p, nil

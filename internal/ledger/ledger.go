@@ -39,6 +39,7 @@ const (
 	maxErrors   = 40
 	maxTests    = 20
 	maxRefs     = 60
+	maxAttach   = 40
 	maxText     = 140 // characters of a command or an error kept
 )
 
@@ -51,6 +52,16 @@ type Ledger struct {
 	// Refs are URLs and identifiers the agent's tool calls named
 	// (reservation ids, ticket numbers, commit hashes).
 	Refs []string `json:"refs,omitempty"`
+	// Attachments are the images and files the messages carried, as
+	// their placeholders.
+	Attachments []Attachment `json:"attachments,omitempty"`
+}
+
+// Attachment is an image or file a message carried.
+type Attachment struct {
+	Placeholder string `json:"placeholder"`
+	Role        string `json:"role"`
+	Seq         int64  `json:"seq,omitempty"`
 }
 
 // File is one path and what was done to it.
@@ -85,7 +96,7 @@ type Test struct {
 
 // Empty reports whether the ledger records nothing.
 func (l *Ledger) Empty() bool {
-	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs) == 0
+	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs)+len(l.Attachments) == 0
 }
 
 // Clone returns a deep copy (nil for nil).
@@ -94,7 +105,7 @@ func (l *Ledger) Clone() *Ledger {
 		return nil
 	}
 	out := &Ledger{Files: make([]File, len(l.Files)), Commands: slices.Clone(l.Commands), Errors: slices.Clone(l.Errors),
-		Tests: slices.Clone(l.Tests), Refs: slices.Clone(l.Refs)}
+		Tests: slices.Clone(l.Tests), Refs: slices.Clone(l.Refs), Attachments: slices.Clone(l.Attachments)}
 	for i, f := range l.Files {
 		out.Files[i] = File{Path: f.Path, Ops: slices.Clone(f.Ops), Seq: f.Seq}
 	}
@@ -125,6 +136,7 @@ func Merge(prev, next *Ledger) *Ledger {
 	for _, r := range next.Refs {
 		out.ref(r)
 	}
+	out.Attachments = append(out.Attachments, next.Attachments...)
 	out.bound()
 	return out
 }
@@ -139,6 +151,7 @@ func (l *Ledger) bound() {
 	l.Errors = lastN(l.Errors, maxErrors)
 	l.Tests = lastN(l.Tests, maxTests)
 	l.Refs = lastN(l.Refs, maxRefs)
+	l.Attachments = lastN(l.Attachments, maxAttach)
 }
 
 func lastN[T any](s []T, n int) []T {
@@ -259,6 +272,11 @@ func (x *extractor) message(msgs []Message, i int) {
 	m := &msgs[i]
 	if m.Summary {
 		return
+	}
+	if strings.Contains(m.Text, "[image") || strings.Contains(m.Text, "[file") {
+		for _, ph := range rePlaceholder.FindAllString(m.Text, -1) {
+			x.l.Attachments = append(x.l.Attachments, Attachment{Placeholder: ph, Role: m.Role, Seq: m.Seq})
+		}
 	}
 	switch m.Role {
 	case "assistant":
@@ -487,12 +505,14 @@ func lastFence(text string) string {
 }
 
 var (
-	reOpenFile   = regexp.MustCompile(`\(Open file: ([^)\s]+)\)`)
-	reFileHeader = regexp.MustCompile(`^\[File: (\S+) \(\d+ lines total\)\]`)
-	reCreatedAt  = regexp.MustCompile(`(?i)\bfile created successfully at:? (\S+)`)
-	reEditedFile = regexp.MustCompile(`(?i)\bthe file (\S+) has been edited\b`)
-	reCatN       = regexp.MustCompile("(?i)result of running `cat -n` on (?:a snippet of )?(\\S+?):?\\s")
-	reExit       = regexp.MustCompile(`(?i)(?:exit(?:ed)?(?: with)? (?:code|status)[: =]*|returncode[: =]+|exit_code[": =]+)(-?\d+)`)
+	// rePlaceholder is an attachment's placeholder on a line of its own.
+	rePlaceholder = regexp.MustCompile(`(?m)^\[(image|file)( [^\]\n]*)?\]$`)
+	reOpenFile    = regexp.MustCompile(`\(Open file: ([^)\s]+)\)`)
+	reFileHeader  = regexp.MustCompile(`^\[File: (\S+) \(\d+ lines total\)\]`)
+	reCreatedAt   = regexp.MustCompile(`(?i)\bfile created successfully at:? (\S+)`)
+	reEditedFile  = regexp.MustCompile(`(?i)\bthe file (\S+) has been edited\b`)
+	reCatN        = regexp.MustCompile("(?i)result of running `cat -n` on (?:a snippet of )?(\\S+?):?\\s")
+	reExit        = regexp.MustCompile(`(?i)(?:exit(?:ed)?(?: with)? (?:code|status)[: =]*|returncode[: =]+|exit_code[": =]+)(-?\d+)`)
 	// reErrorLine is a line that reports an error.
 	reErrorLine = regexp.MustCompile(`(?i)^(\w+(\.\w+)*(Error|Exception)\b.*|error(\[\w+\])?:.*|fatal:.*|panic:.*|E {2,}\S.*|FAILED\b.*|.*: command not found|.*: No such file or directory.*|.*\.\w+:\d+(:\d+)?: (error|fatal error): .*|.*\bSegmentation fault\b.*|Error: .*)$`)
 	reTestLine  = regexp.MustCompile(`(?i)^(=+ .*\b(\d+ (passed|failed|errors?))\b.* =+|(ok|FAIL)\s+\S+\s+[\d.]+s|--- FAIL: \S+|Ran \d+ tests? in .*|(OK|FAILED)( \(.*\))?|Tests?:\s+.*\b(passed|failed)\b.*|test result: (ok|FAILED)\..*|\d+ (passing|failing)\b.*)$`)

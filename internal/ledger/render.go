@@ -16,12 +16,13 @@ func (r Rendered) All() []string { return append(append([]string(nil), r.Files..
 
 // limits is how much of each list a rendering shows (the newest entries).
 type limits struct {
-	files    [4]int // per operation, in opOrder
-	tests    int
-	commands int
-	refs     int
-	fixed    int // errors that were fixed
-	open     int // errors still open
+	files       [4]int // per operation, in opOrder
+	tests       int
+	commands    int
+	refs        int
+	fixed       int // errors that were fixed
+	attachments int
+	open        int // errors still open
 }
 
 // Render writes the ledger as bullets whose lines, counted with count
@@ -43,7 +44,7 @@ func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 			open++
 		}
 	}
-	lim := limits{tests: min(len(l.Tests), 3), commands: min(len(l.Commands), 6), refs: len(l.Refs), fixed: fixed, open: open}
+	lim := limits{attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: min(len(l.Commands), 6), refs: len(l.Refs), fixed: fixed, open: open}
 	for i, op := range opOrder {
 		lim.files[i] = len(byOp[op])
 	}
@@ -74,8 +75,8 @@ func (lim *limits) shrink() bool {
 		return true
 	}
 	switch {
-	case half(&lim.refs), half(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open),
-		half(&lim.files[3]), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open):
+	case half(&lim.refs), half(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
+		half(&lim.files[3]), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments):
 		return true
 	}
 	return false
@@ -135,6 +136,21 @@ func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 			parts = append(parts, s)
 		}
 		r.Files = append(r.Files, "commands: "+strings.Join(parts, "; "))
+	}
+	if n := lim.attachments; n > 0 {
+		var parts []string
+		for _, a := range l.Attachments[len(l.Attachments)-n:] {
+			s := a.Placeholder + " from " + a.Role
+			if a.Seq > 0 {
+				s += fmt.Sprintf(" (message %d)", a.Seq)
+			}
+			parts = append(parts, s)
+		}
+		b := "attachments: " + strings.Join(parts, ", ")
+		if left := len(l.Attachments) - n; left > 0 {
+			b += fmt.Sprintf(" (and %d older)", left)
+		}
+		r.Files = append(r.Files, b)
 	}
 	if n := lim.refs; n > 0 {
 		r.Files = append(r.Files, "ids: "+strings.Join(l.Refs[len(l.Refs)-n:], ", "))

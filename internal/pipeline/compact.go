@@ -88,6 +88,9 @@ func New(store SessionStore, breakers BreakerStore, sum Summarizer, cfg Config, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.ImageTokens > 0 {
+		tokens.SetImageEstimate(cfg.ImageTokens) // process-wide: appends are counted outside the pipeline too
+	}
 	s := &Service{store: store, breakers: breakers, sum: sum, cfg: cfg, table: models.Default(),
 		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}, flights: map[string]*flight{}, owner: processName()}
 	for _, o := range opts {
@@ -632,7 +635,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if hasSummary(prev) && !s.cfg.EnableIncremental {
 		input = append(withoutPinned(p.sess.Summarised, p.pinned), r.selected...)
 	}
-	input = ClampToolOutputs(input, s.cfg.ToolOutputMaxTokens)
+	input = ClampToolOutputs(WithPlaceholders(input, p.counter), s.cfg.ToolOutputMaxTokens)
 	sumModel := firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, p.model)
 	inputLimit := firstPositive(req.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
 	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider), r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)

@@ -61,6 +61,10 @@ type Config struct {
 	// (files, commands, errors and fixes, tests, identifiers, extracted
 	// from the summarised messages) may take; 0 turns the ledger off.
 	LedgerShare float64 `json:"ledger_share"`
+	// ImageTokens is what an image whose size cannot be read (a remote
+	// URL) counts; 0: 765, a 1024x1024 image in high detail. Images whose
+	// data is inline count by OpenAI's rule (tokens.ImageTokens).
+	ImageTokens int `json:"image_tokens,omitempty"`
 	// KeepFirstUserMessage pins the first user message (the task) next to
 	// the leading system messages.
 	KeepFirstUserMessage bool `json:"keep_first_user_message"`
@@ -205,6 +209,7 @@ func (c Config) Validate() error {
 	check(c.MaxFailures >= 1, "max_failures must be >= 1, got %d", c.MaxFailures)
 	check(c.HeadroomRatio > 0 && c.HeadroomRatio <= 1, "headroom_ratio must be in (0, 1], got %g", c.HeadroomRatio)
 	check(c.MinReduction >= 0 && c.MinReduction < 1, "min_reduction must be in [0, 1), got %g", c.MinReduction)
+	check(c.ImageTokens >= 0, "image_tokens must be >= 0, got %d", c.ImageTokens)
 	check(c.LedgerShare >= 0 && c.LedgerShare <= 0.8, "ledger_share must be in [0, 0.8], got %g", c.LedgerShare)
 	check(c.CondenseRatio >= 0.2 && c.CondenseRatio <= 1, "condense_ratio must be in [0.2, 1], got %g", c.CondenseRatio)
 	check(c.ToolOutputMaxTokens >= 50, "tool_output_max_tokens must be >= 50, got %d", c.ToolOutputMaxTokens)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // systemPrompt fixes the summary format. It is the same for every task so
@@ -111,6 +112,37 @@ func writeTail(sb *strings.Builder, maxTokens int, focus string) {
 func reminder(err error) string {
 	return fmt.Sprintf("\n\nYour previous answer could not be used (%v). Answer again with exactly the headings %s, each followed by bullet points.",
 		err, strings.Join(summary.Headings, ", "))
+}
+
+// WithPlaceholders returns msgs with every attachment (an image or a file
+// part) written as its placeholder after the message's text, and the parts
+// themselves gone, recounted with c: what a summariser reads, so that no
+// image or file is ever sent to it as data. Messages without attachments
+// are shared, not copied.
+func WithPlaceholders(msgs []session.Message, c *tokens.Counter) []session.Message {
+	out := msgs
+	copied := false
+	for i := range msgs {
+		m := &msgs[i]
+		if len(m.Content.Parts) == 0 {
+			continue
+		}
+		ph := m.Content.Placeholders()
+		if !copied {
+			out = append([]session.Message(nil), msgs...)
+			copied = true
+		}
+		text := m.Content.Text
+		if ph != "" {
+			if text != "" {
+				text += "\n"
+			}
+			text += ph
+		}
+		out[i].Content = session.TextContent(text)
+		out[i].Tokens = c.Message(&out[i])
+	}
+	return out
 }
 
 // ClampToolOutputs returns msgs with every tool output longer than

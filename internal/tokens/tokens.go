@@ -144,6 +144,11 @@ func isSpace(b byte) bool {
 // not the reply priming, which Context adds once).
 func (c *Counter) Message(m *session.Message) int {
 	n := tokensPerMessage + c.Count(string(m.Role)) + c.Count(m.Content.Text)
+	if len(m.Content.Parts) > 0 {
+		for _, a := range m.Content.Attachments() {
+			n += c.Attachment(a)
+		}
+	}
 	if m.Name != "" {
 		n += c.Count(m.Name) + tokensPerName
 	}

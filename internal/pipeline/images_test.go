@@ -1,0 +1,92 @@
+package pipeline_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/png"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// screenshot is a user message with text and a w x h PNG screenshot as a
+// data URL.
+func screenshot(t *testing.T, text string, w, h int) session.Message {
+	t.Helper()
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for i := range img.Pix { // not uniform, so the PNG is not tiny
+		img.Pix[i] = byte(i * 7 % 251)
+	}
+	var buf bytes.Buffer
+	if err := png.Encode(&buf, img); err != nil {
+		t.Fatal(err)
+	}
+	parts, _ := json.Marshal([]any{
+		map[string]any{"type": "text", "text": text},
+		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())}},
+	})
+	m := session.Message{Role: session.RoleUser}
+	if err := json.Unmarshal(parts, &m.Content); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A session with several screenshots compacts: the images count by
+// OpenAI's rule, the summariser never gets their data (placeholders
+// instead), the summary names them, and the recent ones stay raw.
+func TestScreenshotsCompact(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	e, rec := newRecorderEnv(t, cfg)
+	msgs := []session.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a UI testing agent.")}}
+	for i := range 8 {
+		msgs = append(msgs, screenshot(t, fmt.Sprintf("Screenshot %d of the checkout page after step %d.", i, i), 1920, 1080),
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Step %d: the pay button is misaligned by %d px.", i, 4+i))})
+	}
+	e.importSession(t, "s", 8000, msgs)
+	before := e.context(t, "s")
+	if n := e.counter.Context(before); n < 8*1105 {
+		t.Fatalf("the session counts %d tokens: the screenshots are not counted", n)
+	}
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.TokensAfter > 8000 || res.LLMCalls == 0 {
+		t.Fatalf("%+v", res)
+	}
+	for _, req := range rec.requests() {
+		body, _ := json.Marshal(req)
+		if bytes.Contains(body, []byte("base64")) || bytes.Contains(body, []byte("iVBOR")) {
+			t.Fatal("a summary request carries image data")
+		}
+		for _, m := range req.Messages {
+			if len(m.Content.Parts) > 0 {
+				t.Fatal("a summary request carries content parts")
+			}
+		}
+	}
+	after := e.context(t, "s")
+	sum := after[1]
+	if !sum.IsCompaction || !strings.Contains(sum.Compaction.SummaryText, "[image png 1920x1080]") {
+		t.Fatalf("the summary does not name the screenshots:\n%s", sum.Compaction.SummaryText)
+	}
+	raw := 0
+	for _, m := range after[2:] {
+		if len(m.Content.Attachments()) > 0 {
+			raw++
+		}
+	}
+	if raw == 0 {
+		t.Fatal("no screenshot stays raw in the tail")
+	}
+	all, _, _ := e.store.History(context.Background(), "s")
+	if err := eval.CheckContext(all, after, e.counter.Context(after), 8000, e.counter, cfg.MaxSummaryTokens); err != nil {
+		t.Fatal(err)
+	}
+}
