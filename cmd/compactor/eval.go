@@ -15,6 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
 )
@@ -50,6 +51,10 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	modelDelay := fs.Duration("model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
 	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
 	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
+	probes := fs.Bool("probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
+	provider := fs.String("provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
+	baseURL := fs.String("base-url", "", "with --probes: the provider's endpoint `URL`")
+	summaryModel := fs.String("summary-model", "", "with --probes: the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
 	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
 	if err != nil {
@@ -83,6 +88,26 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	sum := extractive.New(counter)
 	enc := json.NewEncoder(stdout)
+	if *probes {
+		var pw io.Writer
+		if *progress {
+			pw = stderr
+		}
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxSummaryTokens, cfg.MaxMessages, cfg.SummaryModel = *maxSummary, *maxMessages, *summaryModel
+		var ps pipeline.Summarizer = sum
+		if *provider != "extractive" {
+			r, err := router.FromSettings(router.Settings{Provider: *provider, BaseURL: *baseURL, Extractive: sum})
+			if err != nil {
+				return fmt.Errorf("%w: %v", errUsage, err)
+			}
+			ps, cfg.SummaryProvider = r, *provider
+		}
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		return evalProbes(ctx, enc, convs, counter, ps, cfg, lims, *perFile, pw)
+	}
 	if *comparePrepared {
 		if len(lims) != 1 {
 			return fmt.Errorf("%w: --compare-prepared takes one limit (--limits 4000)", errUsage)
@@ -212,4 +237,80 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// probeLine is a line of `compactor eval --probes`: the probes of one
+// source (or of all) at one limit, each category's kept share.
+type probeLine struct {
+	eval.ProbeReport
+	Shares map[string]float64 `json:"shares"`
+	// LoCoMo: the better truncation baseline's share and the summary's
+	// over it.
+	Baseline float64 `json:"locomo_baseline_share,omitempty"`
+	OverBest float64 `json:"locomo_over_baseline,omitempty"`
+}
+
+func newProbeLine(r eval.ProbeReport) probeLine {
+	l := probeLine{ProbeReport: r, Shares: map[string]float64{}}
+	for k, t := range r.Scores {
+		if t.Checks > 0 {
+			l.Shares[k] = t.Share()
+		}
+	}
+	if t, ok := r.Scores[eval.ProbeLoCoMo]; ok && t.Checks > 0 {
+		l.Baseline = max(r.First.Share(), r.Last.Share())
+		if r.First.Checks == 0 {
+			l.Baseline = 0
+		}
+		if l.Baseline > 0 {
+			l.OverBest = t.Share() / l.Baseline
+		}
+	}
+	return l
+}
+
+// evalProbes replays every conversation at each limit with its probes,
+// in process, and writes a line per LoCoMo conversation (with
+// --per-file, per conversation), per source and for all.
+func evalProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, counter *tokens.Counter, sum pipeline.Summarizer,
+	cfg pipeline.Config, lims []int, perFile bool, progress io.Writer) error {
+	for _, limit := range lims {
+		var reps []eval.ProbeReport
+		for i, c := range convs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if progress != nil {
+				fmt.Fprintf(progress, "\r\033[Keval --probes: limit %d: %d/%d %s", limit, i+1, len(convs), c.Name)
+			}
+			loop, err := eval.NewMemoryLoop(sum, cfg)
+			if err != nil {
+				return err
+			}
+			rep, err := eval.ProbeReplay(ctx, loop, c, counter, cfg, limit)
+			if err != nil {
+				return err
+			}
+			reps = append(reps, rep)
+			if perFile || (c.Source == "locomo" && rep.Compactions > 0) {
+				if err := enc.Encode(newProbeLine(rep)); err != nil {
+					return err
+				}
+			}
+		}
+		if progress != nil {
+			fmt.Fprint(progress, "\r\033[K")
+		}
+		all := eval.ProbeReport{Name: "all", Source: "all", Limit: limit}
+		for _, t := range eval.ProbeTotals(reps) {
+			all.Add(t)
+			if err := enc.Encode(newProbeLine(t)); err != nil {
+				return err
+			}
+		}
+		if err := enc.Encode(newProbeLine(all)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

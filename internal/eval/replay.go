@@ -121,6 +121,14 @@ func Replay(ctx context.Context, c transcript.Conversation, counter *tokens.Coun
 // context's invariants are checked. It returns an error for a broken
 // invariant, never for a failed compaction (counted in the report).
 func ReplayOn(ctx context.Context, loop Loop, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int) (Report, error) {
+	return replay(ctx, loop, c, counter, cfg, limit, nil)
+}
+
+// replay is ReplayOn that calls after (when not nil) after every
+// compaction, with the context it left and the seq of its first raw
+// message.
+func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int,
+	after func(view []session.Message, tail int64, res *pipeline.Result) error) (Report, error) {
 	rep := Report{Name: c.Name, Source: c.Source, Limit: limit, Incremental: cfg.EnableIncremental, Messages: len(c.Messages)}
 	msgs := make([]session.Message, len(c.Messages))
 	copy(msgs, c.Messages)
@@ -174,12 +182,21 @@ func ReplayOn(ctx context.Context, loop Loop, c transcript.Conversation, counter
 			if err != nil {
 				return rep, err
 			}
-			var after []session.Message
-			if after, n, err = contextOf(); err != nil {
+			var view []session.Message
+			if view, n, err = contextOf(); err != nil {
 				return rep, err
 			}
-			if err := CheckContext(all, after, n, limit, counter, cfg.MaxSummaryTokens); err != nil {
+			if err := CheckContext(all, view, n, limit, counter, cfg.MaxSummaryTokens); err != nil {
 				return rep, fmt.Errorf("%s after message %d: %w", c.Name, i, err)
+			}
+			if after != nil {
+				tail, err := loop.TailStart(ctx, id)
+				if err != nil {
+					return rep, err
+				}
+				if err := after(view, tail, res); err != nil {
+					return rep, err
+				}
 			}
 		}
 		// n is the context the runtime sends next: compacted, or as it was

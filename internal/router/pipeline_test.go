@@ -27,7 +27,7 @@ func TestTransientFailuresThenSuccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var msgs []session.Message
+	msgs := []session.Message{{Role: session.RoleUser, Content: session.TextContent("Rebook flight HAT069 and please pay with card 7447.")}}
 	for i := range 40 {
 		msgs = append(msgs, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d about reservation ZX81Q and flight HAT%03d", i, i))},
 			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("answer %d: the fare is $%d", i, 100+i))})
@@ -41,7 +41,7 @@ func TestTransientFailuresThenSuccess(t *testing.T) {
 	if err != nil || res.Outcome != pipeline.OutcomeCompacted {
 		t.Fatalf("%v %+v", err, res)
 	}
-	if srv.count() != 3 || res.LLMCalls != 1 || res.InputTokens != 900 || res.OutputTokens != 60 || res.SummaryModel != "gpt-4o-mini" {
+	if srv.count() != 3 || res.LLMCalls != 1 || res.InstructionsDropped != 0 || res.InputTokens != 900 || res.OutputTokens != 60 || res.SummaryModel != "gpt-4o-mini" {
 		t.Fatalf("%d HTTP calls; result %+v", srv.count(), res)
 	}
 	if b, _ := breakers.Breaker(ctx, "s"); b.Failures != 0 {

@@ -1,0 +1,346 @@
+package eval
+
+import (
+	"context"
+	"encoding/json"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// Probe categories.
+const (
+	ProbeFiles        = "files"        // a file a tool call read, created or edited: its name
+	ProbeErrors       = "errors"       // an error line a tool reported: its opening
+	ProbeCommands     = "commands"     // a shell command the agent ran: its opening
+	ProbeDecisions    = "decisions"    // an identifier a state-changing call acted on (book, cancel, update, submit)
+	ProbeInstructions = "instructions" // an imperative sentence the user wrote, verbatim
+	ProbeLoCoMo       = "locomo"       // a LoCoMo answer (evidence summarised)
+)
+
+// ProbeKinds lists the categories in report order.
+var ProbeKinds = []string{ProbeFiles, ProbeErrors, ProbeCommands, ProbeDecisions, ProbeInstructions, ProbeLoCoMo}
+
+// Probe is one thing the compacted context should still say once the
+// message it comes from is summarised.
+type Probe struct {
+	Kind string `json:"kind"`
+	Msg  int    `json:"msg"`  // index in the conversation
+	Want string `json:"want"` // normalised text the context must contain
+}
+
+// Tally counts probe checks: one per probe per compaction after which its
+// message is summarised.
+type Tally struct {
+	Checks int `json:"checks"`
+	Kept   int `json:"kept"`
+}
+
+// Share is Kept/Checks (1 when nothing was checked).
+func (t Tally) Share() float64 {
+	if t.Checks == 0 {
+		return 1
+	}
+	return float64(t.Kept) / float64(t.Checks)
+}
+
+func (t Tally) add(o Tally) Tally { return Tally{Checks: t.Checks + o.Checks, Kept: t.Kept + o.Kept} }
+
+// ProbeReport is one conversation replayed with its probes checked after
+// every compaction.
+type ProbeReport struct {
+	Name        string           `json:"name"`
+	Source      string           `json:"source"`
+	Limit       int              `json:"context_limit"`
+	Probes      int              `json:"probes"`
+	Compactions int              `json:"compactions"`
+	Scores      map[string]Tally `json:"scores"`
+	// LoCoMo's truncation baselines: the summary replaced by the first or
+	// the last as many tokens of the summarised range, the tail the same.
+	First Tally `json:"locomo_first,omitempty"`
+	Last  Tally `json:"locomo_last,omitempty"`
+	// InstructionBullets counts the "User instructions" bullets seen in
+	// the compacted contexts; Invented, those the user never wrote.
+	InstructionBullets int `json:"instruction_bullets"`
+	Invented           int `json:"invented_instructions"`
+	// Dropped sums the results' instructions_dropped.
+	Dropped int `json:"instructions_dropped"`
+}
+
+// Add sums o into r (per category).
+func (r *ProbeReport) Add(o ProbeReport) {
+	if r.Scores == nil {
+		r.Scores = map[string]Tally{}
+	}
+	for k, t := range o.Scores {
+		r.Scores[k] = r.Scores[k].add(t)
+	}
+	r.Probes += o.Probes
+	r.Compactions += o.Compactions
+	r.First, r.Last = r.First.add(o.First), r.Last.add(o.Last)
+	r.InstructionBullets += o.InstructionBullets
+	r.Invented += o.Invented
+	r.Dropped += o.Dropped
+}
+
+var (
+	probePath = regexp.MustCompile(`(?:^|[\s"'=(/])((?:[\w.@-]+/)*[\w@-][\w.@-]*\.[A-Za-z][A-Za-z0-9]{0,5})\b`)
+	probeErr  = regexp.MustCompile(`(?i)^(\w+(Error|Exception)\b.*|error(\[\w+\])?:\s*\S.*|fatal:.*|.*: command not found|.*: No such file or directory.*|.*\.\w+:\d+(:\d+)?: error: .*|Error: .*|FAILED \S+.*)$`)
+	probeInst = regexp.MustCompile(`(?i)^(please|always|never|don't|do not|make sure|ensure|avoid|remember to|from now on|only)\b|\b(you must|you should|i want you to|i need you to)\b`)
+	// stateCalls name calls that change something (tau-bench's writes,
+	// an agent's submission).
+	stateCalls = regexp.MustCompile(`^(book|cancel|update|send|transfer|create|delete|modify|exchange|return|submit|finish)`)
+	idKeys     = regexp.MustCompile(`(?i)(_id|_number|^id)$`)
+	fileArgs   = []string{"path", "file", "file_path", "filepath", "filename", "file_name", "target_file"}
+)
+
+// norm folds case, quotes, backticks and whitespace.
+func norm(s string) string {
+	s = strings.NewReplacer("`", "'", "\u201c", `"`, "\u201d", `"`, "\u2018", "'", "\u2019", "'").Replace(s)
+	return strings.ToLower(strings.Join(strings.Fields(s), " "))
+}
+
+// BuildProbes derives the probes of a conversation from its messages
+// alone: tool-call arguments (files, commands, identifiers), tool results
+// (errors), the user's imperative sentences, and LoCoMo's QA (checked by
+// Measure's rule).
+func BuildProbes(c transcript.Conversation) []Probe {
+	var out []Probe
+	seen := map[string]bool{}
+	add := func(kind string, i int, want string) {
+		want = norm(want)
+		if len(want) < 3 || seen[kind+"\x00"+want] {
+			return
+		}
+		seen[kind+"\x00"+want] = true
+		out = append(out, Probe{Kind: kind, Msg: i, Want: want})
+	}
+	for i, m := range c.Messages {
+		for _, tc := range m.ToolCalls {
+			var args map[string]any
+			_ = json.Unmarshal([]byte(tc.Function.Arguments), &args)
+			for _, k := range fileArgs {
+				if s, ok := args[k].(string); ok {
+					if p := probePath.FindStringSubmatch(" " + s); p != nil {
+						add(ProbeFiles, i, base(p[1]))
+					}
+				}
+			}
+			if cmd, ok := args["command"].(string); ok && !editorCommand(cmd) {
+				add(ProbeCommands, i, opening(cmd, 30))
+				for _, p := range probePath.FindAllStringSubmatch(cmd, -1) {
+					if !strings.Contains(p[1], "://") && !isNumberish(p[1]) {
+						add(ProbeFiles, i, base(p[1]))
+					}
+				}
+			}
+			if stateCalls.MatchString(tc.Function.Name) {
+				for k, v := range args {
+					if s, ok := v.(string); ok && idKeys.MatchString(k) {
+						add(ProbeDecisions, i, s)
+					}
+				}
+			}
+		}
+		switch {
+		case m.Role == session.RoleTool:
+			for _, line := range strings.Split(m.Content.Text, "\n") {
+				if t := strings.TrimSpace(line); probeErr.MatchString(t) {
+					add(ProbeErrors, i, opening(t, 40))
+				}
+			}
+		case m.Role == session.RoleUser && c.Source != "locomo":
+			for _, s := range splitSentences(m.Content.Text) {
+				if probeInst.MatchString(s) && len(strings.Fields(s)) >= 3 && len(s) <= 300 {
+					add(ProbeInstructions, i, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func editorCommand(s string) bool {
+	switch s {
+	case "view", "create", "str_replace", "insert", "undo_edit":
+		return true
+	}
+	return false
+}
+
+func isNumberish(s string) bool { return strings.Trim(s, "0123456789.") == "" }
+
+func base(p string) string { return p[strings.LastIndexByte(p, '/')+1:] }
+
+// opening is the first n bytes of s, whitespace folded, cut at a word.
+func opening(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) <= n {
+		return s
+	}
+	cut := strings.LastIndexByte(s[:n], ' ')
+	if cut < n/2 {
+		cut = n
+		for cut > 0 && s[cut]&0xC0 == 0x80 {
+			cut--
+		}
+	}
+	return s[:cut]
+}
+
+var sentenceEnd = regexp.MustCompile(`[.!?]+["')]*(\s+|$)|\n+`)
+
+func splitSentences(t string) []string {
+	var out []string
+	for _, s := range sentenceEnd.Split(t, -1) {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// ProbeReplay replays c on loop like ReplayOn and, after every compaction,
+// checks each probe whose message is summarised against the compacted
+// context: its text, lower-cased, holds the probe's.
+func ProbeReplay(ctx context.Context, loop Loop, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int) (ProbeReport, error) {
+	probes := BuildProbes(c)
+	rep := ProbeReport{Name: c.Name, Source: c.Source, Limit: limit, Probes: len(probes), Scores: map[string]Tally{}}
+	userText := norm(writtenByUser(c.Messages))
+	check := func(view []session.Message, tail int64, res *pipeline.Result) {
+		rep.Compactions++
+		rep.Dropped += res.InstructionsDropped
+		text := norm(contextText(view))
+		summarised := func(i int) bool { return int64(i+1) < tail }
+		for _, p := range probes {
+			if !summarised(p.Msg) {
+				continue
+			}
+			t := rep.Scores[p.Kind]
+			t.Checks++
+			if strings.Contains(text, p.Want) {
+				t.Kept++
+			}
+			rep.Scores[p.Kind] = t
+		}
+		for _, m := range view {
+			if !m.IsCompaction || m.Compaction == nil {
+				continue
+			}
+			s, _ := summary.Parse(m.Compaction.SummaryText)
+			for _, b := range s.Sections[summary.Instructions] {
+				rep.InstructionBullets++
+				if !quotes(userText, b) {
+					rep.Invented++
+				}
+			}
+		}
+		if len(c.QA) == 0 {
+			return
+		}
+		units := ContextUnits(view)
+		var tailMsgs []session.Message
+		sumTokens := 0
+		for _, m := range view {
+			if m.IsCompaction {
+				if m.Compaction != nil {
+					sumTokens += counter.Count(m.Compaction.SummaryText)
+				}
+				continue
+			}
+			tailMsgs = append(tailMsgs, m)
+		}
+		r := Measure(c, summarised, units)
+		t := rep.Scores[ProbeLoCoMo]
+		rep.Scores[ProbeLoCoMo] = t.add(Tally{Checks: r.Eligible, Kept: r.Kept})
+		if sumTokens > 0 && tail > 1 {
+			first, last := Baselines(counter, c.Messages[:min(int(tail-1), len(c.Messages))], sumTokens)
+			tailUnits := ContextUnits(tailMsgs)
+			rf := Measure(c, summarised, append(first, tailUnits...))
+			rl := Measure(c, summarised, append(last, tailUnits...))
+			rep.First = rep.First.add(Tally{Checks: rf.Eligible, Kept: rf.Kept})
+			rep.Last = rep.Last.add(Tally{Checks: rl.Eligible, Kept: rl.Kept})
+		}
+	}
+	_, err := replay(ctx, loop, c, counter, cfg, limit, func(view []session.Message, tail int64, res *pipeline.Result) error {
+		check(view, tail, res)
+		return nil
+	})
+	return rep, err
+}
+
+// contextText is everything a compacted context says: summaries, raw
+// messages, tool calls' names and arguments.
+func contextText(view []session.Message) string {
+	var sb strings.Builder
+	for _, m := range view {
+		sb.WriteString(m.Content.Text)
+		sb.WriteByte('\n')
+		for _, tc := range m.ToolCalls {
+			sb.WriteString(tc.Function.Name + " " + tc.Function.Arguments + "\n")
+		}
+	}
+	return sb.String()
+}
+
+// writtenByUser is what the user and the system messages wrote.
+func writtenByUser(msgs []session.Message) string {
+	var sb strings.Builder
+	for _, m := range msgs {
+		if m.Role == session.RoleUser || m.Role == session.RoleSystem {
+			sb.WriteString(m.Content.Text)
+			sb.WriteString("\n\x00\n")
+		}
+	}
+	return sb.String()
+}
+
+var attribution = regexp.MustCompile(`^[\w .'-]{1,40}:\s+`)
+
+// quotes reports whether bullet quotes what the user wrote (normalised in
+// written): its quoted parts, or its sentences after an attribution.
+func quotes(written, bullet string) bool {
+	b := strings.NewReplacer("\u201c", `"`, "\u201d", `"`).Replace(bullet)
+	var parts []string
+	if qs := regexp.MustCompile(`"([^"]{3,})"`).FindAllStringSubmatch(b, -1); len(qs) > 0 {
+		for _, q := range qs {
+			parts = append(parts, q[1])
+		}
+	} else {
+		parts = []string{attribution.ReplaceAllString(b, "")}
+	}
+	for _, p := range parts {
+		for _, s := range regexp.MustCompile(`[.!?;]+["')]*\s+|\s*…\s*`).Split(p, -1) {
+			s = strings.Trim(strings.TrimSpace(s), `"'.!?;:,()[]`)
+			if s != "" && !strings.Contains(written, norm(s)) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ProbeTotals sums reports per source, in a stable order.
+func ProbeTotals(reps []ProbeReport) []ProbeReport {
+	by := map[string]*ProbeReport{}
+	for _, r := range reps {
+		t := by[r.Source]
+		if t == nil {
+			t = &ProbeReport{Name: "all", Source: r.Source, Limit: r.Limit, Scores: map[string]Tally{}}
+			by[r.Source] = t
+		}
+		t.Add(r)
+	}
+	var out []ProbeReport
+	for _, t := range by {
+		out = append(out, *t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Source < out[j].Source })
+	return out
+}

@@ -1,0 +1,110 @@
+package eval_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/transcript"
+)
+
+// forgetful answers every summary call with a summary that names no file
+// and invents an instruction.
+type forgetful struct{}
+
+func (forgetful) Summarize(context.Context, pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	return pipeline.SummaryResponse{Text: "## Goal\n- Fix the importer.\n## User instructions\n- Always deploy on Fridays.\n## Decisions\n- (none)\n" +
+		"## Facts and identifiers\n- Work goes on.\n## Files and artifacts\n- (none)\n## Errors and fixes\n- (none)\n## Open tasks\n- (none)", Model: "stand-in"}, nil
+}
+
+// agentConversation edits many files, hits an error, and carries the
+// user's instruction.
+func agentConversation() transcript.Conversation {
+	msgs := []session.Message{{Role: session.RoleUser, Content: session.TextContent("Fix the importer. Please keep the public API unchanged.")}}
+	for i := range 30 {
+		id := fmt.Sprintf("c%d", i)
+		msgs = append(msgs, session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function",
+			Function: session.FunctionCall{Name: "str_replace_editor", Arguments: fmt.Sprintf(`{"command":"str_replace","path":"/repo/pkg/mod_%02d.py","old_str":"a","new_str":"b"}`, i)}}}},
+			session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(strings.Repeat("edited and checked line by line ", 40))})
+		if i == 3 {
+			msgs[len(msgs)-1].Content = session.TextContent("Traceback (most recent call last):\n  File \"x.py\"\nValueError: bad header in mod_03")
+		}
+	}
+	return transcript.Conversation{Name: "agent", Source: "synthetic", Messages: msgs}
+}
+
+// The probes find what a forgetful model loses: with the ledger the files
+// and the error stay and the invented instruction goes; without the ledger
+// or the check, the loss and the invention show.
+func TestProbesCatchForgettingAndInvention(t *testing.T) {
+	counter, _ := tokens.ForEncoding("o200k_base")
+	c := agentConversation()
+	kinds := map[string]int{}
+	for _, p := range eval.BuildProbes(c) {
+		kinds[p.Kind]++
+	}
+	if kinds[eval.ProbeFiles] != 30 || kinds[eval.ProbeErrors] != 1 || kinds[eval.ProbeInstructions] != 1 {
+		t.Fatalf("probes %v", kinds)
+	}
+	run := func(ledgerShare float64) eval.ProbeReport {
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxMessages, cfg.LedgerShare = 0, ledgerShare
+		cfg.Reductions = []string{pipeline.StepSummarise}
+		loop, err := eval.NewMemoryLoop(forgetful{}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 3000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	with := run(0.4)
+	if with.Compactions == 0 || with.Scores[eval.ProbeFiles].Checks == 0 || with.Scores[eval.ProbeFiles].Share() != 1 ||
+		with.Scores[eval.ProbeErrors].Share() != 1 || with.Invented != 0 || with.Dropped == 0 {
+		t.Fatalf("with the ledger: %+v", with)
+	}
+	without := run(0)
+	if without.Scores[eval.ProbeFiles].Share() >= 0.5 {
+		t.Fatalf("without the ledger the forgotten files still count as kept: %+v", without)
+	}
+}
+
+// The offline summariser keeps the instructions of every trajectory
+// verbatim and invents none (eval --probes at 4k, as in make test).
+func TestProbesOnTrajectories(t *testing.T) {
+	dir := filepath.Join("..", "..", "..", "shared", "data")
+	convs, err := transcript.LoadDataDir(dir)
+	if err != nil || len(convs) == 0 {
+		t.Skipf("skipping: no data under %s (%v)", dir, err)
+	}
+	counter, _ := tokens.ForEncoding("o200k_base")
+	cfg := pipeline.DefaultConfig()
+	var all eval.ProbeReport
+	for _, c := range convs {
+		if c.Source == "locomo" {
+			continue
+		}
+		loop, err := eval.NewMemoryLoop(extractive.New(counter), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 4000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Add(rep)
+	}
+	t.Logf("%+v", all.Scores)
+	if all.Invented != 0 || all.Scores[eval.ProbeFiles].Share() < 0.95 || all.Scores[eval.ProbeErrors].Share() < 0.8 {
+		t.Fatalf("probes: %+v, %d invented", all.Scores, all.Invented)
+	}
+}
