@@ -138,6 +138,13 @@ func (t *timedSummarizer) ReadsMessagesOnly(req pipeline.SummaryRequest) bool {
 	return ok && mr.ReadsMessagesOnly(req)
 }
 
+// RereadsAll forwards the wrapped summariser's answer, as the router does
+// in serve (the instant model does not reread).
+func (t *timedSummarizer) RereadsAll(req pipeline.SummaryRequest) bool {
+	rr, ok := t.next.(pipeline.Rereader)
+	return ok && !t.instant.Load() && rr.RereadsAll(req)
+}
+
 func (t *timedSummarizer) Summarize(ctx context.Context, r pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
 	if t.instant.Load() {
 		return pipeline.SummaryResponse{Text: instantSummary, Model: "instant"}, nil

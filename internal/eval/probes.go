@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -71,6 +72,8 @@ type ProbeReport struct {
 	Invented           int `json:"invented_instructions"`
 	// Dropped sums the results' instructions_dropped.
 	Dropped int `json:"instructions_dropped"`
+	// Missed lists probes the context lost (each once, at most 20).
+	Missed []Probe `json:"missed,omitempty"`
 }
 
 // Add sums o into r (per category).
@@ -226,6 +229,8 @@ func ProbeReplay(ctx context.Context, loop Loop, c transcript.Conversation, coun
 			t.Checks++
 			if strings.Contains(text, p.Want) {
 				t.Kept++
+			} else if len(rep.Missed) < 20 && !slices.Contains(rep.Missed, p) {
+				rep.Missed = append(rep.Missed, p)
 			}
 			rep.Scores[p.Kind] = t
 		}

@@ -14,9 +14,16 @@ import (
 	"github.com/compactor/compactor/internal/transcript"
 )
 
+// merging is the extractive summariser as a model is: it does not reread
+// (pipeline.Rereader), so an incremental compaction merges a delta.
+type merging struct{ *extractive.Summarizer }
+
+func (m merging) RereadsAll(pipeline.SummaryRequest) bool { return false }
+
 // TestReplayLoCoMo runs the runtime loop over LoCoMo conversations at a
 // 2,000-token limit, incremental and from scratch: invariants hold after
-// every compaction, and incremental compaction reads far fewer tokens.
+// every compaction, and incremental compaction reads far fewer tokens. The
+// offline summariser itself rereads, and keeps more than merging does.
 func TestReplayLoCoMo(t *testing.T) {
 	dir := filepath.Join("..", "..", "..", "shared", "data", "locomo", "locomo8.json")
 	if _, err := os.Stat(dir); err != nil {
@@ -27,9 +34,15 @@ func TestReplayLoCoMo(t *testing.T) {
 		t.Fatal(err)
 	}
 	counter, _ := tokens.ForEncoding("o200k_base")
-	sum := extractive.New(counter)
+	sum := merging{extractive.New(counter)}
 	var inc, scratch eval.Report
+	var merged, reread eval.Retention
 	for _, c := range convs[:2] {
+		rep, err := eval.Replay(context.Background(), c, counter, extractive.New(counter), pipeline.DefaultConfig(), 2000)
+		if err != nil || rep.Failures != 0 || rep.MaxTokens > 2000 {
+			t.Fatalf("%s rereading: %v %+v", c.Name, err, rep)
+		}
+		reread = reread.Add(*rep.Retention)
 		for _, incremental := range []bool{true, false} {
 			cfg := pipeline.DefaultConfig()
 			cfg.EnableIncremental = incremental
@@ -45,6 +58,7 @@ func TestReplayLoCoMo(t *testing.T) {
 			if incremental {
 				inc.InputTokens += rep.InputTokens
 				inc.Tokens += rep.Tokens
+				merged = merged.Add(*rep.Retention)
 			} else {
 				scratch.InputTokens += rep.InputTokens
 			}
@@ -52,6 +66,10 @@ func TestReplayLoCoMo(t *testing.T) {
 	}
 	if inc.InputTokens*3 > scratch.InputTokens {
 		t.Fatalf("incremental read %d tokens, from scratch %d: want at least 3x less", inc.InputTokens, scratch.InputTokens)
+	}
+	t.Logf("retention: rereading %+v, merging %+v", reread, merged)
+	if reread.Share() <= merged.Share() {
+		t.Fatalf("rereading kept %.3f, merging %.3f", reread.Share(), merged.Share())
 	}
 }
 

@@ -11,8 +11,10 @@ import (
 	"context"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -28,11 +30,17 @@ const Model = "extractive"
 var (
 	_ pipeline.Summarizer     = (*Summarizer)(nil)
 	_ pipeline.MessagesReader = (*Summarizer)(nil)
+	_ pipeline.Rereader       = (*Summarizer)(nil)
 )
 
 // ReadsMessagesOnly implements pipeline.MessagesReader: the extractive
 // summariser works on the messages, never on a rendered prompt.
 func (s *Summarizer) ReadsMessagesOnly(pipeline.SummaryRequest) bool { return true }
+
+// RereadsAll implements pipeline.Rereader: summarising everything again
+// costs no model call, and selecting from the original messages keeps more
+// than selecting again from a summary of them.
+func (s *Summarizer) RereadsAll(pipeline.SummaryRequest) bool { return true }
 
 // Summarizer is the extractive summariser. It is safe for concurrent use.
 type Summarizer struct {
@@ -43,8 +51,12 @@ type Summarizer struct {
 // counter (the session model's encoding).
 func New(counter *tokens.Counter) *Summarizer { return &Summarizer{counter: counter} }
 
-// maxSentenceTokens clips a single extracted sentence.
-const maxSentenceTokens = 60
+// maxSentenceTokens clips a single extracted sentence; an instruction is
+// kept whole up to maxInstructionTokens.
+const (
+	maxSentenceTokens    = 60
+	maxInstructionTokens = 200
+)
 
 // featureWeight scales the information a sentence carries beyond its words
 // (numbers, dates, names, identifiers, paths) against word coverage.
@@ -97,6 +109,9 @@ type unit struct {
 	damp    float64  // multiplier for small talk
 	must    bool     // taken first, budget allowing (goal, instructions)
 	cost    int      // exact tokens of its bullet line, 0 until counted
+	// date is when it was said (from a message's time stamp, or a dated
+	// bullet); dated units render grouped by date.
+	date time.Time
 }
 
 func (u *unit) estCost() int {
@@ -106,10 +121,15 @@ func (u *unit) estCost() int {
 	return len(u.text)/4 + 3
 }
 
-// fromMessages turns a chunk's messages into candidate sentences.
+// fromMessages turns a chunk's messages into candidate sentences. An agent
+// session (tool calls) and a conversation with an assistant get the
+// template's sections; a conversation between people (both sides named, no
+// tools) gets sections that fit it: who talks (Goal), what they said, by
+// date, with relative times resolved (Facts), their plans (Decisions).
 func fromMessages(msgs []session.Message) []*unit {
 	var units []*unit
 	order, curMsg := 0, -1
+	var curDate time.Time
 	add := func(section, speaker, text string, extra float64) *unit {
 		text = strings.TrimSpace(text)
 		if text == "" {
@@ -124,13 +144,32 @@ func fromMessages(msgs []session.Message) []*unit {
 		units = append(units, u)
 		return u
 	}
-	goalDone := false
+	agent, namedAssistant := false, false
+	var names []string
 	lastUser := -1
 	for i := range msgs {
-		if msgs[i].Role == session.RoleUser && !msgs[i].IsCompaction {
+		m := &msgs[i]
+		if len(m.ToolCalls) > 0 || m.Role == session.RoleTool {
+			agent = true
+		}
+		if m.Role == session.RoleAssistant && m.Name != "" && !m.IsCompaction {
+			namedAssistant = true
+		}
+		if m.Name != "" && !m.IsCompaction && (m.Role == session.RoleUser || m.Role == session.RoleAssistant) && !slices.Contains(names, m.Name) && len(names) < 4 {
+			names = append(names, m.Name)
+		}
+		if m.Role == session.RoleUser && !m.IsCompaction {
 			lastUser = i
 		}
 	}
+	people := !agent && namedAssistant && len(names) >= 2
+	if people {
+		sort.Strings(names) // the same bullet whichever speaks first in this part
+		curMsg = -1
+		u := add(summary.Goal, "", "Conversation between "+strings.Join(names, " and "), 0)
+		u.must = true
+	}
+	goalDone := people
 	for i := range msgs {
 		m := &msgs[i]
 		curMsg = i
@@ -146,17 +185,21 @@ func fromMessages(msgs []session.Message) []*unit {
 			}
 			continue
 		}
+		text := m.Content.Text
+		if d, rest, ok := stamp(text); ok {
+			curDate, text = d, rest
+		}
 		switch m.Role {
 		case session.RoleTool:
-			if strings.HasPrefix(m.Content.Text, pipeline.ClearedPrefix) {
+			if strings.HasPrefix(text, pipeline.ClearedPrefix) {
 				continue // a placeholder: the call above it says what ran
 			}
-			for _, line := range toolLines(m.Content.Text) {
+			for _, line := range toolLines(text) {
 				add(classifyTool(line), "tool", line, 0)
 			}
 			continue
 		case session.RoleSystem:
-			for _, sent := range sentences(m.Content.Text) {
+			for _, sent := range sentences(text) {
 				add(summary.Facts, "system", sent, 0)
 			}
 			continue
@@ -168,13 +211,30 @@ func fromMessages(msgs []session.Message) []*unit {
 			}
 			add(summary.Facts, speaker, "called "+tc.Function.Name+" "+args, 1)
 		}
-		for si, sent := range sentences(m.Content.Text) {
+		for _, sent := range sentences(text) {
+			if people {
+				for _, cl := range clauses(resolve(sent, curDate)) {
+					if cl = tighten(cl); cl == "" {
+						continue
+					}
+					sec := summary.Facts
+					if reDecide.MatchString(cl) || rePlan.MatchString(cl) {
+						sec = summary.Decisions
+					}
+					u := add(sec, speaker, cl, 0)
+					u.date = curDate
+					if strings.HasSuffix(sent, "?") {
+						u.damp = 0.4 // a question to the other asks more than it tells
+					}
+				}
+				continue
+			}
 			sec := classify(m.Role, sent)
-			u := add(sec, speaker, sent, 0)
+			u := add(sec, speaker, resolve(sent, curDate), 0)
 			if u == nil {
 				continue
 			}
-			if m.Role == session.RoleUser && !goalDone && len(contentWords(sent)) >= 3 {
+			if m.Role == session.RoleUser && !goalDone && sec != summary.Instructions && isGoal(sent) {
 				u.section, u.must, goalDone = summary.Goal, true, true
 				continue
 			}
@@ -185,11 +245,84 @@ func fromMessages(msgs []session.Message) []*unit {
 				u.section = summary.OpenTasks
 				u.bonus += 2
 			}
-			_ = si
 		}
 	}
 	return units
 }
+
+var (
+	reOpener   = regexp.MustCompile(`(?i)^(?:(?:yep|yeah|yes|yup|wow|whoa|oh|ooh|hey|hi|haha|lol|well|so|okay|ok|btw|by the way|honestly|actually|anyway|anyways|totally|omg|aw+|hmm+|man|dude|guess what|you know what|speaking of which|oh my|oh no)\b[\s,!.:?…-]*)+`)
+	reVocative = regexp.MustCompile(`^[A-Z][a-z]+[,!]+\s+`)
+	reFiller   = regexp.MustCompile(`(?i)\b(really|just|so|very|kinda|kind of|sort of|actually|totally|literally|basically|definitely|super|quite|a|an|the)\s+`)
+)
+
+// tighten drops what a conversation's clause says without telling:
+// interjections and a vocative at its start ("Wow, Sam, ..."), fillers
+// ("really", "just", "so"). What is left reads as a note.
+func tighten(cl string) string {
+	t := reOpener.ReplaceAllString(cl, "")
+	t = reVocative.ReplaceAllString(t, "")
+	t = reFiller.ReplaceAllString(t, "")
+	t = strings.TrimSpace(t)
+	if len(strings.Fields(t)) < 2 {
+		return ""
+	}
+	r, n := utf8.DecodeRuneInString(t)
+	return string(unicode.ToUpper(r)) + t[n:]
+}
+
+// endsSentence reports whether s ends a sentence.
+func endsSentence(s string) bool {
+	s = strings.TrimRight(s, `"')]`)
+	return strings.HasSuffix(s, ".") || strings.HasSuffix(s, "!") || strings.HasSuffix(s, "?") || strings.HasSuffix(s, "…")
+}
+
+// reClause is where a long sentence of a conversation splits into
+// clauses that stand alone: a dash, a semicolon, ", but", ", and", ", so".
+var reClause = regexp.MustCompile(` (?:-|–|—) |; |, (?:but|and|so|which|because) `)
+
+// clauses splits a sentence into clauses of at least five words each (a
+// shorter piece stays with its neighbour), so that selection can keep the
+// informative part of a long sentence.
+func clauses(sent string) []string {
+	locs := reClause.FindAllStringIndex(sent, -1)
+	if len(locs) == 0 {
+		return []string{sent}
+	}
+	var out []string
+	start := 0
+	for _, l := range locs {
+		piece := strings.TrimSpace(sent[start:l[0]])
+		rest := strings.TrimSpace(sent[l[1]:])
+		if len(strings.Fields(piece)) < 5 || len(strings.Fields(rest)) < 5 {
+			continue
+		}
+		out = append(out, piece)
+		start = l[1]
+		if sep := strings.TrimSpace(sent[l[0]:l[1]]); strings.HasPrefix(sep, ",") {
+			start = l[0] + 2 // keep the conjunction: "but ...", "and ..."
+		}
+	}
+	return append(out, strings.TrimSpace(sent[start:]))
+}
+
+// isGoal reports whether a user's sentence states a task: a request, an
+// instruction, a question or a statement of some substance, not a greeting
+// or small talk.
+func isGoal(sent string) bool {
+	if isSmallTalk(sent) || reGreeting.MatchString(strings.TrimSpace(sent)) {
+		return false
+	}
+	words := len(contentWords(sent))
+	return words >= 2 && (isRequest(sent) || strings.HasSuffix(sent, "?")) || words >= 3
+}
+
+var (
+	reGreeting     = regexp.MustCompile(`(?i)^(hi|hey|hello|good (morning|afternoon|evening)|greetings|howdy)\b[^.!?]{0,30}[.!?]*$`)
+	reFirstPerson  = regexp.MustCompile(`(?i)\b(i|i'm|i've|i'd|i'll|my|mine|we|we're|we've|we'll|our|me|us)\b`)
+	reSecondPerson = regexp.MustCompile(`(?i)\b(you|your|you're|you've|let's)\b`)
+	rePlan         = regexp.MustCompile(`(?i)\b(going to|gonna|plan(ning)? to|will be|hoping to|can't wait to|looking forward to)\b`)
+)
 
 // fromSummaries turns summaries (in template form) into candidate bullets,
 // keeping their sections.
@@ -210,7 +343,30 @@ func fromSummaries(msgs []session.Message) []*unit {
 			continue
 		}
 		for _, h := range summary.Headings {
+			var lastDate time.Time
 			for _, b := range s.Sections[h] {
+				d, rest := dated(b)
+				if d.IsZero() && !lastDate.IsZero() && reSpeakerRun.MatchString(b) {
+					// A conversation's bullet written without its date (its part
+					// began mid-session): it was said on the date before it.
+					d, rest = lastDate, b
+				}
+				if !d.IsZero() {
+					lastDate = d
+					// A conversation's bullet: one unit per sentence, so that
+					// condensing keeps the informative ones.
+					for _, run := range speakerRuns(rest) {
+						prefix := ""
+						if run[0] != "" {
+							prefix = run[0] + ": "
+						}
+						for _, sent := range sentences(run[1]) {
+							units = append(units, &unit{section: h, text: prefix + sent, speaker: prefix, msg: -1, order: order, damp: 1, date: d})
+							order++
+						}
+					}
+					continue
+				}
 				u := &unit{section: h, text: b, msg: -1, order: order, damp: 1}
 				order++
 				switch h {
@@ -242,9 +398,25 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string
 		for _, w := range u.words {
 			df[w]++
 		}
-		u.bonus += featureWeight * features(u.text)
+		f := features(u.text)
+		u.bonus += featureWeight * f
 		if isSmallTalk(u.text) {
 			u.damp = 0 // greetings and acknowledgements carry nothing to keep
+		}
+		if !u.date.IsZero() {
+			// A conversation: what people tell of themselves (what they did,
+			// have, plan) is what is asked about later; advice to the other
+			// and generic remarks much less.
+			body := strings.TrimPrefix(u.text, u.speaker)
+			switch {
+			case reFirstPerson.MatchString(body):
+				u.bonus += 1.5
+			case reSecondPerson.MatchString(body):
+				u.damp *= 0.5
+			}
+			if f == 0 && len(u.words) <= 6 {
+				u.damp *= 0.3
+			}
 		}
 		for _, w := range u.words {
 			if focusWords[w] {
@@ -342,6 +514,9 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string
 // tokenised once.
 func (s *Summarizer) bulletCost(u *unit) int {
 	n := s.counter.Count("- " + u.text + "\n")
+	if u.section == summary.Instructions && n <= maxInstructionTokens {
+		return n + 1 // an instruction stays whole: it is quoted, never cut
+	}
 	if n > maxSentenceTokens+3 {
 		u.text = s.counter.Truncate(u.text, maxSentenceTokens-1) + "…"
 		n = maxSentenceTokens + 3
@@ -364,7 +539,51 @@ func (s *Summarizer) render(chosen []*unit, maxTokens int) (string, int) {
 				out.Add(prev.section, line)
 			}
 		}
+		// Dated units (a conversation) share a bullet per section and date:
+		// "8 May 2023: Caroline: ... ; Melanie: ...", in the order said.
+		type key struct {
+			section string
+			date    time.Time
+		}
+		dayLines := map[key]*strings.Builder{}
+		lastSpeaker := map[key]string{}
 		for _, u := range sorted {
+			if u.date.IsZero() {
+				continue
+			}
+			k := key{u.section, u.date}
+			sb := dayLines[k]
+			if sb == nil {
+				sb = &strings.Builder{}
+				sb.WriteString(day(u.date) + ": ")
+				dayLines[k], lastSpeaker[k] = sb, "\x00"
+			}
+			body := strings.TrimPrefix(u.text, u.speaker)
+			switch {
+			case lastSpeaker[k] == u.speaker:
+				if !endsSentence(sb.String()) {
+					sb.WriteByte('.')
+				}
+				sb.WriteString(" " + body)
+			case lastSpeaker[k] == "\x00":
+				sb.WriteString(u.speaker + body)
+			case endsSentence(sb.String()):
+				sb.WriteString(" " + u.speaker + body)
+			default:
+				sb.WriteString("; " + u.speaker + body)
+			}
+			lastSpeaker[k] = u.speaker
+		}
+		for _, u := range sorted {
+			if !u.date.IsZero() {
+				if sb := dayLines[key{u.section, u.date}]; sb != nil {
+					flush()
+					prev = nil
+					out.Add(u.section, sb.String())
+					delete(dayLines, key{u.section, u.date})
+				}
+				continue
+			}
 			if prev != nil && u.msg >= 0 && u.msg == prev.msg && u.section == prev.section && u.speaker == prev.speaker {
 				line += " " + strings.TrimPrefix(u.text, u.speaker)
 				continue
@@ -415,9 +634,12 @@ var (
 	reError  = regexp.MustCompile(`(?i)\b(error|errors|exception|traceback|failed|failure|fails|fail|bug|crash(ed|es)?|segfault|panic|invalid|denied|refused|cannot|can't|unable|not found|timeout|timed out|fix(ed|es)?|resolved|workaround)\b`)
 	reDecide = regexp.MustCompile(`(?i)\b(decided|decide|decision|agreed|agree|chose|choose|chosen|confirm(ed)?|approved|going with|we will|we'll|i will|i'll|plan(ned)? to|settled on|instead of|switch(ed)? to|booked|cancel(l)?ed|selected|opted)\b`)
 	// reInstr matches a standing instruction to the assistant: an imperative
-	// opening, or "you" with a modal, or a request aimed at "you".
-	reInstr   = regexp.MustCompile(`(?i)^(please\b|always\b|never\b|don't\b|do not\b|make sure\b|ensure\b|avoid\b|remember to\b|keep in mind\b|only\b|use\b|stop\b|from now on\b)|\byou (must|should|shouldn't|should not|need to|have to)\b|\bi (want|need|would like|'d like) you to\b`)
-	reRequest = regexp.MustCompile(`(?i)^(please|can you|could you|would you|let's|now|next|also|then|fix|add|implement|create|update|remove|check|find|book|change|cancel|make|write|run|show|tell|help)\b`)
+	// opening, a rule for "you" (must always, should never), or a request
+	// aimed at "you". reNotInstr takes back encouragement and advice that
+	// open the same way ("Don't worry", "You should check it out").
+	reInstr    = regexp.MustCompile(`(?i)^(please\b|always\b|never\b|don't\b|do not\b|make sure\b|ensure\b|avoid\b|remember to\b|keep in mind\b|only\b|use\b|stop\b|from now on\b)|\byou (must|should|need to|have to) (always|never|not|only)\b|\byou (must not|mustn't|should not|shouldn't)\b|\bi (want|need|would like|'d like) you to\b`)
+	reNotInstr = regexp.MustCompile(`(?i)^(please\s+)?(don't|do not|never) (worry|be (sorry|afraid|shy|too)|feel|stress|give up|hesitate|mind|stop (believing|dreaming|trying))\b|^(don't|do not) forget\b[^a-z]*$|^(don't|do not) forget( that|,| -|!)|^never (mind|give up)\b|^only (if|when|just|time)\b|^(please )?(take care|enjoy|have fun|keep (it )?up|keep going|keep (on )?(pushing|rocking|smiling))\b|^use it\b`)
+	reRequest  = regexp.MustCompile(`(?i)^(please|can you|could you|would you|let's|now|next|also|then|fix|add|implement|create|update|remove|check|find|book|change|cancel|make|write|run|show|tell|help)\b`)
 )
 
 // features scores the information a text carries beyond its words.
@@ -453,9 +675,17 @@ func properNames(t string) int {
 	return n
 }
 
+// isInstruction reports whether a user's sentence is a standing
+// instruction: an imperative request of four words or more, not
+// encouragement or small talk.
+func isInstruction(t string) bool {
+	t = strings.TrimSpace(t)
+	return reInstr.MatchString(t) && !reNotInstr.MatchString(t) && len(strings.Fields(t)) >= 4 && !isSmallTalk(t)
+}
+
 func classify(role session.Role, t string) string {
 	switch {
-	case role == session.RoleUser && reInstr.MatchString(t):
+	case role == session.RoleUser && isInstruction(t):
 		return summary.Instructions
 	case reError.MatchString(t):
 		return summary.Errors
@@ -479,7 +709,7 @@ func classifyTool(line string) string {
 
 func isRequest(t string) bool { return reRequest.MatchString(strings.TrimSpace(t)) }
 
-var smallTalk = regexp.MustCompile(`(?i)^(hi|hey|hello|thanks|thank you|thx|wow|haha|lol|oh|ok|okay|cool|great|awesome|nice|sure|yes|yeah|yep|no problem|you're welcome|sounds good|good (to|morning|night|luck)|take care|bye|see you|congrat|that's (great|awesome|amazing|so cool|wonderful)|i'm (so )?(glad|happy) (to hear|for you)|glad to hear|me too)\b`)
+var smallTalk = regexp.MustCompile(`(?i)^(hi|hey|hello|thanks|thank you|thx|wow|whoa|haha|lol|oh|ooh|aw+|ok|okay|cool|great|awesome|nice|sure|yes|yeah|yep|yup|no problem|you're welcome|sounds (good|great|fun|amazing|awesome|like)|good (to|morning|night|luck)|take care|bye|see you|talk (to you )?(soon|later)|catch you|congrat|exactly|absolutely|definitely|totally|agreed?|true|right|so true|same|that's (great|awesome|amazing|so cool|wonderful|cool|fantastic|incredible|impressive|so|really|true|right)|that sounds|it sounds|what a|how (cool|fun|nice|great|amazing|awesome|sweet|lovely)|i'm (so )?(glad|happy|proud|sorry) (to hear|for you|of you)|glad to hear|sorry to hear|me too|have (a blast|fun|a great)|go (for it|to bed)|guess what|you (got|can do) this|keep (it )?up|love (it|that)|i love (it|that))\b`)
 
 func isSmallTalk(t string) bool {
 	if i := strings.Index(t, ": "); i > 0 && i < 40 {
@@ -511,6 +741,8 @@ func toolLines(text string) []string {
 	return out
 }
 
+var reListNumber = regexp.MustCompile(`^\d{1,2}[.)]\s+`)
+
 var abbreviations = map[string]bool{"e.g.": true, "i.e.": true, "mr.": true, "mrs.": true, "ms.": true, "dr.": true, "vs.": true, "etc.": true, "st.": true, "no.": true}
 
 // sentences splits text into sentences and lines.
@@ -518,6 +750,7 @@ func sentences(text string) []string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(strings.TrimLeft(strings.TrimSpace(line), "-*•>#"))
+		line = reListNumber.ReplaceAllString(line, "") // "2. don't return ..." is the sentence "don't return ..."
 		if line == "" {
 			continue
 		}

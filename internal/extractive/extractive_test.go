@@ -3,6 +3,7 @@ package extractive_test
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -137,6 +138,121 @@ func TestReportsExactCountInCallersEncoding(t *testing.T) {
 		}
 		if res.Encoding != tc.counter.Encoding() || res.OutputTokens != tc.counter.Count(res.Text) || res.OutputTokens > 300 {
 			t.Fatalf("encoding %q: reported %d tokens in %q, counted %d", tc.enc, res.OutputTokens, res.Encoding, tc.counter.Count(res.Text))
+		}
+	}
+}
+
+func summarise(t *testing.T, msgs []session.Message, max int) *summary.Summary {
+	t.Helper()
+	s, _ := newSummarizer(t)
+	resp, err := s.Summarize(context.Background(), pipeline.SummaryRequest{Task: pipeline.TaskSummarise, Messages: msgs, MaxTokens: max})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := summary.Validate(resp.Text); err != nil {
+		t.Fatalf("%v\n%s", err, resp.Text)
+	}
+	parsed, _ := summary.Parse(resp.Text)
+	return parsed
+}
+
+// The goal is the task asked for, not a greeting; instructions are
+// imperative requests, not encouragement or compliments; small talk goes.
+func TestGoalAndInstructions(t *testing.T) {
+	msgs := []session.Message{
+		msg(session.RoleUser, "Hi there! Can you help me migrate the billing service to Postgres 16? Please always run the linter before committing."),
+		msg(session.RoleAssistant, "Sure, that sounds great!"),
+		msg(session.RoleUser, "Don't worry about the old dashboards. You must have worked really hard on the schema. Never change the public API of billing.Client."),
+		msg(session.RoleAssistant, "Thanks! The migration needs pg_dump 16.2 and a maintenance window on 2024-06-02."),
+		msg(session.RoleUser, "Haha nice. Also keep the invoices table read-only during the copy."),
+	}
+	s := summarise(t, msgs, 400)
+	if g := strings.Join(s.Sections[summary.Goal], " "); !strings.Contains(g, "migrate the billing service to Postgres 16") || strings.Contains(g, "Hi there") {
+		t.Fatalf("goal %q", g)
+	}
+	inst := strings.Join(s.Sections[summary.Instructions], "\n")
+	for _, want := range []string{"Please always run the linter before committing.", "Never change the public API of billing.Client."} {
+		if !strings.Contains(inst, want) {
+			t.Errorf("instruction %q missing from %q", want, inst)
+		}
+	}
+	for _, not := range []string{"Don't worry", "worked really hard"} {
+		if strings.Contains(inst, not) {
+			t.Errorf("%q is not an instruction: %q", not, inst)
+		}
+	}
+	all := strings.Join(append(append(s.Sections[summary.Facts], s.Sections[summary.Decisions]...), s.Sections[summary.OpenTasks]...), "\n")
+	if strings.Contains(all, "sounds great") || strings.Contains(all, "Haha nice") {
+		t.Errorf("small talk kept: %q", all)
+	}
+}
+
+// A conversation between people gets sections that fit it: who talks,
+// what they said by date with relative times resolved, their plans; no
+// instructions, no errors.
+func TestConversationBetweenPeople(t *testing.T) {
+	named := func(role session.Role, name, text string) session.Message {
+		m := msg(role, text)
+		m.Name = name
+		return m
+	}
+	msgs := []session.Message{
+		named(session.RoleUser, "Caroline", "(1:56 pm on 8 May, 2023) Hey Mel! Good to see you! I went to a LGBTQ support group yesterday and it was so powerful."),
+		named(session.RoleAssistant, "Melanie", "Wow, that's cool, Caroline! I painted a lake sunrise last year, it's special to me."),
+		named(session.RoleUser, "Caroline", "You must have worked really hard for that. Don't worry, you got this!"),
+		named(session.RoleAssistant, "Melanie", "I'm going to run a charity race for mental health next month. We all need a timeout!"),
+		named(session.RoleUser, "Caroline", "(7:55 pm on 25 May, 2023) Last Friday I researched adoption agencies; I can't wait to be a mom."),
+	}
+	s := summarise(t, msgs, 400)
+	if g := s.Sections[summary.Goal]; len(g) != 1 || g[0] != "Conversation between Caroline and Melanie" {
+		t.Fatalf("goal %q", g)
+	}
+	if n := len(s.Sections[summary.Instructions]) + len(s.Sections[summary.Errors]) + len(s.Sections[summary.Files]); n != 0 {
+		t.Fatalf("sections that do not fit a conversation: %+v", s.Sections)
+	}
+	facts := strings.Join(s.Sections[summary.Facts], "\n")
+	for _, want := range []string{"8 May 2023: Caroline: I went to LGBTQ support group yesterday (7 May 2023)", "powerful. Melanie: I painted lake sunrise last year (2022)",
+		"25 May 2023: Caroline: Last Friday (Friday before 25 May 2023) I researched adoption agencies"} {
+		if !strings.Contains(facts, want) {
+			t.Errorf("facts lack %q:\n%s", want, facts)
+		}
+	}
+	if d := strings.Join(s.Sections[summary.Decisions], "\n"); !strings.Contains(d, "charity race for mental health next month (June 2023)") {
+		t.Errorf("decisions %q", d)
+	}
+}
+
+// Condensing a conversation's summary keeps its form: dated bullets, each
+// sentence with its speaker.
+func TestCondenseConversation(t *testing.T) {
+	named := func(role session.Role, name, text string) session.Message {
+		m := msg(role, text)
+		m.Name = name
+		return m
+	}
+	var msgs []session.Message
+	for d := 1; d <= 6; d++ {
+		msgs = append(msgs, named(session.RoleUser, "Sam", fmt.Sprintf("(9:00 am on %d June, 2023) I ran %d miles in the Riverside park yesterday.", d*3, d+2)),
+			named(session.RoleAssistant, "Evan", fmt.Sprintf("I bought a %d-speed bike for the Banff trip. My sister Ana visited from Lisbon.", d+20)))
+	}
+	s := summarise(t, msgs, 600)
+	text := s.Render()
+	sm, c := newSummarizer(t)
+	resp, err := sm.Summarize(context.Background(), pipeline.SummaryRequest{Task: pipeline.TaskCondense, MaxTokens: 150,
+		Messages: []session.Message{{Role: session.RoleAssistant, Content: session.TextContent(text), IsCompaction: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Count(resp.Text); n > 150 {
+		t.Fatalf("condensed to %d tokens", n)
+	}
+	parsed, _ := summary.Parse(resp.Text)
+	if len(parsed.Sections[summary.Facts]) == 0 {
+		t.Fatalf("nothing kept:\n%s", resp.Text)
+	}
+	for _, b := range parsed.Sections[summary.Facts] {
+		if !regexp.MustCompile(`^\d{1,2} June 2023: (Sam|Evan): `).MatchString(b) || strings.Contains(b, "; :") {
+			t.Errorf("bullet lost its form: %q", b)
 		}
 	}
 }

@@ -597,8 +597,9 @@ func (x *extractor) result(c *call, text string, seq int64) {
 }
 
 var (
-	reFailWord = regexp.MustCompile(`(?i)\b(fail(ed|ing|ures?)?|errors?)\b`)
-	reZeroFail = regexp.MustCompile(`(?i)^(ok\s|test result: ok|=+ \d+ passed in)|\b0 (failed|failures|errors?)\b`)
+	reFailedTest = regexp.MustCompile(`^(--- FAIL: \S+|FAILED \S+|FAIL\s+\S+)`)
+	reFailWord   = regexp.MustCompile(`(?i)\b(fail(ed|ing|ures?)?|errors?)\b`)
+	reZeroFail   = regexp.MustCompile(`(?i)^(ok\s|test result: ok|=+ \d+ passed in)|\b0 (failed|failures|errors?)\b`)
 )
 
 // program names what a call runs, so a later clean run of it can be told
@@ -648,6 +649,9 @@ func scan(text string) (errs, tests []string) {
 		if reTestLine.MatchString(t) {
 			if !slices.Contains(tests, t) {
 				tests = append(tests, t)
+			}
+			if reFailedTest.MatchString(t) && len(errs) < 3 && !slices.Contains(errs, t) {
+				errs = append(errs, t) // a failing test is an error to fix
 			}
 			continue
 		}

@@ -44,7 +44,7 @@ func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 			open++
 		}
 	}
-	lim := limits{attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: min(len(l.Commands), 6), refs: len(l.Refs), fixed: fixed, open: open}
+	lim := limits{attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: min(len(l.Commands), 20), refs: len(l.Refs), fixed: fixed, open: open}
 	for i, op := range opOrder {
 		lim.files[i] = len(byOp[op])
 	}

@@ -281,7 +281,10 @@ type plan struct {
 	counter *tokens.Counter
 	model   string
 	limit   int
-	pinned  []session.Message
+	// reread: the summariser rereads (Rereader) and sess.Summarised holds
+	// what the summary in force covers, so the summary is written anew.
+	reread bool
+	pinned []session.Message
 	// pinnedTokens counts the pinned messages and the reply priming.
 	pinnedTokens int
 	// candidates are the raw messages after the summary, as the context
@@ -630,9 +633,9 @@ func carried(cleared []session.Cleared, msgs []session.Message) []session.Cleare
 // summarised so far again.
 func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduction, res *Result) error {
 	prev := p.sess.Summary
-	r.incremental = hasSummary(prev) && s.cfg.EnableIncremental
+	r.incremental = hasSummary(prev) && s.cfg.EnableIncremental && !p.reread
 	input := r.selected
-	if hasSummary(prev) && !s.cfg.EnableIncremental {
+	if hasSummary(prev) && !r.incremental {
 		input = append(withoutPinned(p.sess.Summarised, p.pinned), r.selected...)
 	}
 	input = ClampToolOutputs(WithPlaceholders(input, p.counter), s.cfg.ToolOutputMaxTokens)
@@ -868,10 +871,28 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	return nil
 }
 
+// maxReread bounds the messages a rereading summariser summarises again
+// (see Rereader): over it, a compaction merges like any other.
+const maxReread = 2000
+
+// rereads reports whether the request's summariser rereads (Rereader).
+func (s *Service) rereads(req Request, model string) bool {
+	rr, ok := s.sum.(Rereader)
+	return ok && rr.RereadsAll(SummaryRequest{Model: firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, model),
+		Provider: firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider)})
+}
+
 // load reads the session and works out its model, limit, counter, pinned
 // messages and candidates.
 func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	sess, err := s.store.Load(ctx, req.SessionID, !s.cfg.EnableIncremental)
+	reread := false
+	if err == nil && s.cfg.EnableIncremental && hasSummary(sess.Summary) && s.rereads(req, firstNonEmpty(req.Model, sess.Record.Model)) &&
+		sess.Record.TailStartSeq-1-int64(len(sess.Record.PinnedSeqs)) <= maxReread {
+		// Rereading costs no model: read what the summary covers too.
+		reread = true
+		sess, err = s.store.Load(ctx, req.SessionID, true)
+	}
 	if errors.Is(err, session.ErrNotFound) {
 		return nil, fail(ReasonSessionNotFound, false, ErrSessionNotFound, "no session %q", req.SessionID)
 	}
@@ -892,7 +913,7 @@ func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	if sess.Summary != nil {
 		counter.Ensure(sess.Summary)
 	}
-	p := &plan{sess: sess, counter: counter, model: model,
+	p := &plan{sess: sess, counter: counter, model: model, reread: reread,
 		limit: firstPositive(req.ContextLimit, sess.Record.ContextLimit, info.ContextWindow)}
 	p.pinned, p.candidates = splitPinned(sess, s.cfg.KeepFirstUserMessage)
 	p.candidates = applyCleared(p.candidates, clearedOf(sess.Summary), counter.Encoding())

@@ -14,7 +14,9 @@ import (
 // TestLoCoMoRetention compacts each LoCoMo conversation at a 4,000-token
 // limit and compares the extractive summary's fact retention with two
 // baselines of the same size over the same summarised range: its first and
-// its last max_summary_tokens.
+// its last max_summary_tokens. Overall it keeps twice the better one (22.3%
+// against 9.1% when written); on every conversation at least 1.3 times
+// (conv-49, whose first 1,000 tokens hold many answers, is at 1.41).
 func TestLoCoMoRetention(t *testing.T) {
 	dir := needData(t)
 	if raceEnabled {
@@ -55,11 +57,14 @@ func TestLoCoMoRetention(t *testing.T) {
 		t.Logf("%s: %d msgs summarised, %d eligible: extractive %.1f%%, first %.1f%%, last %.1f%%",
 			c.Name, res.MessagesSummarised, re.Eligible, 100*re.Share(), 100*rf.Share(), 100*rl.Share())
 		ext, first, last = ext.Add(re), first.Add(rf), last.Add(rl)
+		if b := max(rf.Share(), rl.Share()); re.Share() < 1.3*b {
+			t.Errorf("%s: extractive %.3f, under 1.3x the best baseline %.3f", c.Name, re.Share(), b)
+		}
 	}
 	t.Logf("overall (%d questions): extractive %.1f%%, first-%d %.1f%%, last-%d %.1f%%",
 		ext.Eligible, 100*ext.Share(), cfg.MaxSummaryTokens, 100*first.Share(), cfg.MaxSummaryTokens, 100*last.Share())
 	best := max(first.Share(), last.Share())
-	if ext.Share() < 1.5*best {
-		t.Fatalf("extractive retention %.3f is not clearly above the best baseline %.3f (want >= 1.5x)", ext.Share(), best)
+	if ext.Share() < 2*best {
+		t.Fatalf("extractive retention %.3f is not twice the best baseline %.3f", ext.Share(), best)
 	}
 }

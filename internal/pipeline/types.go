@@ -264,3 +264,12 @@ type Summarizer interface {
 type MessagesReader interface {
 	ReadsMessagesOnly(req SummaryRequest) bool
 }
+
+// Rereader is implemented by a Summarizer for which summarising again
+// everything a summary covers costs nothing worth saving (no model: the
+// offline summariser). The pipeline then writes each summary from the
+// original messages (up to maxReread of them) instead of merging a delta
+// into the summary in force, so that nothing is lost to repeated merging.
+type Rereader interface {
+	RereadsAll(req SummaryRequest) bool
+}

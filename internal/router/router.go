@@ -131,6 +131,13 @@ func (r *Router) ReadsMessagesOnly(req pipeline.SummaryRequest) bool {
 	return ok && mr.ReadsMessagesOnly(req)
 }
 
+// RereadsAll implements pipeline.Rereader: true when the request's
+// provider rereads (the extractive one).
+func (r *Router) RereadsAll(req pipeline.SummaryRequest) bool {
+	rr, ok := r.pick(req).(pipeline.Rereader)
+	return ok && rr.RereadsAll(req)
+}
+
 // Summarize implements pipeline.Summarizer: one call through the model's
 // provider, retried per the policy.
 func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
@@ -246,6 +253,12 @@ func (n named) Name() string { return n.name }
 func (n named) ReadsMessagesOnly(req pipeline.SummaryRequest) bool {
 	mr, ok := n.Summarizer.(pipeline.MessagesReader)
 	return ok && mr.ReadsMessagesOnly(req)
+}
+
+// RereadsAll forwards pipeline.Rereader.
+func (n named) RereadsAll(req pipeline.SummaryRequest) bool {
+	rr, ok := n.Summarizer.(pipeline.Rereader)
+	return ok && rr.RereadsAll(req)
 }
 
 func trimSlash(u string) string { return strings.TrimRight(u, "/") }

@@ -1,0 +1,158 @@
+package ledger_test
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/ledger"
+)
+
+func ops(l *ledger.Ledger, path string) []string {
+	for _, f := range l.Files {
+		if f.Path == path {
+			return f.Ops
+		}
+	}
+	return nil
+}
+
+func bash(id, cmd string, seq int64) ledger.Message {
+	return ledger.Message{Role: "assistant", Seq: seq, ToolCalls: []ledger.Call{{ID: id, Name: "bash", Arguments: fmt.Sprintf(`{"command":%q}`, cmd)}}}
+}
+
+func result(id, text string, seq int64) ledger.Message {
+	return ledger.Message{Role: "tool", ToolCallID: id, Text: text, Seq: seq}
+}
+
+// Shell commands: what each form does to the files it names.
+func TestShellCommands(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		bash("1", `cat src/app.py | grep -n "def main" && sed -i 's/a/b/' src/util.py`, 1),
+		bash("2", `echo "x" > notes.txt; touch new_module.go; rm -f old.c`, 2),
+		bash("3", `cd /repo && mv a.txt b.txt && cp conf.yaml conf.yaml.bak`, 3),
+		bash("4", `python -m pytest tests/test_app.py -k "not slow" 2>&1 | tee out.log`, 4),
+		bash("5", `git checkout -- src/app.py && ls -la && pip install requests`, 5),
+	})
+	for path, want := range map[string]string{
+		"src/app.py": ledger.OpEdited, "src/util.py": ledger.OpEdited, "notes.txt": ledger.OpEdited, "new_module.go": ledger.OpCreated,
+		"old.c": ledger.OpDeleted, "a.txt": ledger.OpDeleted, "b.txt": ledger.OpCreated, "conf.yaml": ledger.OpRead,
+		"conf.yaml.bak": ledger.OpCreated, "tests/test_app.py": ledger.OpRead, "out.log": ledger.OpEdited,
+	} {
+		if got := ops(l, path); !slices.Contains(got, want) {
+			t.Errorf("%s: ops %v, want %s", path, got, want)
+		}
+	}
+	if got := ops(l, "src/app.py"); !slices.Contains(got, ledger.OpRead) {
+		t.Errorf("src/app.py was read first: %v", got)
+	}
+	if len(l.Commands) != 5 || l.Commands[3].Cmd != `python -m pytest tests/test_app.py -k "not slow" 2>&1 | tee out.log` {
+		t.Fatalf("commands %+v", l.Commands)
+	}
+	for _, bad := range []string{"-la", "requests", "/repo", "s/a/b/"} {
+		if ops(l, bad) != nil {
+			t.Errorf("%q is not a file", bad)
+		}
+	}
+}
+
+// An error, the edit after it, and the same command passing: the error is
+// fixed by that edit. Exit codes and a test summary are read.
+func TestErrorFixedByEdit(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		bash("1", "go test ./...", 1),
+		result("1", "--- FAIL: TestParse (0.00s)\n    parse_test.go:12: got nil\nFAIL\tgithub.com/x/y\t0.01s\nexit status 1\n[The command completed with exit code 1.]", 2),
+		{Role: "assistant", Seq: 3, ToolCalls: []ledger.Call{{ID: "2", Name: "str_replace_editor", Arguments: `{"command":"str_replace","path":"/repo/parse.go","old_str":"a","new_str":"b"}`}}},
+		result("2", "The file /repo/parse.go has been edited.", 4),
+		bash("3", "go test ./...", 5),
+		result("3", "ok  \tgithub.com/x/y\t0.02s\n[The command completed with exit code 0.]", 6),
+	})
+	if len(l.Errors) == 0 || !strings.Contains(l.Errors[0].Error, "FAIL") || !strings.Contains(l.Errors[0].Fix, "/repo/parse.go") {
+		t.Fatalf("errors %+v", l.Errors)
+	}
+	if c := l.Commands; len(c) != 2 || c[0].Exit == nil || *c[0].Exit != 1 || *c[1].Exit != 0 {
+		t.Fatalf("commands %+v", c)
+	}
+	if len(l.Tests) != 2 || l.Tests[0].Outcome != "failed" || l.Tests[1].Outcome != "passed" {
+		t.Fatalf("tests %+v", l.Tests)
+	}
+}
+
+// Merge unites operations, keeps order and bounds; the inputs stay as
+// they were.
+func TestMerge(t *testing.T) {
+	a := ledger.Extract([]ledger.Message{bash("1", "cat a.go", 1)})
+	b := ledger.Extract([]ledger.Message{bash("2", "sed -i s/x/y/ a.go && cat https.go", 2)})
+	m := ledger.Merge(a, b)
+	if got := ops(m, "a.go"); !slices.Equal(got, []string{ledger.OpRead, ledger.OpEdited}) || len(m.Commands) != 2 {
+		t.Fatalf("merged %+v", m)
+	}
+	if len(a.Files[0].Ops) != 1 || len(a.Commands) != 1 {
+		t.Fatal("Merge changed its input")
+	}
+	var many []ledger.Message
+	for i := range 600 {
+		many = append(many, bash(fmt.Sprint(i), fmt.Sprintf("cat f%03d.go", i), int64(i+1)))
+	}
+	big := ledger.Extract(many)
+	if len(big.Files) != 400 || big.Files[len(big.Files)-1].Path != "f599.go" || len(big.Commands) != 40 {
+		t.Fatalf("bounds: %d files, last %s, %d commands", len(big.Files), big.Files[len(big.Files)-1].Path, len(big.Commands))
+	}
+}
+
+// Render stays within its budget and cuts what matters least first: the
+// files changed stay when the files only read go.
+func TestRenderWithinBudget(t *testing.T) {
+	var msgs []ledger.Message
+	for i := range 60 {
+		msgs = append(msgs, ledger.Message{Role: "assistant", Seq: int64(i), ToolCalls: []ledger.Call{{ID: fmt.Sprint(i), Name: "str_replace_editor",
+			Arguments: fmt.Sprintf(`{"command":"view","path":"/work/project/src/pkg%d/file_%d.py"}`, i%5, i)}}})
+	}
+	msgs = append(msgs, ledger.Message{Role: "assistant", Seq: 99, ToolCalls: []ledger.Call{{ID: "e", Name: "str_replace_editor",
+		Arguments: `{"command":"create","path":"/work/project/src/pkg1/new_feature.py"}`}}})
+	l := ledger.Extract(msgs)
+	count := func(s string) int { return len(strings.Fields(s)) + strings.Count(s, "/") + strings.Count(s, ",") } // a rough stand-in for a tokenizer
+	cost := func(r ledger.Rendered) int {
+		n := 0
+		for _, b := range r.All() {
+			n += count("- "+b+"\n") + 1
+		}
+		return n
+	}
+	full := ledger.Render(l, count, 10000)
+	if !strings.Contains(strings.Join(full.Files, "\n"), "file_0.py") || !strings.Contains(full.Files[0], "workspace: /work/project/src/") {
+		t.Fatalf("full rendering %q", full.Files)
+	}
+	for _, budget := range []int{400, 120, 40} {
+		r := ledger.Render(l, count, budget)
+		if c := cost(r); c > budget {
+			t.Fatalf("budget %d: rendering costs %d", budget, c)
+		}
+		if !strings.Contains(strings.Join(r.Files, "\n"), "new_feature.py") {
+			t.Fatalf("budget %d lost the created file: %q", budget, r.Files)
+		}
+	}
+	if r := ledger.Render(l, count, 5); len(r.All()) != 0 {
+		t.Fatalf("a budget too small renders nothing, got %q", r.All())
+	}
+}
+
+// SWE-agent's text actions: the command is the last fenced block, the
+// next user message its observation; edit acts on the open file.
+func TestTextActions(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		{Role: "assistant", Seq: 1, Text: "Let's open it.\n```\nopen src/models.py\n```"},
+		{Role: "user", Seq: 2, Text: "[File: /repo/src/models.py (300 lines total)]\n1:import os"},
+		{Role: "assistant", Seq: 3, Text: "Fix the check.\n```\nedit 10:12\n    if x is None:\n        return\nend_of_edit\n```"},
+		{Role: "user", Seq: 4, Text: "[File: /repo/src/models.py (301 lines total)]"},
+		{Role: "assistant", Seq: 5, Text: "Run it.\n```\npython reproduce.py\n```"},
+		{Role: "user", Seq: 6, Text: "Traceback (most recent call last):\n  File \"reproduce.py\", line 3\nNameError: name 'foo' is not defined"},
+	})
+	if got := ops(l, "/repo/src/models.py"); !slices.Contains(got, ledger.OpEdited) || !slices.Contains(got, ledger.OpRead) {
+		t.Fatalf("files %+v", l.Files)
+	}
+	if len(l.Errors) != 1 || l.Errors[0].Error != "NameError: name 'foo' is not defined" || l.Errors[0].From != "python reproduce.py" {
+		t.Fatalf("errors %+v", l.Errors)
+	}
+}
