@@ -134,7 +134,7 @@ func speakerRuns(s string) [][2]string {
 		}
 		text := s[l[1]:end]
 		if i+1 < len(locs) && s[end] != ';' {
-			text = s[l[1] : locs[i+1][2]] // the sentence's end stays with it
+			text = s[l[1]:locs[i+1][2]] // the sentence's end stays with it
 		}
 		out = append(out, [2]string{s[l[2]:l[3]], strings.TrimSpace(text)})
 	}
