@@ -18,6 +18,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/compactor/compactor/internal/ledger"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
@@ -625,21 +626,15 @@ func (h *unitHeap) Pop() any {
 }
 
 var (
-	reNumber = regexp.MustCompile(`\b\d[\d,.:/-]*\b`)
-	reMonth  = regexp.MustCompile(`(?i)\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(tember)?|oct(ober)?|nov(ember)?|dec(ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow|last (week|month|year)|next (week|month|year))\b`)
-	reIdent  = regexp.MustCompile(`\b[A-Za-z]+[_\-]?\d[\w-]*\b|\b\w+_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[0-9a-f]{7,40}\b|\b[A-Z0-9]{5,}\b`)
-	rePath   = regexp.MustCompile(`(?:^|[\s(\x60'"])(?:[~.]?/[\w.@-]+(?:/[\w.@-]+)+|[\w-]+(?:/[\w.@-]+)+\.\w+|[\w-]+\.(?:go|py|js|ts|tsx|rs|java|c|h|cc|cpp|rb|json|yaml|yml|toml|md|txt|sh|sql|html|css|pony|lock|cfg|ini|xml))\b`)
-	reURL    = regexp.MustCompile(`https?://\S+|\b[\w.+-]+@[\w-]+\.[\w.]+\b`)
-	reQuoted = regexp.MustCompile("`[^`]+`|\"[^\"]{2,60}\"")
-	reError  = regexp.MustCompile(`(?i)\b(error|errors|exception|traceback|failed|failure|fails|fail|bug|crash(ed|es)?|segfault|panic|invalid|denied|refused|cannot|can't|unable|not found|timeout|timed out|fix(ed|es)?|resolved|workaround)\b`)
-	reDecide = regexp.MustCompile(`(?i)\b(decided|decide|decision|agreed|agree|chose|choose|chosen|confirm(ed)?|approved|going with|we will|we'll|i will|i'll|plan(ned)? to|settled on|instead of|switch(ed)? to|booked|cancel(l)?ed|selected|opted)\b`)
-	// reInstr matches a standing instruction to the assistant: an imperative
-	// opening, a rule for "you" (must always, should never), or a request
-	// aimed at "you". reNotInstr takes back encouragement and advice that
-	// open the same way ("Don't worry", "You should check it out").
-	reInstr    = regexp.MustCompile(`(?i)^(please\b|always\b|never\b|don't\b|do not\b|make sure\b|ensure\b|avoid\b|remember to\b|keep in mind\b|only\b|use\b|stop\b|from now on\b)|\byou (must|should|need to|have to) (always|never|not|only)\b|\byou (must not|mustn't|should not|shouldn't)\b|\bi (want|need|would like|'d like) you to\b`)
-	reNotInstr = regexp.MustCompile(`(?i)^(please\s+)?(don't|do not|never) (worry|be (sorry|afraid|shy|too)|feel|stress|give up|hesitate|mind|stop (believing|dreaming|trying))\b|^(don't|do not) forget\b[^a-z]*$|^(don't|do not) forget( that|,| -|!)|^never (mind|give up)\b|^only (if|when|just|time)\b|^(please )?(take care|enjoy|have fun|keep (it )?up|keep going|keep (on )?(pushing|rocking|smiling))\b|^use it\b`)
-	reRequest  = regexp.MustCompile(`(?i)^(please|can you|could you|would you|let's|now|next|also|then|fix|add|implement|create|update|remove|check|find|book|change|cancel|make|write|run|show|tell|help)\b`)
+	reNumber  = regexp.MustCompile(`\b\d[\d,.:/-]*\b`)
+	reMonth   = regexp.MustCompile(`(?i)\b(jan(uary)?|feb(ruary)?|mar(ch)?|apr(il)?|may|june?|july?|aug(ust)?|sep(tember)?|oct(ober)?|nov(ember)?|dec(ember)?|monday|tuesday|wednesday|thursday|friday|saturday|sunday|yesterday|tomorrow|last (week|month|year)|next (week|month|year))\b`)
+	reIdent   = regexp.MustCompile(`\b[A-Za-z]+[_\-]?\d[\w-]*\b|\b\w+_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[0-9a-f]{7,40}\b|\b[A-Z0-9]{5,}\b`)
+	rePath    = regexp.MustCompile(`(?:^|[\s(\x60'"])(?:[~.]?/[\w.@-]+(?:/[\w.@-]+)+|[\w-]+(?:/[\w.@-]+)+\.\w+|[\w-]+\.(?:go|py|js|ts|tsx|rs|java|c|h|cc|cpp|rb|json|yaml|yml|toml|md|txt|sh|sql|html|css|pony|lock|cfg|ini|xml))\b`)
+	reURL     = regexp.MustCompile(`https?://\S+|\b[\w.+-]+@[\w-]+\.[\w.]+\b`)
+	reQuoted  = regexp.MustCompile("`[^`]+`|\"[^\"]{2,60}\"")
+	reError   = regexp.MustCompile(`(?i)\b(error|errors|exception|traceback|failed|failure|fails|fail|bug|crash(ed|es)?|segfault|panic|invalid|denied|refused|cannot|can't|unable|not found|timeout|timed out|fix(ed|es)?|resolved|workaround)\b`)
+	reDecide  = regexp.MustCompile(`(?i)\b(decided|decide|decision|agreed|agree|chose|choose|chosen|confirm(ed)?|approved|going with|we will|we'll|i will|i'll|plan(ned)? to|settled on|instead of|switch(ed)? to|booked|cancel(l)?ed|selected|opted)\b`)
+	reRequest = regexp.MustCompile(`(?i)^(please|can you|could you|would you|let's|now|next|also|then|fix|add|implement|create|update|remove|check|find|book|change|cancel|make|write|run|show|tell|help)\b`)
 )
 
 // features scores the information a text carries beyond its words.
@@ -680,7 +675,7 @@ func properNames(t string) int {
 // encouragement or small talk.
 func isInstruction(t string) bool {
 	t = strings.TrimSpace(t)
-	return reInstr.MatchString(t) && !reNotInstr.MatchString(t) && len(strings.Fields(t)) >= 4 && !isSmallTalk(t)
+	return ledger.IsInstruction(t) && !isSmallTalk(t)
 }
 
 func classify(role session.Role, t string) string {

@@ -40,6 +40,7 @@ const (
 	maxTests    = 20
 	maxRefs     = 60
 	maxAttach   = 40
+	maxInstr    = 30
 	maxText     = 140 // characters of a command or an error kept
 )
 
@@ -55,6 +56,9 @@ type Ledger struct {
 	// Attachments are the images and files the messages carried, as
 	// their placeholders.
 	Attachments []Attachment `json:"attachments,omitempty"`
+	// Instructions are the user's standing instructions, verbatim
+	// (IsInstruction), each once.
+	Instructions []string `json:"instructions,omitempty"`
 }
 
 // Attachment is an image or file a message carried.
@@ -96,7 +100,7 @@ type Test struct {
 
 // Empty reports whether the ledger records nothing.
 func (l *Ledger) Empty() bool {
-	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs)+len(l.Attachments) == 0
+	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs)+len(l.Attachments)+len(l.Instructions) == 0
 }
 
 // Clone returns a deep copy (nil for nil).
@@ -105,7 +109,8 @@ func (l *Ledger) Clone() *Ledger {
 		return nil
 	}
 	out := &Ledger{Files: make([]File, len(l.Files)), Commands: slices.Clone(l.Commands), Errors: slices.Clone(l.Errors),
-		Tests: slices.Clone(l.Tests), Refs: slices.Clone(l.Refs), Attachments: slices.Clone(l.Attachments)}
+		Tests: slices.Clone(l.Tests), Refs: slices.Clone(l.Refs), Attachments: slices.Clone(l.Attachments),
+		Instructions: slices.Clone(l.Instructions)}
 	for i, f := range l.Files {
 		out.Files[i] = File{Path: f.Path, Ops: slices.Clone(f.Ops), Seq: f.Seq}
 	}
@@ -137,6 +142,9 @@ func Merge(prev, next *Ledger) *Ledger {
 		out.ref(r)
 	}
 	out.Attachments = append(out.Attachments, next.Attachments...)
+	for _, in := range next.Instructions {
+		out.instruction(in)
+	}
 	out.bound()
 	return out
 }
@@ -152,6 +160,13 @@ func (l *Ledger) bound() {
 	l.Tests = lastN(l.Tests, maxTests)
 	l.Refs = lastN(l.Refs, maxRefs)
 	l.Attachments = lastN(l.Attachments, maxAttach)
+	l.Instructions = lastN(l.Instructions, maxInstr)
+}
+
+func (l *Ledger) instruction(s string) {
+	if !slices.Contains(l.Instructions, s) {
+		l.Instructions = append(l.Instructions, s)
+	}
 }
 
 func lastN[T any](s []T, n int) []T {
@@ -237,7 +252,7 @@ type Call struct {
 
 // Extract reads msgs (in session order) and returns their ledger.
 func Extract(msgs []Message) *Ledger {
-	x := extractor{l: &Ledger{}, calls: map[string]*call{}}
+	x := extractor{l: &Ledger{}, calls: map[string]*call{}, people: people(msgs)}
 	for i := range msgs {
 		x.message(msgs, i)
 	}
@@ -253,7 +268,22 @@ type call struct {
 	seq  int64
 }
 
+// people reports whether msgs are a conversation between people (no
+// tools, the assistant side named): what one tells the other is advice,
+// not an instruction to an agent.
+func people(msgs []Message) bool {
+	named := false
+	for _, m := range msgs {
+		if len(m.ToolCalls) > 0 || m.Role == "tool" {
+			return false
+		}
+		named = named || (m.Role == "assistant" && m.Name != "" && !m.Summary)
+	}
+	return named
+}
+
 type extractor struct {
+	people   bool
 	l        *Ledger
 	calls    map[string]*call
 	openFile string // SWE-agent's open file: its edit tool names none
@@ -276,6 +306,11 @@ func (x *extractor) message(msgs []Message, i int) {
 	if strings.Contains(m.Text, "[image") || strings.Contains(m.Text, "[file") {
 		for _, ph := range rePlaceholder.FindAllString(m.Text, -1) {
 			x.l.Attachments = append(x.l.Attachments, Attachment{Placeholder: ph, Role: m.Role, Seq: m.Seq})
+		}
+	}
+	if m.Role == "user" && !x.people {
+		for _, in := range instructions(m.Text) {
+			x.l.instruction(in)
 		}
 	}
 	switch m.Role {

@@ -156,3 +156,27 @@ func TestTextActions(t *testing.T) {
 		t.Fatalf("errors %+v", l.Errors)
 	}
 }
+
+// The user's instructions, verbatim, each once; none from a conversation
+// between people, where advice is not an instruction to an agent.
+func TestInstructions(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		{Role: "user", Text: "Fix the importer. Please keep the public API unchanged.\n1. Never push to main directly.\nDon't worry about the docs."},
+		bash("1", "make", 2),
+		{Role: "user", Text: "Please keep the public API unchanged."},
+	})
+	if !slices.Equal(l.Instructions, []string{"Please keep the public API unchanged.", "Never push to main directly."}) {
+		t.Fatalf("instructions %q", l.Instructions)
+	}
+	r := ledger.Render(l, func(s string) int { return len(s) / 4 }, 1000)
+	if !slices.Equal(r.Instructions, l.Instructions) {
+		t.Fatalf("rendered %q", r.Instructions)
+	}
+	chat := ledger.Extract([]ledger.Message{
+		{Role: "user", Name: "Caroline", Text: "Please always take care of yourself."},
+		{Role: "assistant", Name: "Melanie", Text: "Thanks!"},
+	})
+	if len(chat.Instructions) != 0 {
+		t.Fatalf("a conversation between people: %q", chat.Instructions)
+	}
+}

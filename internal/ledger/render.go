@@ -7,30 +7,35 @@ import (
 
 // Rendered is a ledger written as summary bullets.
 type Rendered struct {
-	Files  []string // for "Files and artifacts"
-	Errors []string // for "Errors and fixes"
+	Instructions []string // for "User instructions": the user's words
+	Files        []string // for "Files and artifacts"
+	Errors       []string // for "Errors and fixes"
 }
 
 // All returns every bullet.
-func (r Rendered) All() []string { return append(append([]string(nil), r.Files...), r.Errors...) }
+func (r Rendered) All() []string {
+	return append(append(append([]string(nil), r.Instructions...), r.Files...), r.Errors...)
+}
 
 // limits is how much of each list a rendering shows (the newest entries).
 type limits struct {
-	files       [4]int // per operation, in opOrder
-	tests       int
-	commands    int
-	refs        int
-	fixed       int // errors that were fixed
-	attachments int
-	open        int // errors still open
+	files        [4]int // per operation, in opOrder
+	tests        int
+	commands     int
+	refs         int
+	fixed        int // errors that were fixed
+	attachments  int
+	open         int // errors still open
+	instructions int
 }
 
 // Render writes the ledger as bullets whose lines, counted with count
 // ("- " + bullet + "\n" each), total at most maxTokens. When the whole
 // ledger is over, it shows less, in this order: identifiers, commands, test
-// runs, fixed errors, open errors down to two, files only read, then the
-// oldest files changed and the last open errors; a list cut short says how
-// many it leaves out.
+// runs, fixed errors, open errors down to two, attachments down to four,
+// files only read, then the oldest files changed, the last open errors and
+// attachments, and the oldest instructions last; a list of files cut short
+// says how many it leaves out.
 func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 	if l.Empty() || maxTokens <= 0 {
 		return Rendered{}
@@ -44,7 +49,7 @@ func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 			open++
 		}
 	}
-	lim := limits{attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: min(len(l.Commands), 20), refs: len(l.Refs), fixed: fixed, open: open}
+	lim := limits{instructions: len(l.Instructions), attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: len(l.Commands), refs: len(l.Refs), fixed: fixed, open: open}
 	for i, op := range opOrder {
 		lim.files[i] = len(byOp[op])
 	}
@@ -76,7 +81,7 @@ func (lim *limits) shrink() bool {
 	}
 	switch {
 	case half(&lim.refs), half(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
-		half(&lim.files[3]), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments):
+		half(&lim.files[3]), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments), half(&lim.instructions):
 		return true
 	}
 	return false
@@ -110,6 +115,9 @@ func containsOp(ops []string, op string) bool {
 
 func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 	var r Rendered
+	if n := lim.instructions; n > 0 {
+		r.Instructions = append(r.Instructions, l.Instructions[len(l.Instructions)-n:]...)
+	}
 	prefix := commonDir(l.Files)
 	if prefix != "" {
 		r.Files = append(r.Files, "workspace: "+prefix)

@@ -69,7 +69,7 @@ func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
 // summariser's bullets after them. Within maxTokens: the summariser's
 // bullets go before the ledger's.
 func withLedger(c *tokens.Counter, text string, r ledger.Rendered, stale []string, maxTokens int) string {
-	if len(r.Files)+len(r.Errors)+len(stale) == 0 {
+	if len(r.Instructions)+len(r.Files)+len(r.Errors)+len(stale) == 0 {
 		return text
 	}
 	parsed, _ := summary.Parse(text)
@@ -77,6 +77,18 @@ func withLedger(c *tokens.Counter, text string, r ledger.Rendered, stale []strin
 	out := summary.New()
 	for _, h := range summary.Headings {
 		switch h {
+		case summary.Instructions:
+			// The summariser's (verified) bullets first, then the user's
+			// instructions it did not quote.
+			for _, b := range parsed.Sections[h] {
+				out.Add(h, b)
+			}
+			for _, in := range r.Instructions {
+				if !quoted(out.Sections[h], in) {
+					out.Add(h, in)
+				}
+			}
+			continue
 		case summary.Files:
 			for _, b := range r.Files {
 				out.Add(h, b)
@@ -101,4 +113,16 @@ func withLedger(c *tokens.Counter, text string, r ledger.Rendered, stale []strin
 // stores and renders).
 func Ledger(msgs []session.Message) *ledger.Ledger {
 	return ledger.Extract(ledgerMessages(msgs))
+}
+
+// quoted reports whether one of bullets already holds instruction
+// (whitespace, quotes and case aside).
+func quoted(bullets []string, instruction string) bool {
+	n := normalise(instruction)
+	for _, b := range bullets {
+		if strings.Contains(normalise(b), n) {
+			return true
+		}
+	}
+	return false
 }

@@ -170,8 +170,9 @@ const forgetfulSummary = `## Goal
 ## Open tasks
 - Carry on with the next module.`
 
-// A stand-in model that invents an instruction and forgets every file: the
-// compacted context names every file touched and the error and its fix
+// A stand-in model that invents an instruction and forgets every file and
+// the user's instruction: the compacted context names every file touched,
+// the error and its fix, and the user's instruction in the user's words
 // (the ledger), and not the invention (removed, counted, after one
 // reminder).
 func TestLedgerAndVerifiedInstructions(t *testing.T) {
@@ -203,6 +204,9 @@ func TestLedgerAndVerifiedInstructions(t *testing.T) {
 		}
 	}
 	s, _ := summary.Parse(view[1].Compaction.SummaryText)
+	if got := s.Sections[summary.Instructions]; len(got) != 1 || got[0] != "Please keep the public API unchanged." {
+		t.Errorf("instructions %q: want the user's own, from the ledger", got)
+	}
 	files, errs := strings.Join(s.Sections[summary.Files], "\n"), strings.Join(s.Sections[summary.Errors], "\n")
 	if !strings.Contains(files, "edited: ") || !strings.Contains(files, "codec.py") || !strings.Contains(files, "12 passed") {
 		t.Errorf("files section:\n%s", files)

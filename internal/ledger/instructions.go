@@ -1,0 +1,51 @@
+package ledger
+
+import (
+	"regexp"
+	"strings"
+)
+
+var (
+	// reInstr matches a standing instruction to the assistant: an imperative
+	// opening, a rule for "you" (must always, should never), or a request
+	// aimed at "you". reNotInstr takes back encouragement and advice that
+	// open the same way ("Don't worry", "You should check it out").
+	reInstr    = regexp.MustCompile(`(?i)^(please\b|always\b|never\b|don't\b|do not\b|make sure\b|ensure\b|avoid\b|remember to\b|keep in mind\b|only\b|use\b|stop\b|from now on\b)|\byou (must|should|need to|have to) (always|never|not|only)\b|\byou (must not|mustn't|should not|shouldn't)\b|\bi (want|need|would like|'d like) you to\b`)
+	reNotInstr = regexp.MustCompile(`(?i)^(please\s+)?(don't|do not|never) (worry|be (sorry|afraid|shy|too)|feel|stress|give up|hesitate|mind|stop (believing|dreaming|trying))\b|^(don't|do not) forget\b[^a-z]*$|^(don't|do not) forget( that|,| -|!)|^never (mind|give up)\b|^only (if|when|just|time)\b|^(please )?(take care|enjoy|have fun|keep (it )?up|keep going|keep (on )?(pushing|rocking|smiling))\b|^use it\b`)
+)
+
+// IsInstruction reports whether a user's sentence is a standing
+// instruction to the assistant: an imperative request of four words or
+// more ("Please always run the linter", "Never change the public API"),
+// not encouragement that opens the same way ("Don't worry").
+func IsInstruction(sentence string) bool {
+	t := strings.TrimSpace(sentence)
+	return reInstr.MatchString(t) && !reNotInstr.MatchString(t) && len(strings.Fields(t)) >= 4
+}
+
+var (
+	reSentenceEnd = regexp.MustCompile(`[.!?]+["')]*(\s+|$)`)
+	reListItem    = regexp.MustCompile(`^\s*(?:[-*•>]+|\d{1,2}[.)])\s+`)
+)
+
+// instructions returns the instructions among text's sentences, verbatim:
+// each line (list markers dropped) split at sentence ends.
+func instructions(text string) []string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		line = reListItem.ReplaceAllString(line, "")
+		rest := line
+		for rest != "" {
+			end := len(rest)
+			if loc := reSentenceEnd.FindStringIndex(rest); loc != nil {
+				end = loc[1]
+			}
+			s := strings.TrimSpace(rest[:end])
+			rest = rest[end:]
+			if IsInstruction(s) && len(s) <= 400 {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
