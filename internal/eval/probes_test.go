@@ -80,7 +80,10 @@ func TestProbesCatchForgettingAndInvention(t *testing.T) {
 
 // The offline summariser keeps the instructions of every trajectory
 // verbatim and invents none (eval --probes at 4k, as in make test).
-func TestProbesOnTrajectories(t *testing.T) {
+func TestReplayProbesOnTrajectories(t *testing.T) {
+	if raceEnabled {
+		t.Skip("every trajectory replayed: run without -race (make test does)")
+	}
 	dir := filepath.Join("..", "..", "..", "shared", "data")
 	convs, err := transcript.LoadDataDir(dir)
 	if err != nil || len(convs) == 0 {

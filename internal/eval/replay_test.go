@@ -36,13 +36,7 @@ func TestReplayLoCoMo(t *testing.T) {
 	counter, _ := tokens.ForEncoding("o200k_base")
 	sum := merging{extractive.New(counter)}
 	var inc, scratch eval.Report
-	var merged, reread eval.Retention
 	for _, c := range convs[:2] {
-		rep, err := eval.Replay(context.Background(), c, counter, extractive.New(counter), pipeline.DefaultConfig(), 2000)
-		if err != nil || rep.Failures != 0 || rep.MaxTokens > 2000 {
-			t.Fatalf("%s rereading: %v %+v", c.Name, err, rep)
-		}
-		reread = reread.Add(*rep.Retention)
 		for _, incremental := range []bool{true, false} {
 			cfg := pipeline.DefaultConfig()
 			cfg.EnableIncremental = incremental
@@ -58,7 +52,6 @@ func TestReplayLoCoMo(t *testing.T) {
 			if incremental {
 				inc.InputTokens += rep.InputTokens
 				inc.Tokens += rep.Tokens
-				merged = merged.Add(*rep.Retention)
 			} else {
 				scratch.InputTokens += rep.InputTokens
 			}
@@ -66,6 +59,38 @@ func TestReplayLoCoMo(t *testing.T) {
 	}
 	if inc.InputTokens*3 > scratch.InputTokens {
 		t.Fatalf("incremental read %d tokens, from scratch %d: want at least 3x less", inc.InputTokens, scratch.InputTokens)
+	}
+}
+
+// TestReplayRereads: the offline summariser rereads (each compaction
+// summarises everything again from the originals), and keeps more LoCoMo
+// answers than merging into the summary in force, over a full replay.
+func TestReplayRereads(t *testing.T) {
+	if raceEnabled {
+		t.Skip("a full replay, rereading: run without -race (make test does)")
+	}
+	dir := filepath.Join("..", "..", "..", "shared", "data", "locomo", "locomo8.json")
+	if _, err := os.Stat(dir); err != nil {
+		t.Skipf("skipping: %s is absent", dir)
+	}
+	convs, err := transcript.LoadLoCoMo(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter, _ := tokens.ForEncoding("o200k_base")
+	var merged, reread eval.Retention
+	for _, c := range convs[:2] {
+		for _, sum := range []pipeline.Summarizer{extractive.New(counter), merging{extractive.New(counter)}} {
+			rep, err := eval.Replay(context.Background(), c, counter, sum, pipeline.DefaultConfig(), 2000)
+			if err != nil || rep.Failures != 0 || rep.MaxTokens > 2000 {
+				t.Fatalf("%s: %v %+v", c.Name, err, rep)
+			}
+			if _, ok := sum.(merging); ok {
+				merged = merged.Add(*rep.Retention)
+			} else {
+				reread = reread.Add(*rep.Retention)
+			}
+		}
 	}
 	t.Logf("retention: rereading %+v, merging %+v", reread, merged)
 	if reread.Share() <= merged.Share() {

@@ -16,18 +16,28 @@ import (
 	"github.com/compactor/compactor/internal/session"
 )
 
+// pngData is a w x h PNG, made once per size (encoding is slow under the
+// race detector).
+var pngData = map[[2]int][]byte{}
+
 // screenshot is a user message with text and a w x h PNG screenshot as a
 // data URL.
 func screenshot(t *testing.T, text string, w, h int) session.Message {
 	t.Helper()
-	img := image.NewRGBA(image.Rect(0, 0, w, h))
-	for i := range img.Pix { // not uniform, so the PNG is not tiny
-		img.Pix[i] = byte(i * 7 % 251)
+	data, ok := pngData[[2]int{w, h}]
+	if !ok {
+		img := image.NewRGBA(image.Rect(0, 0, w, h))
+		for i := 0; i < len(img.Pix); i += 97 { // not uniform, so the PNG is not tiny
+			img.Pix[i] = byte(i % 251)
+		}
+		var buf bytes.Buffer
+		if err := png.Encode(&buf, img); err != nil {
+			t.Fatal(err)
+		}
+		data = buf.Bytes()
+		pngData[[2]int{w, h}] = data
 	}
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
-		t.Fatal(err)
-	}
+	buf := bytes.NewBuffer(data)
 	parts, _ := json.Marshal([]any{
 		map[string]any{"type": "text", "text": text},
 		map[string]any{"type": "image_url", "image_url": map[string]any{"url": "data:image/png;base64," + base64.StdEncoding.EncodeToString(buf.Bytes())}},
