@@ -323,12 +323,39 @@ func quotes(written, bullet string) bool {
 	for _, p := range parts {
 		for _, s := range regexp.MustCompile(`[.!?;]+["')]*\s+|\s*…\s*`).Split(p, -1) {
 			s = strings.Trim(strings.TrimSpace(s), `"'.!?;:,()[]`)
-			if s != "" && !strings.Contains(written, norm(s)) {
+			if s != "" && !said(written, norm(s)) {
 				return false
 			}
 		}
 	}
 	return true
+}
+
+var (
+	negation = regexp.MustCompile(`^(please )?(don't|do not|never|not|no|avoid|stop)\b`)
+	negated  = regexp.MustCompile(`\b(don't|do not|never|not|no|avoid|stop|without|n't)\s*$`)
+)
+
+// said reports whether written holds s as whole words, and not right after
+// a negation s leaves out.
+func said(written, s string) bool {
+	word := func(b byte) bool { return b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b >= 0x80 }
+	for from := 0; ; {
+		i := strings.Index(written[from:], s)
+		if i < 0 {
+			return false
+		}
+		i += from
+		from = i + 1
+		end := i + len(s)
+		if (i > 0 && word(written[i-1]) && word(s[0])) || (end < len(written) && word(written[end]) && word(s[len(s)-1])) {
+			continue
+		}
+		if !negation.MatchString(s) && negated.MatchString(written[max(0, i-24):i]) {
+			continue
+		}
+		return true
+	}
 }
 
 // ProbeTotals sums reports per source, in a stable order.

@@ -20,11 +20,9 @@ type merging struct{ *extractive.Summarizer }
 
 func (m merging) RereadsAll(pipeline.SummaryRequest) bool { return false }
 
-// TestReplayLoCoMo runs the runtime loop over LoCoMo conversations at a
-// 2,000-token limit, incremental and from scratch: invariants hold after
-// every compaction, and incremental compaction reads far fewer tokens. The
-// offline summariser itself rereads, and keeps more than merging does.
-func TestReplayLoCoMo(t *testing.T) {
+// loCoMo loads the LoCoMo conversations, or skips when the data is absent.
+func loCoMo(t *testing.T) []transcript.Conversation {
+	t.Helper()
 	dir := filepath.Join("..", "..", "..", "shared", "data", "locomo", "locomo8.json")
 	if _, err := os.Stat(dir); err != nil {
 		t.Skipf("skipping: %s is absent", dir)
@@ -33,6 +31,15 @@ func TestReplayLoCoMo(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return convs
+}
+
+// TestReplayLoCoMo runs the runtime loop over LoCoMo conversations at a
+// 2,000-token limit, incremental and from scratch: invariants hold after
+// every compaction, and incremental compaction reads far fewer tokens (the
+// summariser merges, as a model does: see TestReplayRereads).
+func TestReplayLoCoMo(t *testing.T) {
+	convs := loCoMo(t)
 	counter, _ := tokens.ForEncoding("o200k_base")
 	sum := merging{extractive.New(counter)}
 	var inc, scratch eval.Report
@@ -69,14 +76,7 @@ func TestReplayRereads(t *testing.T) {
 	if raceEnabled {
 		t.Skip("a full replay, rereading: run without -race (make test does)")
 	}
-	dir := filepath.Join("..", "..", "..", "shared", "data", "locomo", "locomo8.json")
-	if _, err := os.Stat(dir); err != nil {
-		t.Skipf("skipping: %s is absent", dir)
-	}
-	convs, err := transcript.LoadLoCoMo(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	convs := loCoMo(t)
 	counter, _ := tokens.ForEncoding("o200k_base")
 	var merged, reread eval.Retention
 	for _, c := range convs[:2] {

@@ -142,6 +142,13 @@ func TestReportsExactCountInCallersEncoding(t *testing.T) {
 	}
 }
 
+// named is a message of a named speaker.
+func named(role session.Role, name, text string) session.Message {
+	m := msg(role, text)
+	m.Name = name
+	return m
+}
+
 func summarise(t *testing.T, msgs []session.Message, max int) *summary.Summary {
 	t.Helper()
 	s, _ := newSummarizer(t)
@@ -191,11 +198,6 @@ func TestGoalAndInstructions(t *testing.T) {
 // what they said by date with relative times resolved, their plans; no
 // instructions, no errors.
 func TestConversationBetweenPeople(t *testing.T) {
-	named := func(role session.Role, name, text string) session.Message {
-		m := msg(role, text)
-		m.Name = name
-		return m
-	}
 	msgs := []session.Message{
 		named(session.RoleUser, "Caroline", "(1:56 pm on 8 May, 2023) Hey Mel! Good to see you! I went to a LGBTQ support group yesterday and it was so powerful."),
 		named(session.RoleAssistant, "Melanie", "Wow, that's cool, Caroline! I painted a lake sunrise last year, it's special to me."),
@@ -225,11 +227,6 @@ func TestConversationBetweenPeople(t *testing.T) {
 // Condensing a conversation's summary keeps its form: dated bullets, each
 // sentence with its speaker.
 func TestCondenseConversation(t *testing.T) {
-	named := func(role session.Role, name, text string) session.Message {
-		m := msg(role, text)
-		m.Name = name
-		return m
-	}
 	var msgs []session.Message
 	for d := 1; d <= 6; d++ {
 		msgs = append(msgs, named(session.RoleUser, "Sam", fmt.Sprintf("(9:00 am on %d June, 2023) I ran %d miles in the Riverside park yesterday.", d*3, d+2)),

@@ -58,11 +58,43 @@ func instructionSources(pinned, input []session.Message, prev *session.Message) 
 	return sources{blob: sb.String()}
 }
 
-// wrote reports whether the sources contain s, normalised.
+// wrote reports whether the sources contain s, normalised: as whole
+// words, and not right after a negation the bullet leaves out ("push to
+// main" is not what "never push to main" says).
 func (src sources) wrote(s string) bool {
 	n := normalise(s)
-	return n != "" && strings.Contains(src.blob, n)
+	if n == "" {
+		return false
+	}
+	negated := reNegation.MatchString(n)
+	for from := 0; ; {
+		i := strings.Index(src.blob[from:], n)
+		if i < 0 {
+			return false
+		}
+		i += from
+		end := i + len(n)
+		from = i + 1
+		if (i > 0 && isWordByte(src.blob[i-1]) && isWordByte(n[0])) || (end < len(src.blob) && isWordByte(src.blob[end]) && isWordByte(n[len(n)-1])) {
+			continue // inside a word
+		}
+		if !negated && reNegatedBefore.MatchString(src.blob[max(0, i-24):i]) {
+			continue
+		}
+		return true
+	}
 }
+
+func isWordByte(b byte) bool {
+	return b >= 'a' && b <= 'z' || b >= '0' && b <= '9' || b == '_' || b >= 0x80
+}
+
+var (
+	// reNegation opens a bullet that carries its own negation.
+	reNegation = regexp.MustCompile(`^(please )?(don't|do not|never|not|no|avoid|stop)\b`)
+	// reNegatedBefore ends the text before a match that a negation governs.
+	reNegatedBefore = regexp.MustCompile(`\b(don't|do not|never|not|no|avoid|stop|without|n't)\s*$`)
+)
 
 var (
 	quotes = strings.NewReplacer("\u201c", `"`, "\u201d", `"`, "\u201e", `"`, "\u2018", "'", "\u2019", "'", "\u00ab", `"`, "\u00bb", `"`, "`", "'")
@@ -72,9 +104,9 @@ var (
 	reSplit   = regexp.MustCompile(`(?:[.!?;]+["')]*\s+|\s*…\s*)`)
 )
 
-// normalise folds case, typographic quotes and whitespace.
+// normalise folds case, whitespace and quotes (every kind to ').
 func normalise(s string) string {
-	return strings.ToLower(strings.Join(strings.Fields(quotes.Replace(s)), " "))
+	return strings.ToLower(strings.ReplaceAll(strings.Join(strings.Fields(quotes.Replace(s)), " "), `"`, "'"))
 }
 
 // verbatim reports whether bullet is text the sources wrote: its quoted

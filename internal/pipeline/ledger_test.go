@@ -233,16 +233,19 @@ func TestInstructionsQuotedVerbatimStay(t *testing.T) {
 	cfg.MaxMessages = 0
 	cfg.Reductions = []string{pipeline.StepSummarise}
 	text := strings.Replace(forgetfulSummary, "- Always deploy to production on Fridays.",
-		"- User: \u201cPlease keep the   public API unchanged.\u201d\n- Keep the API stable.", 1)
+		"- User: \u201cPlease keep the   public API unchanged.\u201d\n- Keep the API stable.\n- Public API unchanged.\n- Change the public API.\n- Fix the crash in the import.", 1)
 	rec := scripted(text)
 	e := newEnv(t, rec, cfg)
 	e.importSession(t, "s", 4000, editRun(12))
 	res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
-	if err != nil || res.InstructionsDropped != 1 || rec.count.Load() != 1 {
+	// Kept: the quotation and a part of the user's sentence; dropped: the
+	// paraphrase, a negation of what the user said ("Change the public
+	// API" is in "... unchanged" only as a word's start) and a cut word.
+	if err != nil || res.InstructionsDropped != 3 || rec.count.Load() != 1 {
 		t.Fatalf("%v dropped %d calls %d", err, res.InstructionsDropped, rec.count.Load())
 	}
 	s, _ := summary.Parse(e.context(t, "s")[1].Compaction.SummaryText)
-	if got := s.Sections[summary.Instructions]; len(got) != 1 || !strings.Contains(got[0], "public API unchanged") {
+	if got := s.Sections[summary.Instructions]; len(got) != 2 || !strings.Contains(got[0], "public API unchanged") || got[1] != "Public API unchanged." {
 		t.Fatalf("instructions %q", got)
 	}
 }
