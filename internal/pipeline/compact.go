@@ -417,6 +417,7 @@ func (s *Service) current(p *plan, req Request, res *Result) bool {
 	res.MessagesSummarised, res.TokensBefore, res.TokensAfter = meta.Messages, meta.TokensBefore, meta.TokensAfter
 	res.SummaryTokens, res.Chunks, res.LLMCalls, res.Incremental = meta.SummaryTokens, meta.Chunks, meta.LLMCalls, meta.Incremental
 	res.PrefixKeptTokens, res.ToolResultsCleared, res.ClearedTokens = meta.PrefixKeptTokens, meta.ClearedNow, meta.ClearedTokens
+	res.InstructionsDropped = meta.InstructionsDropped
 	return true
 }
 

@@ -563,6 +563,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 	res.CompactionMessageID, res.TailStartID, res.SummaryModel = m.ID, meta.TailStartID, meta.Model
 	res.MessagesSummarised, res.TokensAfter, res.SummaryTokens, res.Summary = meta.Messages, p2.beforeTokens, meta.SummaryTokens, meta.SummaryText
 	res.Incremental, res.Chunks, res.PrefixKeptTokens = meta.Incremental, meta.Chunks, meta.PrefixKeptTokens
+	res.InstructionsDropped = meta.InstructionsDropped
 	res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeCompacted, "prepared", age
 	if err != nil || existed {
 		_, mine := s.madeBy(ctx, req.SessionID, m.ID, req.ID)
