@@ -63,6 +63,9 @@ const (
 // (numbers, dates, names, identifiers, paths) against word coverage.
 const featureWeight = 3
 
+// coveredWeight is what a word already in the summary still adds.
+var coveredWeight = 0.3
+
 // maxToolLines bounds how many lines one tool output may contribute before
 // selection, so one huge log cannot crowd out the conversation.
 const maxToolLines = 40
@@ -413,7 +416,7 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string
 			case reFirstPerson.MatchString(body):
 				u.bonus += 1.5
 			case reSecondPerson.MatchString(body):
-				u.damp *= 0.5
+				u.damp *= 0.25
 			}
 			if f == 0 && len(u.words) <= 6 {
 				u.damp *= 0.3
@@ -437,6 +440,8 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string
 		for _, w := range u.words {
 			if !covered[w] {
 				g += weight(w)
+			} else {
+				g += coveredWeight * weight(w)
 			}
 		}
 		return g * u.damp
@@ -521,6 +526,11 @@ func (s *Summarizer) bulletCost(u *unit) int {
 	if n > maxSentenceTokens+3 {
 		u.text = s.counter.Truncate(u.text, maxSentenceTokens-1) + "…"
 		n = maxSentenceTokens + 3
+	}
+	if !u.date.IsZero() {
+		// A dated unit joins its date's bullet, whose date and speaker
+		// labels it mostly shares: it costs about its words.
+		return s.counter.Count(" "+strings.TrimPrefix(u.text, u.speaker)) + 1
 	}
 	return n + 1
 }
