@@ -80,24 +80,48 @@ func TestReplicasOnCluster(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// A JetStream API request to a node of a cluster that is still
+	// settling (under the race detector, on two busy cores) can go
+	// unanswered: each read is tried again, for a minute in all.
+	retry := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := f(ctx)
+			cancel()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %v", what, err)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
 	for _, name := range []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream, "KV_" + kvstore.SessionsBucket, "KV_" + kvstore.BreakersBucket} {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := st.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		var info *jetstream.StreamInfo
+		retry("stream "+name, func(ctx context.Context) error {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			if info, err = st.Info(ctx); err == nil && info.Config.Replicas == 3 && (info.Cluster == nil || len(info.Cluster.Replicas) != 2) {
+				return fmt.Errorf("replicas still being placed: %+v", info.Cluster)
+			}
+			return err
+		})
 		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
 			t.Fatalf("stream %s: %d replicas configured, cluster %+v", name, info.Config.Replicas, info.Cluster)
 		}
 	}
-	c, err := js.Consumer(ctx, consumer.RequestStream, consumer.Durable)
-	if err != nil || c.CachedInfo().Config.Replicas != 3 {
-		t.Fatalf("consumer: %v", err)
+	var c jetstream.Consumer
+	retry("consumer", func(ctx context.Context) (err error) {
+		c, err = js.Consumer(ctx, consumer.RequestStream, consumer.Durable)
+		return err
+	})
+	if c.CachedInfo().Config.Replicas != 3 {
+		t.Fatalf("consumer: %d replicas", c.CachedInfo().Config.Replicas)
 	}
 
 	startServe(t, url, "--replicas", "3")
