@@ -215,6 +215,11 @@ func fromMessages(msgs []session.Message) []*unit {
 			}
 			add(summary.Facts, speaker, "called "+tc.Function.Name+" "+args, 1)
 		}
+		if people {
+			// A shared photo's caption is a fact of its own, not the end of
+			// the sentence before it.
+			text = strings.ReplaceAll(text, " [shares a photo:", "\n[shares a photo:")
+		}
 		for _, sent := range sentences(text) {
 			if people {
 				for _, cl := range clauses(resolve(sent, curDate)) {
