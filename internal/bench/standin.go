@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"html"
-	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -13,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
@@ -70,18 +68,8 @@ var (
 )
 
 func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Model    string `json:"model"`
-		Messages []struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		} `json:"messages"`
-		MaxTokens           int `json:"max_tokens"`
-		MaxCompletionTokens int `json:"max_completion_tokens"`
-	}
-	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
-		http.Error(w, `{"error":{"message":"We could not parse the JSON body of your request.","type":"invalid_request_error","param":null,"code":null}}`, http.StatusBadRequest)
+	req, _, ok := fakeprovider.ReadRequest(w, r)
+	if !ok {
 		return
 	}
 	// The task is in the first user turn (a reminder, when the service
@@ -117,7 +105,7 @@ func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.sum.Summarize(context.WithoutCancel(r.Context()), sreq)
 	if err != nil || strings.TrimSpace(resp.Text) == "" {
-		http.Error(w, `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`, http.StatusInternalServerError)
+		fakeprovider.WriteError(w, http.StatusInternalServerError)
 		return
 	}
 	out := s.count.Count(resp.Text)
@@ -129,10 +117,5 @@ func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
 		s.prepIn.Add(int64(in))
 		s.prepOut.Add(int64(out))
 	}
-	b, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("chatcmpl-%d", s.calls.Load()), "object": "chat.completion",
-		"created": time.Now().Unix(), "model": req.Model,
-		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": resp.Text}, "finish_reason": "stop"}},
-		"usage":   map[string]any{"prompt_tokens": in, "completion_tokens": out, "total_tokens": in + out}})
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(b)
+	fakeprovider.WriteCompletion(w, s.calls.Load(), req.Model, resp.Text, in, out)
 }

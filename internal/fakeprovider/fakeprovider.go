@@ -119,24 +119,62 @@ func (s *Server) PreparationCalls() int64 { return s.prepared.Load() }
 
 // errorBodies are OpenAI's error bodies for the statuses it answers.
 var errorBodies = map[int]string{
+	400: `{"error":{"message":"We could not parse the JSON body of your request.","type":"invalid_request_error","param":null,"code":null}}`,
 	500: `{"error":{"message":"The server had an error while processing your request. Sorry about that!","type":"server_error","param":null,"code":null}}`,
 	503: `{"error":{"message":"The engine is currently overloaded, please try again later.","type":"server_error","param":null,"code":null}}`,
 	429: `{"error":{"message":"Rate limit reached for gpt-4o-mini in organization org-test on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 120ms.","type":"requests","param":null,"code":"rate_limit_exceeded"}}`,
 	401: `{"error":{"message":"Incorrect API key provided: sk-test. You can find your API key at https://platform.openai.com/account/api-keys.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`,
 }
 
+// ChatRequest is what a stand-in reads of a Chat Completions request.
+type ChatRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	} `json:"messages"`
+	MaxTokens           int `json:"max_tokens"`
+	MaxCompletionTokens int `json:"max_completion_tokens"`
+}
+
+// ReadRequest decodes a Chat Completions request. A body that is not one
+// is answered with OpenAI's 400, and ok is false.
+func ReadRequest(w http.ResponseWriter, r *http.Request) (req ChatRequest, body []byte, ok bool) {
+	body, _ = io.ReadAll(r.Body)
+	if err := json.Unmarshal(body, &req); err != nil || len(req.Messages) == 0 {
+		WriteError(w, http.StatusBadRequest)
+		return req, body, false
+	}
+	return req, body, true
+}
+
+// WriteError answers status with OpenAI's body for it (a 500's for a
+// status it has none for).
+func WriteError(w http.ResponseWriter, status int) {
+	b, ok := errorBodies[status]
+	if !ok {
+		b = errorBodies[500]
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	io.WriteString(w, b)
+}
+
+// WriteCompletion answers a chat.completion whose message is text, with
+// its usage.
+func WriteCompletion(w http.ResponseWriter, id int64, model, text string, promptTokens, completionTokens int) {
+	out, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("chatcmpl-%d", id), "object": "chat.completion",
+		"created": time.Now().Unix(), "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": promptTokens, "completion_tokens": completionTokens, "total_tokens": promptTokens + completionTokens}})
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(out)
+}
+
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
-	var req struct {
-		Model    string `json:"model"`
-		Messages []struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		} `json:"messages"`
-	}
-	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &req); err != nil {
-		http.Error(w, `{"error":{"message":"We could not parse the JSON body of your request.","type":"invalid_request_error","param":null,"code":null}}`, http.StatusBadRequest)
+	req, body, ok := ReadRequest(w, r)
+	if !ok {
 		return
 	}
 	var prompt strings.Builder
@@ -164,13 +202,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	if act.Status != 0 && act.Status != http.StatusOK {
 		s.failed.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(act.Status)
-		b, ok := errorBodies[act.Status]
-		if !ok {
-			b = errorBodies[500]
-		}
-		io.WriteString(w, b)
+		WriteError(w, act.Status)
 		return
 	}
 	s.answered.Add(1)
@@ -178,12 +210,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.prepared.Add(1)
 	}
 	text := summaryOf(prompt.String())
-	out, _ := json.Marshal(map[string]any{"id": fmt.Sprintf("chatcmpl-%d", s.calls.Load()), "object": "chat.completion",
-		"created": time.Now().Unix(), "model": req.Model,
-		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": "stop"}},
-		"usage":   map[string]any{"prompt_tokens": len(body) / 4, "completion_tokens": len(text) / 4, "total_tokens": (len(body) + len(text)) / 4}})
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(out)
+	WriteCompletion(w, s.calls.Load(), req.Model, text, len(body)/4, len(text)/4)
 }
 
 // summaryOf answers a summary in the service's template, carrying a few

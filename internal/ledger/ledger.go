@@ -264,8 +264,11 @@ func Extract(msgs []Message) *Ledger {
 type call struct {
 	name string
 	args map[string]any
-	cmd  string // the shell command, when it is one
-	seq  int64
+	// cmd is the shell command, when it is one; shown, the command as the
+	// ledger keeps it, at index cmdAt of its commands.
+	cmd, shown string
+	cmdAt      int
+	seq        int64
 }
 
 // people reports whether msgs are a conversation between people (no
@@ -353,7 +356,8 @@ func (x *extractor) action(c *call) {
 		c.cmd = s
 	}
 	if c.cmd != "" {
-		x.l.Commands = append(x.l.Commands, Command{Cmd: clip(oneLine(c.cmd)), Seq: c.seq})
+		c.shown, c.cmdAt = clip(oneLine(c.cmd)), len(x.l.Commands)
+		x.l.Commands = append(x.l.Commands, Command{Cmd: c.shown, Seq: c.seq})
 		for _, f := range shellFiles(c.cmd) {
 			x.file(f.path, f.op, c.seq)
 		}
@@ -572,21 +576,14 @@ func (x *extractor) result(c *call, text string, seq int64) {
 		x.file(m[1], OpRead, seq)
 	}
 	exit := -1
-	if c.cmd != "" {
-		if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
-			exit, _ = strconv.Atoi(ms[len(ms)-1][1])
-			for i := len(x.l.Commands) - 1; i >= 0; i-- {
-				if x.l.Commands[i].Seq == c.seq && x.l.Commands[i].Cmd == clip(oneLine(c.cmd)) {
-					e := exit
-					x.l.Commands[i].Exit = &e
-					break
-				}
-			}
-		}
-	}
 	from := c.name
 	if c.cmd != "" {
-		from = clip(oneLine(c.cmd))
+		from = c.shown
+		if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
+			exit, _ = strconv.Atoi(ms[len(ms)-1][1])
+			e := exit
+			x.l.Commands[c.cmdAt].Exit = &e
+		}
 	}
 	errs, tests := scan(text)
 	for _, t := range tests {
@@ -710,14 +707,5 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-func clip(s string) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= maxText {
-		return s
-	}
-	n := maxText
-	for n > 0 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n] + "…"
-}
+// clip keeps a command or an error's text to maxText bytes.
+func clip(s string) string { return short(strings.TrimSpace(s), maxText) }

@@ -10,6 +10,9 @@ type Rendered struct {
 	Instructions []string // for "User instructions": the user's words
 	Files        []string // for "Files and artifacts"
 	Errors       []string // for "Errors and fixes"
+	// Tokens is what the bullets cost in a summary: count("- "+b+"\n")+1
+	// each.
+	Tokens int
 }
 
 // All returns every bullet.
@@ -53,15 +56,22 @@ func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 	for i, op := range opOrder {
 		lim.files[i] = len(byOp[op])
 	}
+	// A bullet that a smaller rendering leaves as it was is counted once.
+	counted := map[string]int{}
 	cost := func(r Rendered) int {
 		n := 0
 		for _, b := range r.All() {
-			n += count("- "+b+"\n") + 1
+			c, ok := counted[b]
+			if !ok {
+				c = count("- "+b+"\n") + 1
+				counted[b] = c
+			}
+			n += c
 		}
 		return n
 	}
 	out := l.render(byOp, lim)
-	for cost(out) > maxTokens {
+	for out.Tokens = cost(out); out.Tokens > maxTokens; out.Tokens = cost(out) {
 		if !lim.shrink() {
 			return Rendered{}
 		}

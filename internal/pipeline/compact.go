@@ -661,7 +661,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 			led.ledger = nil
 		}
 	}
-	budget := r.budget - bulletTokens(p.counter, led.rendered.All())
+	budget := r.budget - led.rendered.Tokens
 	var text string
 	strategy := "single"
 	if r.incremental {

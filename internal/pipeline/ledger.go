@@ -34,15 +34,6 @@ func ledgerOf(prev *session.Message, input []session.Message, incremental bool) 
 	return cur
 }
 
-// bulletTokens is what bullets cost in a rendered summary.
-func bulletTokens(c *tokens.Counter, bullets []string) int {
-	n := 0
-	for _, b := range bullets {
-		n += c.Count("- "+b+"\n") + 1
-	}
-	return n
-}
-
 // withoutBullets returns s without the given bullets (the ledger an
 // earlier compaction rendered into it: the new one replaces it).
 func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
