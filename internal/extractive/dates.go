@@ -56,17 +56,16 @@ var (
 	reThisYear  = regexp.MustCompile(`(?i)\bthis (month|year)\b`)
 )
 
-// resolve writes a sentence's relative times with the date they mean,
-// said on d: "yesterday (7 May 2023)", "last Friday (the Friday before 8
-// May 2023)", "last month (April 2023)". Each kind is resolved once.
+// resolve writes a sentence's relative times as the date they mean, said
+// on d: "yesterday" becomes "7 May 2023", "last Friday" "the Friday before
+// 8 May 2023", "last month" "April 2023". Each kind is resolved once.
 func resolve(s string, d time.Time) string {
 	if d.IsZero() {
 		return s
 	}
 	once := func(re *regexp.Regexp, f func(m string) string) {
 		if loc := re.FindStringIndex(s); loc != nil {
-			m := s[loc[0]:loc[1]]
-			s = s[:loc[1]] + " (" + f(m) + ")" + s[loc[1]:]
+			s = s[:loc[0]] + f(s[loc[0]:loc[1]]) + s[loc[1]:]
 		}
 	}
 	once(reYesterday, func(string) string { return day(d.AddDate(0, 0, -1)) })

@@ -195,14 +195,14 @@ func TestGoalAndInstructions(t *testing.T) {
 }
 
 // A conversation between people gets sections that fit it: who talks,
-// what they said by date with relative times resolved, their plans; no
-// instructions, no errors.
+// what they said by date, written as notes with relative times resolved,
+// their plans; no instructions, no errors.
 func TestConversationBetweenPeople(t *testing.T) {
 	msgs := []session.Message{
 		named(session.RoleUser, "Caroline", "(1:56 pm on 8 May, 2023) Hey Mel! Good to see you! I went to a LGBTQ support group yesterday and it was so powerful."),
 		named(session.RoleAssistant, "Melanie", "Wow, that's cool, Caroline! I painted a lake sunrise last year, it's special to me."),
 		named(session.RoleUser, "Caroline", "You must have worked really hard for that. Don't worry, you got this!"),
-		named(session.RoleAssistant, "Melanie", "I'm going to run a charity race for mental health next month. We all need a timeout!"),
+		named(session.RoleAssistant, "Melanie", "I'm going to run a charity race for mental health next month. We all need a timeout! Our family motto is 'Bring it on Home' and we live by it."),
 		named(session.RoleUser, "Caroline", "(7:55 pm on 25 May, 2023) Last Friday I researched adoption agencies; I can't wait to be a mom."),
 	}
 	s := summarise(t, msgs, 400)
@@ -213,14 +213,40 @@ func TestConversationBetweenPeople(t *testing.T) {
 		t.Fatalf("sections that do not fit a conversation: %+v", s.Sections)
 	}
 	facts := strings.Join(s.Sections[summary.Facts], "\n")
-	for _, want := range []string{"8 May 2023: Caroline: I went to LGBTQ support group yesterday (7 May 2023)", "powerful. Melanie: I painted lake sunrise last year (2022)",
-		"25 May 2023: Caroline: Last Friday (Friday before 25 May 2023) I researched adoption agencies"} {
+	for _, want := range []string{
+		"8 May 2023: Caroline: Went LGBTQ support group 7 May 2023 powerful.", // "yesterday" is the date it means
+		"Melanie: Painted lake sunrise 2022",
+		"Family motto 'Bring it on Home' live by it.", // a quotation stays as written
+		// A time counted from the line's date leaves the date to the line.
+		"25 May 2023: Caroline: Friday before researched adoption agencies",
+	} {
 		if !strings.Contains(facts, want) {
 			t.Errorf("facts lack %q:\n%s", want, facts)
 		}
 	}
-	if d := strings.Join(s.Sections[summary.Decisions], "\n"); !strings.Contains(d, "charity race for mental health next month (June 2023)") {
+	if n := strings.Count(s.Sections[summary.Facts][0], "Caroline:"); n != 1 {
+		t.Errorf("a date's line names each speaker once, not %d times: %q", n, s.Sections[summary.Facts][0])
+	}
+	if d := strings.Join(s.Sections[summary.Decisions], "\n"); !strings.Contains(d, "Going run charity race for mental health June 2023") || !strings.Contains(d, "Can't wait to be mom") {
 		t.Errorf("decisions %q", d)
+	}
+}
+
+// A clause becomes a note: no subject, interjection, filler or addressee,
+// and the words a reader restores go; quotations and "to be" stay.
+func TestTighten(t *testing.T) {
+	vocative := regexp.MustCompile(`,\s*(?:Sam|Evan)\s*([.!?…]+|$)`)
+	for _, c := range []struct{ in, want string }{
+		{"Wow, I just got back from a trip with my family in my new Prius.", "Got back from trip with family in new Prius."},
+		{"That's great news, Sam!", "That's great news!"},
+		{"My son had a soccer accident and it was tough.", "Son had soccer accident tough."},
+		{"I can\u2019t wait to be a dad.", "Can't wait to be dad."},
+		{`We hung a sign that says "Bring it on Home" in the hall.`, `Hung sign says "Bring it on Home" in hall.`},
+		{"Oh, okay!", ""},
+	} {
+		if got := extractive.Tighten(c.in, vocative); got != c.want {
+			t.Errorf("Tighten(%q) = %q, want %q", c.in, got, c.want)
+		}
 	}
 }
 

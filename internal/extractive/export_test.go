@@ -1,0 +1,4 @@
+package extractive
+
+// Tighten is tighten, for the external tests.
+var Tighten = tighten
