@@ -282,7 +282,7 @@ var (
 	// function is what a note leaves out of a clause: a first-person
 	// subject or possessive, "it", "am", "is", "was", "that", "to", "and". A
 	// reader (a model) restores them, and the budget holds more facts
-	// (LoCoMo answers kept at 4k: 28.7 % -> 31.3 %).
+	// (LoCoMo at 4k: 1,209 -> 1,273 answers kept).
 	function = func() map[string]bool {
 		m := map[string]bool{}
 		for _, w := range strings.Fields("i i'm i've i'd me my we we're we've our it it's its am is are was were that this some to and") {
