@@ -96,14 +96,7 @@ func TestReplayProbesOnTrajectories(t *testing.T) {
 		if c.Source == "locomo" {
 			continue
 		}
-		loop, err := eval.NewMemoryLoop(extractive.New(counter), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 4000)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := probeOffline(t, c, counter, cfg, 4000)
 		all.Add(rep)
 	}
 	t.Logf("%+v", all.Scores)
@@ -126,14 +119,7 @@ func TestReplayProbesLoCoMo(t *testing.T) {
 	cfg.MaxMessages = 0
 	var all eval.ProbeReport
 	for _, c := range convs {
-		loop, err := eval.NewMemoryLoop(extractive.New(counter), cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 4000)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := probeOffline(t, c, counter, cfg, 4000)
 		kept, base := rep.Scores[eval.ProbeLoCoMo].Kept, max(rep.First.Kept, rep.Last.Kept)
 		t.Logf("%s: %d kept, truncation %d (first) / %d (last)", c.Name, kept, rep.First.Kept, rep.Last.Kept)
 		if base == 0 || kept < 2*base {
@@ -144,4 +130,19 @@ func TestReplayProbesLoCoMo(t *testing.T) {
 	if kept, base := all.Scores[eval.ProbeLoCoMo].Kept, max(all.First.Kept, all.Last.Kept); kept < 5*base/2 {
 		t.Fatalf("all: %d answers kept, under 2.5x the better truncation's %d", kept, base)
 	}
+}
+
+// probeOffline replays c with the offline summariser on a memory loop and
+// checks its probes.
+func probeOffline(t *testing.T, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int) eval.ProbeReport {
+	t.Helper()
+	loop, err := eval.NewMemoryLoop(extractive.New(counter), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
 }
