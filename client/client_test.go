@@ -114,7 +114,7 @@ func TestSessionsThroughTheClient(t *testing.T) {
 	if err != nil || a1.HeadSeq != 6 || a1.Status != "applied" {
 		t.Fatalf("append: %+v %v", a1, err)
 	}
-	if a2, err := c.Append(ctx, "s1", turns(2, 1)); err != nil || a2.HeadSeq != 6 || a2.Status != "not_applied" {
+	if a2, err := c.Append(ctx, "s1", turns(2, 1)); err != nil || a2.HeadSeq != 6 || a2.Status != "already_applied" {
 		t.Fatalf("the same append again: %+v %v", a2, err)
 	}
 	_, err = c.Append(ctx, "s1", turns(3, 1), client.ExpectHead(4))
@@ -136,7 +136,7 @@ func TestSessionsThroughTheClient(t *testing.T) {
 	if err != nil || m.ID != "tool-out" || m.Content.Text != big.Content.Text {
 		t.Fatalf("read back: %v (%d bytes)", err, len(m.Content.Text))
 	}
-	if again, err := c.Append(ctx, "s1", []client.Message{big, client.Text("after", client.Assistant, "noted")}); err != nil || again.Status != "not_applied" {
+	if again, err := c.Append(ctx, "s1", []client.Message{big, client.Text("after", client.Assistant, "noted")}); err != nil || again.Status != "already_applied" {
 		t.Fatalf("the large append again: %+v %v", again, err)
 	}
 	if d, err := c.Delete(ctx, "s1"); err != nil || !d.Deleted {

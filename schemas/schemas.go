@@ -6,7 +6,12 @@ package schemas
 import (
 	"bytes"
 	"embed"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"reflect"
+	"strings"
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -79,7 +84,82 @@ func Validate(name string, doc []byte) error {
 		return fmt.Errorf("not JSON: %w", err)
 	}
 	if err := s.Validate(v); err != nil {
-		return fmt.Errorf("does not match %s: %w", name, err)
+		return describe(err)
 	}
 	return nil
+}
+
+// describe turns a validation error into what a caller can act on: each
+// wrong field by its JSON name and what is wrong with it ("context_limit:
+// got string, want integer; unknown field 'context_limt'"), without the
+// validator's schema URIs.
+func describe(err error) error {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	var msgs []string
+	for _, u := range ve.BasicOutput().Errors {
+		if u.Error == nil {
+			continue
+		}
+		msg := u.Error.String()
+		if rest, ok := strings.CutPrefix(msg, "additional properties "); ok {
+			msg = "unknown field " + strings.TrimSuffix(rest, " not allowed")
+		}
+		if field := strings.ReplaceAll(strings.TrimPrefix(u.InstanceLocation, "/"), "/", "."); field != "" {
+			msg = field + ": " + msg
+		}
+		msgs = append(msgs, msg)
+	}
+	if len(msgs) == 0 {
+		return err
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+// DescribeJSON says what is wrong with a JSON document that did not decode
+// into a Go value, in the document's terms: the field by its JSON name and
+// the JSON type it wants ("context_limit: got string, want integer"), or
+// where the syntax broke; not the Go type and field names encoding/json
+// gives. Other errors are returned as they are.
+func DescribeJSON(err error) error {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		field := te.Field
+		if field == "" {
+			field = "the document"
+		}
+		return fmt.Errorf("%s: got %s, want %s", field, te.Value, jsonType(te.Type))
+	case errors.As(err, &se):
+		return fmt.Errorf("not valid JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errors.New("not valid JSON: it ends early")
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Errorf("unknown field %s", msg)
+	}
+	return err
+}
+
+// jsonType names the JSON type a Go type decodes from.
+func jsonType(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.String:
+		return "string"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Pointer:
+		return jsonType(t.Elem())
+	}
+	return "object"
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -156,11 +157,13 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 		}
 		return err
 	}
-	var pretty any
-	if err := json.Unmarshal(res.Data, &pretty); err != nil {
+	// Indented as it came: the keys in the contract's order, not sorted.
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, res.Data, "", "  "); err != nil {
 		return fmt.Errorf("result event %s: %w", res.ID, err)
 	}
-	if err := printJSON(stdout, pretty); err != nil {
+	pretty.WriteByte('\n')
+	if _, err := pretty.WriteTo(stdout); err != nil {
 		return err
 	}
 	if !res.OK() {

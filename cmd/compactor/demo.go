@@ -169,8 +169,8 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 			fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → CompactionFailed: %v: %v\n", i, view.Tokens, limit, d["reason"], d["error"])
 			continue
 		}
-		fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → %v: %v messages summarised, %v → %v tokens (summary %v, %v model call(s), %v ms)\n",
-			i, view.Tokens, limit, d["outcome"], d["messages_summarised"], d["tokens_before"], d["tokens_after"], d["summary_tokens"], d["llm_calls"], d["duration_ms"])
+		fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → %v: %s, %v → %v tokens (%v model call(s), %v ms)\n",
+			i, view.Tokens, limit, d["outcome"], whatItDid(d), d["tokens_before"], d["tokens_after"], d["llm_calls"], d["duration_ms"])
 	}
 	view, err := c.Context(ctx, sid)
 	if err != nil {
@@ -223,4 +223,28 @@ func preview(m session.Message) string {
 
 func indent(s, pre string) string {
 	return pre + strings.ReplaceAll(strings.TrimSpace(s), "\n", "\n"+pre)
+}
+
+// whatItDid says in words what a completed result did: the tool results it
+// cleared, the messages it summarised, and whether its summary was
+// prepared ahead.
+func whatItDid(d map[string]any) string {
+	num := func(k string) int { f, _ := d[k].(float64); return int(f) }
+	var parts []string
+	if n := num("tool_results_cleared"); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d tool result(s) cleared (%d tokens)", n, num("cleared_tokens")))
+	}
+	if n := num("messages_summarised"); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d messages summarised (summary %d tokens)", n, num("summary_tokens")))
+	}
+	if len(parts) == 0 {
+		parts = append(parts, "nothing new to do")
+	}
+	switch d["strategy"] {
+	case "prepared":
+		parts = append(parts, fmt.Sprintf("from a compaction prepared %.1f s ahead", float64(num("prepared_age_ms"))/1000))
+	case "prepared_topup":
+		parts = append(parts, fmt.Sprintf("from a compaction prepared %.1f s ahead, topped up", float64(num("prepared_age_ms"))/1000))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -19,6 +19,16 @@ func TestDemo(t *testing.T) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
 	}
+	// A clearing says what it cleared, not "0 messages summarised"; a
+	// result answered from a preparation says so.
+	for _, want := range []string{"tool result(s) cleared", "messages summarised (summary"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, " 0 messages summarised") {
+		t.Fatalf("the demo reports a clearing as 0 messages summarised:\n%s", out)
+	}
 	if strings.Contains(out, "CompactionFailed") {
 		t.Fatalf("a compaction failed in the demo:\n%s", out)
 	}

@@ -58,6 +58,10 @@ func TestCompactFileNoop(t *testing.T) {
 func TestCompactFileErrors(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	os.WriteFile(bad, []byte(`[{"role":"robot","content":"x"}]`), 0o644)
+	empty := filepath.Join(t.TempDir(), "empty.json")
+	os.WriteFile(empty, []byte(`[]`), 0o644)
+	orphan := filepath.Join(t.TempDir(), "orphan.json")
+	os.WriteFile(orphan, []byte(`[{"role":"system","content":"s"},{"role":"tool","tool_call_id":"call_nope","content":"x"}]`), 0o644)
 	tests := []struct {
 		name string
 		args []string
@@ -82,6 +86,10 @@ func TestCompactFileErrors(t *testing.T) {
 		{"serve stray argument", []string{"serve", "x"}, 2, "unexpected argument"},
 		{"serve bad log level", []string{"serve", "--log-level", "loud", "--nats-url", "nats://127.0.0.1:1"}, 2, "log-level"},
 		{"no server", []string{"breaker", "list", "--nats-url", "nats://127.0.0.1:1"}, 1, "is `compactor serve` or nats-server running"},
+		{"http url", []string{"breaker", "list", "--nats-url", "http://127.0.0.1:4222"}, 2, `"http" is not a NATS scheme`},
+		{"serve http url", []string{"serve", "--nats-url", "nats://127.0.0.1:1,https://x:4222"}, 2, `"https" is not a NATS scheme`},
+		{"import nothing", []string{"session", "import", empty, "--nats-url", "nats://127.0.0.1:1"}, 1, "holds no messages"},
+		{"orphan tool result", []string{"compact", "--file", orphan}, 1, `call "call_nope" answers no call`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -46,6 +46,9 @@ func addNATSFlags(fs *flag.FlagSet, def string) *natsFlags {
 // options returns the connection's credentials and TLS options; a missing
 // file or a certificate without its key is a usage error.
 func (n *natsFlags) options() ([]nats.Option, error) {
+	if err := checkNATSURL(*n.url); err != nil {
+		return nil, err
+	}
 	var opts []nats.Option
 	for flagName, f := range map[string]string{"nats-creds": *n.creds, "tls-ca": *n.tlsCA, "tls-cert": *n.tlsCert, "tls-key": *n.tlsKey} {
 		if f == "" {
@@ -204,4 +207,26 @@ func bind(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, table *mod
 		}
 	}
 	return stores{}, app.BucketHint(err)
+}
+
+// checkNATSURL refuses a --nats-url that names no NATS server: each of its
+// comma-separated URLs is nats://, tls://, ws:// or wss:// (or host:port,
+// which nats.go reads as nats://). "" is no URL (the embedded server).
+func checkNATSURL(s string) error {
+	for _, u := range strings.Split(s, ",") {
+		u = strings.TrimSpace(u)
+		if u == "" {
+			continue
+		}
+		scheme, _, ok := strings.Cut(u, "://")
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(scheme) {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("%w: --nats-url %s: %q is not a NATS scheme: use nats://host:4222 (tls:// for TLS, ws:// or wss:// for a websocket port)", errUsage, redactURL(u), scheme)
+		}
+	}
+	return nil
 }

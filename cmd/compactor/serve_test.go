@@ -195,6 +195,10 @@ func TestServeWalkthrough(t *testing.T) {
 	if err := schemas.Validate(schemas.CompactionCompleted, []byte(out)); err != nil {
 		t.Fatalf("printed result does not validate: %v\n%s", err, out)
 	}
+	// Printed in the contract's order, not sorted.
+	if i, j, k := strings.Index(out, `"session_id"`), strings.Index(out, `"request_id"`), strings.Index(out, `"outcome"`); i < 0 || i > j || j > k {
+		t.Fatalf("compact printed its keys out of the contract's order:\n%s", out)
+	}
 	var res map[string]any
 	json.Unmarshal([]byte(out), &res)
 	if res["outcome"] != "compacted" || res["session_id"] != "tau2" || res["tokens_after"].(float64) > 6000 {
@@ -257,6 +261,30 @@ func TestServeWalkthrough(t *testing.T) {
 			t.Errorf("micro info lacks endpoint %s: %s", want, m.Data)
 		}
 	}
+	// nats micro stats: the service-wide counters once, under compact.
+	m, err = nc.Request("$SRV.STATS."+api.Name, nil, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Name string          `json:"name"`
+			Data json.RawMessage `json:"data"`
+		} `json:"endpoints"`
+	}
+	json.Unmarshal(m.Data, &stats)
+	withData := 0
+	for _, e := range stats.Endpoints {
+		if len(e.Data) > 0 && string(e.Data) != "null" {
+			withData++
+			if e.Name != "compact" {
+				t.Errorf("endpoint %s repeats the service's stats: %s", e.Name, e.Data)
+			}
+		}
+	}
+	if len(stats.Endpoints) < 10 || withData != 1 {
+		t.Fatalf("stats: %d endpoints, %d with the service's data: %s", len(stats.Endpoints), withData, m.Data)
+	}
 	request := func(subject string, body any) *nats.Msg {
 		t.Helper()
 		b, _ := json.Marshal(body)
@@ -285,6 +313,15 @@ func TestServeWalkthrough(t *testing.T) {
 	if m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(m.Header.Get(micro.ErrorHeader), "robot") {
 		t.Fatalf("a bad message: %v %s", m.Header, m.Data)
 	}
+	// Misspelt and mistyped fields are refused, named as the body names them.
+	m = request(api.SubjectCompact, map[string]any{"session_id": "m1", "context_limt": 800})
+	if m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(string(m.Data), `unknown field \"context_limt\"`) {
+		t.Fatalf("a misspelt field: %v %s", m.Header, m.Data)
+	}
+	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[:1], "expected_head_seq": "61"})
+	if m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(string(m.Data), "expected_head_seq: got string, want integer") || strings.Contains(string(m.Data), "Go struct") {
+		t.Fatalf("a mistyped field: %v %s", m.Header, m.Data)
+	}
 	m = request(api.SubjectCompact, map[string]any{"session_id": "m1", "request_id": "sync-1"})
 	if err := schemas.Validate(schemas.CompactionCompleted, m.Data); err != nil || !strings.Contains(string(m.Data), `"outcome":"compacted"`) {
 		t.Fatalf("compact: %v %s", err, m.Data)
@@ -299,7 +336,7 @@ func TestServeWalkthrough(t *testing.T) {
 		t.Fatalf("context after the synchronous compaction: %d tokens", view.Tokens)
 	}
 	m = request(api.SubjectBreaker, map[string]any{"session_id": "m1"})
-	if !strings.Contains(string(m.Data), `"state":"closed"`) {
+	if !strings.Contains(string(m.Data), `"state":"closed"`) || strings.Contains(string(m.Data), "0001-01-01") {
 		t.Fatalf("breaker.get: %s", m.Data)
 	}
 	// The synchronous compaction published its result event too, once.
@@ -314,6 +351,17 @@ func TestServeWalkthrough(t *testing.T) {
 		t.Fatalf("%d result events for the synchronous request, want 1", n)
 	}
 
+	// A malformed request is dead-lettered, and counted as a failure.
+	if _, err := js.Publish(context.Background(), "agent.context.over_budget.m1", []byte("not a CloudEvent")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if n := natstest.StreamMsgs(t, js, consumer.DLQStream); n != 1 {
+			return fmt.Errorf("%d dead letters, want 1", n)
+		}
+		return nil
+	})
+
 	// Metrics say what happened.
 	resp, err := http.Get("http://" + metricsAddr + "/metrics")
 	if err != nil {
@@ -322,7 +370,8 @@ func TestServeWalkthrough(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	for _, want := range []string{`compactor_requests_completed_total{outcome="compacted",trigger="over_budget"} 2`,
-		`compactor_requests_failed_total{reason="session_not_found",retryable="false"} 1`, "compactor_deliveries_received_total 2", "compactor_summary_calls_total"} {
+		`compactor_requests_failed_total{reason="session_not_found",retryable="false"} 1`, "compactor_deliveries_received_total 3", "compactor_summary_calls_total",
+		`compactor_requests_failed_total{reason="invalid_request",retryable="false"} 1`, `compactor_deliveries_dead_lettered_total{reason="invalid_request"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -89,6 +89,9 @@ func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", pos[0], err)
 	}
+	if len(msgs) == 0 {
+		return fmt.Errorf("%s holds no messages: nothing to import (an empty session is made with compactor.session.create, then appended to)", pos[0])
+	}
 	if *id == "" {
 		*id = uuid.NewString()
 	}

@@ -7,6 +7,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +27,7 @@ import (
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
+	"github.com/compactor/compactor/schemas"
 )
 
 // Service name and subjects of the endpoints (SPEC §8; the session and
@@ -132,7 +134,14 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 			log.Warn("micro service error", slog.String("subject", e.Subject), slog.String("error", e.Description))
 		}}
 	if d.Stats != nil {
-		cfg.StatsHandler = func(*micro.Endpoint) any { return d.Stats() }
+		// The service-wide counters once, under the compact endpoint: the
+		// others' stats are their own requests and errors only.
+		cfg.StatsHandler = func(e *micro.Endpoint) any {
+			if e.Name != "compact" {
+				return nil
+			}
+			return d.Stats()
+		}
 	}
 	svc, err := micro.AddService(nc, cfg)
 	if err != nil {
@@ -295,12 +304,20 @@ func (s *Server) fail(r micro.Request, err error) {
 	}
 }
 
+// decode reads a request's body into v: one JSON object, no field v does
+// not know (a misspelt "context_limt" is refused, not ignored). Errors name
+// the fields as the body does.
 func decode(r micro.Request, v any) error {
 	if len(r.Data()) == 0 {
 		return fmt.Errorf("%w: empty body, want a JSON object", errBadRequest)
 	}
-	if err := json.Unmarshal(r.Data(), v); err != nil {
-		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+	dec := json.NewDecoder(bytes.NewReader(r.Data()))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: body: %v", errBadRequest, schemas.DescribeJSON(err))
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: body: more than one JSON value", errBadRequest)
 	}
 	return nil
 }

@@ -107,7 +107,7 @@ func TestSessionWritesAreIdempotent(t *testing.T) {
 	if code := call(t, nc, api.SubjectAppend, app1, &a1); code != "" || a1.Status != sessions.StatusApplied || a1.HeadSeq != 8 {
 		t.Fatalf("append: %s %+v", code, a1)
 	}
-	if code := call(t, nc, api.SubjectAppend, app1, &a2); code != "" || a2.Status != sessions.StatusNotApplied || a2.HeadSeq != 8 || a2.Messages[0].Seq != 8 {
+	if code := call(t, nc, api.SubjectAppend, app1, &a2); code != "" || a2.Status != sessions.StatusAlreadyApplied || a2.HeadSeq != 8 || a2.Messages[0].Seq != 8 {
 		t.Fatalf("the same append again: %s %+v", code, a2)
 	}
 	stale := map[string]any{"session_id": "s1", "expected_head_seq": 5, "messages": []map[string]any{{"id": "u-y", "role": "user", "content": "hello?"}}}

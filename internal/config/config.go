@@ -52,6 +52,9 @@ func Load(path string) (Loaded, error) {
 		return l, err
 	}
 	var f File
+	if t := bytes.TrimSpace(b); len(t) == 0 || t[0] != '{' {
+		return l, fmt.Errorf("config %s: not a JSON object: the config file is JSON (YAML and other formats are not read), e.g. {\"compaction\": {\"keep_recent_turns\": 3}, \"provider\": \"openai\"}", path)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {

@@ -43,9 +43,14 @@ func TestLoadErrors(t *testing.T) {
 		"bad model":          `{"models": [{"name": "x", "context_window": 0, "encoding": "o200k_base"}]}`,
 		"bad timeout":        `{"timeout": "soon"}`,
 		"not json":           `provider = openai`,
+		"yaml":               "compaction:\n  keep_recent_turns: 3\nprovider: openai\n",
 	} {
 		if _, err := config.Load(write(t, body)); err == nil || !strings.Contains(err.Error(), "c.json") && name != "bad timeout" {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	// A YAML file is told it must be JSON, not given a parser's byte offset.
+	if _, err := config.Load(write(t, "provider: openai\n")); err == nil || !strings.Contains(err.Error(), "the config file is JSON") {
+		t.Errorf("yaml: %v", err)
 	}
 }

@@ -462,15 +462,20 @@ const (
 // CompactionFailed (invalid_request, with the reason); then the request
 // is dead-lettered. A result that cannot be published redelivers the
 // request: it is answered, or dead-lettered, later.
+// Every rejected request counts as failed (invalid_request) in what
+// Observe sees, answered or not, so a dashboard of failures shows it.
 func (c *Consumer) reject(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, req pipeline.Request, err error) {
+	res := &pipeline.Result{RequestID: req.ID, SessionID: req.SessionID, Trigger: req.Trigger, Failed: true,
+		Reason: pipeline.ReasonInvalidRequest, Error: err.Error()}
 	if req.ID != "" && req.SessionID != "" {
-		res := &pipeline.Result{RequestID: req.ID, SessionID: req.SessionID, Trigger: req.Trigger, Failed: true,
-			Reason: pipeline.ReasonInvalidRequest, Error: err.Error()}
 		if perr := c.pub.Once(ctx, res, md.NumDelivered > 1); perr != nil {
 			c.retryPublish(c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID)), d.msg, perr)
 			return
 		}
 		c.failed.Add(1)
+	}
+	if c.opt.Observe != nil {
+		c.opt.Observe(res)
 	}
 	c.deadLetter(ctx, d, md, req.ID, string(pipeline.ReasonInvalidRequest), err.Error())
 }

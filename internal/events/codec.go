@@ -93,7 +93,7 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 	}
 	var d RequestData
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&d); err != nil {
-		return req, ev, invalid("data: %v", err)
+		return req, ev, invalid("data: %v", schemas.DescribeJSON(err))
 	}
 	if d.SessionID != sid {
 		return req, ev, invalid("subject's session %q differs from data.session_id %q", sid, d.SessionID)

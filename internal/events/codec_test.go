@@ -57,6 +57,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"subject mismatch", nil, `{"session_id":"other"}`, "subject"},
 		{"batch", map[string][]string{"Content-Type": {"application/cloudevents-batch+json"}}, "[]", "batch"},
 		{"wrong subject", nil, ok, "is not context_overflow"},
+		{"misspelt field", nil, `{"session_id":"sess-1","context_limt":8000}`, "unknown field 'context_limt'"},
+		{"wrong type of field", nil, `{"session_id":"sess-1","context_limit":"8k"}`, "context_limit: got string, want integer"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,6 +79,13 @@ func TestDecodeErrors(t *testing.T) {
 			_, _, err := events.DecodeRequest(subject, h, body)
 			if !errors.Is(err, events.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+			// The error speaks of the event's fields, not of the validator
+			// or of Go types.
+			for _, leak := range []string{"mem:///", "Go struct", "jsonschema"} {
+				if strings.Contains(err.Error(), leak) {
+					t.Fatalf("err %q carries %q", err, leak)
+				}
 			}
 		})
 	}

@@ -257,6 +257,14 @@ type blobRef struct {
 // order. A message the record says exists and the leader lacks is corrupt
 // state, unless the session was deleted meanwhile.
 func (s *Sessions) messages(ctx context.Context, rec session.Record, seqs []int64) ([]session.Message, error) {
+	msgs, _, err := s.readMessages(ctx, rec, seqs, true)
+	return msgs, err
+}
+
+// readMessages is messages; without resolve, a large message is answered
+// as its stub (id, seq, role, tool_call_id and tokens) with its blobRef at
+// the same index, its chunks unread.
+func (s *Sessions) readMessages(ctx context.Context, rec session.Record, seqs []int64, resolve bool) ([]session.Message, []*blobRef, error) {
 	sid := rec.SessionID
 	keys := make([]string, len(seqs))
 	at := make(map[string]int, len(seqs))
@@ -266,8 +274,7 @@ func (s *Sessions) messages(ctx context.Context, rec session.Record, seqs []int6
 	}
 	out := make([]session.Message, len(seqs))
 	got := make([]bool, len(seqs))
-	var blobs []int // indexes of stubs
-	refs := map[int]*blobRef{}
+	refs := make([]*blobRef, len(seqs)) // of stubs
 	decode := func(k string, v value) error {
 		i := at[k]
 		var st stored
@@ -277,11 +284,7 @@ func (s *Sessions) messages(ctx context.Context, rec session.Record, seqs []int6
 		if st.Seq != seqs[i] {
 			return fmt.Errorf("session %s message %d: %w: it says seq %d", sid, seqs[i], session.ErrCorrupt, st.Seq)
 		}
-		out[i], got[i] = st.Message, true
-		if st.Blob != nil {
-			blobs = append(blobs, i)
-			refs[i] = st.Blob
-		}
+		out[i], got[i], refs[i] = st.Message, true, st.Blob
 		return nil
 	}
 	var missing []string
@@ -292,7 +295,7 @@ func (s *Sessions) messages(ctx context.Context, rec session.Record, seqs []int6
 		return decode(k, v)
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for i, ok := range got {
 		if !ok {
@@ -302,24 +305,31 @@ func (s *Sessions) messages(ctx context.Context, rec session.Record, seqs []int6
 	if len(missing) > 0 {
 		vals, err := s.getAll(ctx, missing, rec.Epoch)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		for _, k := range missing {
 			v, ok := vals[k]
 			if !ok {
-				return nil, s.lost(ctx, rec, fmt.Sprintf("message %d", seqs[at[k]]))
+				return nil, nil, s.lost(ctx, rec, fmt.Sprintf("message %d", seqs[at[k]]))
 			}
 			if err := decode(k, v); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
-	for _, i := range blobs {
-		if out[i], err = s.blob(ctx, rec, seqs[i], refs[i]); err != nil {
-			return nil, err
-		}
+	if !resolve {
+		return out, refs, nil
 	}
-	return out, nil
+	for i, ref := range refs {
+		if ref == nil {
+			continue
+		}
+		if out[i], err = s.blob(ctx, rec, seqs[i], ref); err != nil {
+			return nil, nil, err
+		}
+		refs[i] = nil
+	}
+	return out, refs, nil
 }
 
 // lost explains a value the record names and the leader lacks: the session

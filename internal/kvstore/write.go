@@ -217,6 +217,9 @@ func (s *Sessions) Create(ctx context.Context, rec session.Record, msgs []sessio
 	if err != nil {
 		return session.Record{}, err
 	}
+	if err := session.CheckConversation(prepared); err != nil {
+		return session.Record{}, err
+	}
 	groups := make([][]item, len(prepared))
 	for i := range prepared {
 		if groups[i], err = s.messageItems(sid, &prepared[i]); err != nil {
@@ -358,8 +361,17 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 			}
 			items = append(items, its...)
 		}
+		if err := s.checkRepeats(ctx, rec, out); err != nil {
+			return session.Appended{}, err
+		}
 		if head == rec.HeadSeq {
 			return out, nil // every message is stored already
+		}
+		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, error) {
+			return s.lastNonTool(ctx, rec)
+		})
+		if err != nil {
+			return session.Appended{}, err
 		}
 		if opt.ExpectedHeadSeq != nil && *opt.ExpectedHeadSeq != rec.HeadSeq {
 			return session.Appended{}, &session.HeadMovedError{Expected: *opt.ExpectedHeadSeq, Head: rec.HeadSeq}
@@ -383,6 +395,58 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		leader = true
 	}
 	return session.Appended{}, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
+}
+
+// checkRepeats compares each message of an append whose id the session
+// holds with the stored one: another content under the id is an
+// *session.IDTakenError (the append is refused whole), the same is a
+// repeat. Only repeats pay for the read.
+func (s *Sessions) checkRepeats(ctx context.Context, rec session.Record, a session.Appended) error {
+	var seqs []int64
+	var at []int
+	for i, isNew := range a.New {
+		if !isNew {
+			seqs, at = append(seqs, a.Messages[i].Seq), append(at, i)
+		}
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	stored, err := s.messages(ctx, rec, seqs)
+	if err != nil {
+		return err
+	}
+	for j, i := range at {
+		if m := &a.Messages[i]; !m.SameAs(&stored[j]) {
+			return &session.IDTakenError{ID: m.ID, Seq: m.Seq}
+		}
+	}
+	return nil
+}
+
+// lastNonTool returns the session's latest message that is not a tool
+// result (nil when there is none), reading back from the head a window at a
+// time; large tool results are passed over without reading their chunks.
+func (s *Sessions) lastNonTool(ctx context.Context, rec session.Record) (*session.Message, error) {
+	const window = 16
+	for to := rec.HeadSeq; to >= 1; to -= window {
+		seqs := seqRange(max(1, to-window+1), to)
+		msgs, refs, err := s.readMessages(ctx, rec, seqs, false)
+		if err != nil {
+			return nil, err
+		}
+		for i := len(msgs) - 1; i >= 0; i-- {
+			if msgs[i].Role == session.RoleTool {
+				continue
+			}
+			if ref := refs[i]; ref != nil {
+				m, err := s.blob(ctx, rec, seqs[i], ref)
+				return &m, err
+			}
+			return &msgs[i], nil
+		}
+	}
+	return nil, nil
 }
 
 // Commit implements pipeline.SessionStore: the compaction message (created

@@ -62,6 +62,9 @@ func (s *Store) Create(_ context.Context, rec session.Record, msgs []session.Mes
 	if err != nil {
 		return session.Record{}, err
 	}
+	if err := session.CheckConversation(prepared); err != nil {
+		return session.Record{}, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e, ok := s.sessions[rec.SessionID]; ok {
@@ -114,11 +117,25 @@ func (s *Store) AppendWith(_ context.Context, sessionID string, msgs []session.M
 	head := e.rec.HeadSeq
 	for i := range prepared {
 		if seq, ok := e.ids[prepared[i].ID]; ok {
+			if !prepared[i].SameAs(&e.msgs[seq-1]) {
+				return session.Appended{}, &session.IDTakenError{ID: prepared[i].ID, Seq: seq}
+			}
 			prepared[i].Seq = seq
 			continue
 		}
 		head++
 		prepared[i].Seq, out.New[i] = head, true
+	}
+	err = session.CheckToolResults(prepared, func(i int) bool { return out.New[i] }, func() (*session.Message, error) {
+		for i := len(e.msgs) - 1; i >= 0; i-- {
+			if e.msgs[i].Role != session.RoleTool {
+				return &e.msgs[i], nil
+			}
+		}
+		return nil, nil
+	})
+	if err != nil {
+		return session.Appended{}, err
 	}
 	if head != e.rec.HeadSeq && opt.ExpectedHeadSeq != nil && *opt.ExpectedHeadSeq != e.rec.HeadSeq {
 		return session.Appended{}, &session.HeadMovedError{Expected: *opt.ExpectedHeadSeq, Head: e.rec.HeadSeq}

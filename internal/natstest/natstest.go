@@ -95,3 +95,21 @@ func ConnectURL(t testing.TB, url string) (*nats.Conn, jetstream.JetStream) {
 	}
 	return nc, js
 }
+
+// Eventually calls f every step until it returns nil, and fails the test
+// with f's last error when total has passed (the one poll helper of the
+// tests, as nats.go's checkFor).
+func Eventually(t testing.TB, total, step time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %v", total, err)
+		}
+		time.Sleep(step)
+	}
+}

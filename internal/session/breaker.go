@@ -25,7 +25,7 @@ type Breaker struct {
 	// ProbeAt is when the last half-open probe was let through (with a
 	// breaker cooldown configured).
 	ProbeAt   *time.Time `json:"probe_at,omitempty"`
-	UpdatedAt time.Time  `json:"updated_at"`
+	UpdatedAt time.Time  `json:"updated_at,omitzero"` // absent for a breaker never written
 	// FailedRequests are the ids of the requests counted in Failures
 	// (the latest MaxTrackedRequests): a request's redeliveries count once.
 	FailedRequests []string `json:"failed_requests,omitempty"`

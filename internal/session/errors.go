@@ -17,7 +17,9 @@ var (
 	// compaction committed first, or a create found the key taken).
 	ErrConflict = errors.New("conflict")
 	// ErrExists is returned by a create when the session already exists
-	// with other content (a create repeated with the same content succeeds).
+	// with other content (a create repeated with the same content succeeds),
+	// and by an append whose message id the session holds for a message
+	// with other content (an *IDTakenError; a true repeat succeeds).
 	ErrExists = errors.New("already exists")
 	// ErrInvalid is returned for input the store refuses to keep: a message
 	// with a bad role, a record without a session id.
@@ -46,3 +48,18 @@ func (e *HeadMovedError) Error() string {
 
 // Is makes errors.Is(err, ErrHeadMoved) true.
 func (e *HeadMovedError) Is(target error) bool { return target == ErrHeadMoved }
+
+// IDTakenError is the ErrExists of an append that gives a message the id of
+// a stored message with other content: nothing was appended.
+type IDTakenError struct {
+	ID  string
+	Seq int64
+}
+
+func (e *IDTakenError) Error() string {
+	return "message id " + strconv.Quote(e.ID) + " is taken: the session holds it as message " + strconv.FormatInt(e.Seq, 10) +
+		" with other content, so nothing was appended (an id names one message: give the new one another id)"
+}
+
+// Is makes errors.Is(err, ErrExists) true.
+func (e *IDTakenError) Is(target error) bool { return target == ErrExists }

@@ -46,21 +46,53 @@ func (r Role) Valid() bool {
 type Content struct {
 	Text  string
 	Parts []json.RawMessage
+	// Empty records that the content was sent as the empty string "", not
+	// as null or left out: it is written back as "" (OpenAI refuses a null
+	// content on a tool message).
+	Empty bool
 }
 
 // TextContent returns a Content holding a plain string.
 func TextContent(s string) Content { return Content{Text: s} }
 
-// IsZero reports whether the content is absent (JSON null or missing).
+// IsZero reports whether the content is absent or empty (JSON null, missing
+// or "").
 func (c Content) IsZero() bool { return c.Text == "" && c.Parts == nil }
 
+// Equal reports whether two contents say the same: the same text and parts.
+// An absent content and "" are equal (they mean the same to a model).
+func (c Content) Equal(o Content) bool {
+	if c.Text != o.Text || len(c.Parts) != len(o.Parts) || (c.Parts == nil) != (o.Parts == nil) {
+		return false
+	}
+	for i := range c.Parts {
+		if !sameJSON(c.Parts[i], o.Parts[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// sameJSON reports whether two JSON texts are the same but for
+// insignificant white space (a stored part is written compacted).
+func sameJSON(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	var ca, cb bytes.Buffer
+	if json.Compact(&ca, a) != nil || json.Compact(&cb, b) != nil {
+		return false
+	}
+	return bytes.Equal(ca.Bytes(), cb.Bytes())
+}
+
 // MarshalJSON writes the parts array when the content came as parts, a string
-// otherwise, and null when there is no content.
+// otherwise ("" when it was sent so), and null when there is no content.
 func (c Content) MarshalJSON() ([]byte, error) {
 	if c.Parts != nil {
 		return json.Marshal(c.Parts)
 	}
-	if c.Text == "" {
+	if c.Text == "" && !c.Empty {
 		return []byte("null"), nil
 	}
 	return json.Marshal(c.Text)
@@ -78,7 +110,7 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		if err := json.Unmarshal(b, &s); err != nil {
 			return err
 		}
-		*c = Content{Text: s}
+		*c = Content{Text: s, Empty: s == ""}
 		return nil
 	case b[0] == '[':
 		var parts []json.RawMessage

@@ -182,8 +182,9 @@ func (s *Service) Create(ctx context.Context, rec session.Record, msgs []session
 // Appended is what an append answers.
 type Appended struct {
 	SessionID string `json:"session_id"`
-	// Status is "applied" when the append wrote messages, "not_applied"
-	// when every message's id was stored already (a repeated append).
+	// Status is "applied" when the append wrote messages,
+	// "already_applied" when every message was stored already under its
+	// id (a repeated append: nothing changed).
 	Status string `json:"status"`
 	// HeadSeq is the session's head after the append.
 	HeadSeq  int64             `json:"head_seq"`
@@ -206,7 +207,7 @@ type AppendedMessage struct {
 // Append statuses.
 const (
 	StatusApplied    = "applied"
-	StatusNotApplied = "not_applied"
+	StatusAlreadyApplied = "already_applied"
 )
 
 // Append adds msgs at the session's head, counted with the session model's
@@ -246,7 +247,7 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 	if err != nil {
 		return Appended{}, err
 	}
-	out := Appended{SessionID: sid, Status: StatusNotApplied, HeadSeq: a.HeadSeq}
+	out := Appended{SessionID: sid, Status: StatusAlreadyApplied, HeadSeq: a.HeadSeq}
 	for i, m := range a.Messages {
 		out.Messages = append(out.Messages, AppendedMessage{ID: m.ID, Seq: m.Seq, Applied: a.New[i]})
 		out.IDs = append(out.IDs, m.ID)

@@ -47,7 +47,7 @@ func TestUseCasesOverMemory(t *testing.T) {
 	if turn[0].Tokens != 0 {
 		t.Fatal("Append changed the caller's messages")
 	}
-	if a2, err := svc.Append(ctx, "s", turn, session.AppendOptions{}); err != nil || a2.Status != sessions.StatusNotApplied || a2.Tokens != 0 {
+	if a2, err := svc.Append(ctx, "s", turn, session.AppendOptions{}); err != nil || a2.Status != sessions.StatusAlreadyApplied || a2.Tokens != 0 {
 		t.Fatalf("the same append: %+v %v", a2, err)
 	}
 	v, err := svc.Context(ctx, "s")

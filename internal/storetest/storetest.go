@@ -5,8 +5,10 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -286,6 +288,116 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 		all, _, _ := s.History(ctx, "i")
 		if len(all) != 7 {
 			t.Fatalf("%d messages, want 7", len(all))
+		}
+	})
+	t.Run("an id stored with other content is refused", func(t *testing.T) {
+		s := newStore(t)
+		s.Create(ctx, session.Record{SessionID: "j"}, conversation(1))
+		first := []session.Message{{ID: "u-1", Role: session.RoleUser, Content: text("book the 9:00 flight")}}
+		if _, err := s.AppendWith(ctx, "j", first, session.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// The same id with other text, beside a new message: refused whole.
+		other := []session.Message{{ID: "u-2", Role: session.RoleUser, Content: text("and a hotel")},
+			{ID: "u-1", Role: session.RoleUser, Content: text("book the 18:00 flight")}}
+		_, err := s.AppendWith(ctx, "j", other, session.AppendOptions{})
+		var taken *session.IDTakenError
+		if !errors.Is(err, session.ErrExists) || !errors.As(err, &taken) || taken.ID != "u-1" || taken.Seq != 4 {
+			t.Fatalf("append reusing an id with other content: %v, want an IDTakenError for u-1 at 4", err)
+		}
+		rec, _ := s.Record(ctx, "j")
+		if m, _ := s.Message(ctx, "j", 4); rec.HeadSeq != 4 || m.Content.Text != "book the 9:00 flight" {
+			t.Fatalf("after the refused append: head %d, message 4 %q", rec.HeadSeq, m.Content.Text)
+		}
+		// Another role, name or tool call under the id is other content too.
+		for _, m := range []session.Message{{ID: "u-1", Role: session.RoleSystem, Content: text("book the 9:00 flight")},
+			{ID: "u-1", Role: session.RoleUser, Name: "bob", Content: text("book the 9:00 flight")}} {
+			if _, err := s.AppendWith(ctx, "j", []session.Message{m}, session.AppendOptions{}); !errors.Is(err, session.ErrExists) {
+				t.Fatalf("append of %+v: %v, want ErrExists", m, err)
+			}
+		}
+		// The same content as parts with other spacing is the same message.
+		parts := session.Message{ID: "p-1", Role: session.RoleUser}
+		if err := json.Unmarshal([]byte(`[{"type":"text","text":"look"}, {"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]`), &parts.Content); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.AppendWith(ctx, "j", []session.Message{parts}, session.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal([]byte(`[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA"}}]`), &parts.Content); err != nil {
+			t.Fatal(err)
+		}
+		if a, err := s.AppendWith(ctx, "j", []session.Message{parts}, session.AppendOptions{}); err != nil || a.Applied() != 0 {
+			t.Fatalf("the same parts again: %+v %v, want a repeat", a, err)
+		}
+	})
+	t.Run("a tool result must answer a call", func(t *testing.T) {
+		s := newStore(t)
+		call := session.Message{ID: "a-1", Role: session.RoleAssistant, ToolCalls: []session.ToolCall{
+			{ID: "call_1", Type: "function", Function: session.FunctionCall{Name: "search", Arguments: "{}"}},
+			{ID: "call_2", Type: "function", Function: session.FunctionCall{Name: "search", Arguments: "{}"}}}}
+		result := func(id, callID string) session.Message {
+			return session.Message{ID: id, Role: session.RoleTool, ToolCallID: callID, Content: text("found it")}
+		}
+		orphan := []session.Message{{Role: session.RoleSystem, Content: text("sys")}, result("t-0", "call_nope")}
+		if _, err := s.Create(ctx, session.Record{SessionID: "k"}, orphan); !errors.Is(err, session.ErrInvalid) || !strings.Contains(err.Error(), "call_nope") {
+			t.Fatalf("create with an orphan tool result: %v, want ErrInvalid naming the call", err)
+		}
+		if _, err := s.Load(ctx, "k", false); !errors.Is(err, session.ErrNotFound) {
+			t.Fatal("a refused create left a session behind")
+		}
+		if _, err := s.Create(ctx, session.Record{SessionID: "k"}, []session.Message{{Role: session.RoleSystem, Content: text("sys")}, call}); err != nil {
+			t.Fatal(err)
+		}
+		// Results appended one by one after their call, in their own calls.
+		for i, m := range []session.Message{result("t-1", "call_1"), result("t-2", "call_2")} {
+			if _, err := s.AppendWith(ctx, "k", []session.Message{m}, session.AppendOptions{}); err != nil {
+				t.Fatalf("result %d: %v", i, err)
+			}
+		}
+		// After a user message, or for a call nobody made: refused, nothing stored.
+		for _, batch := range [][]session.Message{
+			{result("t-3", "call_9")},
+			{{ID: "u-1", Role: session.RoleUser, Content: text("next")}, result("t-4", "call_1")},
+		} {
+			if _, err := s.AppendWith(ctx, "k", batch, session.AppendOptions{}); !errors.Is(err, session.ErrInvalid) {
+				t.Fatalf("append %+v: %v, want ErrInvalid", batch, err)
+			}
+		}
+		if rec, _ := s.Record(ctx, "k"); rec.HeadSeq != 4 {
+			t.Fatalf("head %d after refused appends, want 4", rec.HeadSeq)
+		}
+		// A call and its result in one append, and a retry of a stored result.
+		batch := []session.Message{{ID: "a-2", Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: "call_3", Type: "function", Function: session.FunctionCall{Name: "book", Arguments: "{}"}}}},
+			result("t-5", "call_3")}
+		if a, err := s.AppendWith(ctx, "k", batch, session.AppendOptions{}); err != nil || a.Applied() != 2 {
+			t.Fatalf("call and result: %+v %v", a, err)
+		}
+		if a, err := s.AppendWith(ctx, "k", []session.Message{result("t-1", "call_1")}, session.AppendOptions{}); err != nil || a.Applied() != 0 {
+			t.Fatalf("a stored result again: %+v %v, want a repeat", a, err)
+		}
+	})
+	t.Run("empty content is kept as sent", func(t *testing.T) {
+		s := newStore(t)
+		var msgs []session.Message
+		if err := json.Unmarshal([]byte(`[{"role":"system","content":"sys"},{"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":""},{"role":"assistant","content":null}]`), &msgs); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Create(ctx, session.Record{SessionID: "l"}, msgs); err != nil {
+			t.Fatal(err)
+		}
+		for seq, want := range map[int64]string{2: `""`, 3: `""`, 4: `null`} {
+			m, err := s.Message(ctx, "l", seq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := json.Marshal(m.Content); string(got) != want {
+				t.Fatalf("message %d content %s, want %s", seq, got, want)
+			}
+		}
+		sess, _ := s.Load(ctx, "l", false)
+		if got, _ := json.Marshal(sess.Messages[2].Content); string(got) != `""` {
+			t.Fatalf("loaded tool content %s, want \"\"", got)
 		}
 	})
 	t.Run("delete removes everything and repeats", func(t *testing.T) {
