@@ -60,6 +60,11 @@ type (
 	CircuitOpened = events.CircuitOpened
 	// CircuitClosed is the data of a CompactionCircuitClosed event.
 	CircuitClosed = events.CircuitClosed
+	// Breaker is a session's circuit breaker: its state and failures.
+	Breaker = session.Breaker
+	// History is a session's record, every message (summarised ones
+	// marked with summarised_by), every compaction and its prepared one.
+	History = sessions.History
 )
 
 // Roles.

@@ -137,7 +137,7 @@ func (c *Client) Compact(ctx context.Context, req CompactRequest) (*Result, erro
 	}
 	route, _ := events.RequestRoute(req.Trigger)
 	sid := req.Data.SessionID
-	want := events.RequestResultID(req.RequestID)
+	completed, failed := events.RequestResultID(req.RequestID), events.FailedResultID(req.RequestID)
 	ch := make(chan *nats.Msg, 16)
 	var subs []*nats.Subscription
 	defer func() {
@@ -164,7 +164,7 @@ func (c *Client) Compact(ctx context.Context, req CompactRequest) (*Result, erro
 		select {
 		case m := <-ch:
 			res, err := decodeResult(m)
-			if err != nil || res.ID != want {
+			if err != nil || res.ID != completed && res.ID != failed {
 				continue // another request's result, or not one
 			}
 			return res, nil
@@ -245,7 +245,7 @@ func (c *Client) CompactSync(ctx context.Context, req CompactRequest) (*Result, 
 		// Not answered yet (a storage failure, a shutdown): no result.
 		return nil, &Error{Subject: api.SubjectCompact, Code: n, Status: api.StatusRetry, Message: m.Header.Get("Nats-Service-Error")}
 	}
-	res.Type, res.Failed = events.TypeCompactionFailed, &f
+	res.ID, res.Type, res.Failed = events.FailedResultID(req.RequestID), events.TypeCompactionFailed, &f
 	return res, nil
 }
 

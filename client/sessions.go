@@ -223,13 +223,67 @@ type sessionRef struct {
 }
 
 // Context returns what to send to the model now: the latest summary, then
-// every message after it.
+// every message after it. A context over one NATS message (screenshots,
+// long logs) is read in parts and assembled.
 func (c *Client) Context(ctx context.Context, sessionID string) (ContextView, error) {
-	if err := checkSession(sessionID); err != nil {
-		return ContextView{}, err
-	}
 	var out ContextView
-	return out, c.call(ctx, api.SubjectContext, sessionRef{sessionID}, &out)
+	return out, c.read(ctx, api.SubjectContext, sessionID, &out)
+}
+
+// History returns a session's record, every message (summarised ones
+// marked) and every compaction, read in parts when it is over one NATS
+// message.
+func (c *Client) History(ctx context.Context, sessionID string) (History, error) {
+	var out History
+	return out, c.read(ctx, api.SubjectHistory, sessionID, &out)
+}
+
+// read asks a read endpoint that may answer in parts (session.context,
+// session.history): an answer over one message (413) is read part by part,
+// each naming the first part's digest, checked and decoded. A session
+// written while it is read changes the answer: the reading starts again,
+// a few times at most.
+func (c *Client) read(ctx context.Context, subject, sessionID string, out any) error {
+	if err := checkSession(sessionID); err != nil {
+		return err
+	}
+	err := c.call(ctx, subject, sessionRef{sessionID}, out)
+	var e *Error
+	if !errors.As(err, &e) || e.Code != 413 {
+		return err
+	}
+	for try := 0; ; try++ {
+		whole, err := c.readParts(ctx, subject, sessionID)
+		if errors.Is(err, ErrConflict) && try < 4 {
+			continue // written meanwhile: read the new answer
+		}
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(whole, out); err != nil {
+			return fmt.Errorf("client: %s of %s, read in parts: %w", subject, sessionID, err)
+		}
+		return nil
+	}
+}
+
+// readParts reads every part of one answer and checks the whole against
+// its digest.
+func (c *Client) readParts(ctx context.Context, subject, sessionID string) ([]byte, error) {
+	var whole []byte
+	digest := ""
+	for p, parts := 0, 1; p < parts; p++ {
+		var ap sessions.AnswerPart
+		if err := c.call(ctx, subject, api.PagedBody{SessionID: sessionID, Part: &p, Digest: digest}, &ap); err != nil {
+			return nil, err
+		}
+		parts, digest = ap.Parts, ap.Digest
+		whole = append(whole, ap.Data...)
+	}
+	if sessions.Digest(whole) != digest {
+		return nil, fmt.Errorf("client: %s of %s: the parts do not match their digest", subject, sessionID)
+	}
+	return whole, nil
 }
 
 // Message returns one stored message by its seq, summarised or not: the
@@ -276,4 +330,14 @@ func (c *Client) Delete(ctx context.Context, sessionID string) (Deleted, error) 
 	}
 	var out Deleted
 	return out, c.call(ctx, api.SubjectDelete, sessionRef{sessionID}, &out)
+}
+
+// Breaker returns a session's circuit breaker (closed with no failures when
+// the session never failed).
+func (c *Client) Breaker(ctx context.Context, sessionID string) (Breaker, error) {
+	if err := checkSession(sessionID); err != nil {
+		return Breaker{}, err
+	}
+	var out Breaker
+	return out, c.call(ctx, api.SubjectBreaker, sessionRef{sessionID}, &out)
 }

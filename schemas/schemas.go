@@ -15,6 +15,9 @@ import (
 	"sync"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
 )
 
 //go:embed *.json
@@ -92,31 +95,58 @@ func Validate(name string, doc []byte) error {
 // describe turns a validation error into what a caller can act on: each
 // wrong field by its JSON name and what is wrong with it ("context_limit:
 // got string, want integer; unknown field 'context_limt'"), without the
-// validator's schema URIs.
+// validator's schema URIs. A field that fails its own schema is not also
+// reported as unknown (unevaluatedProperties counts it so).
 func describe(err error) error {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		return err
 	}
+	type problem struct{ field, msg string }
+	var found []problem
+	wrong := map[string]bool{}
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		field := strings.Join(e.InstanceLocation, ".")
+		if _, unknown := e.ErrorKind.(*kind.FalseSchema); unknown {
+			found = append(found, problem{field, ""})
+			return
+		}
+		msg := e.ErrorKind.LocalizedString(printer)
+		if ap, ok := e.ErrorKind.(*kind.AdditionalProperties); ok {
+			msg = "unknown field '" + strings.Join(ap.Properties, "', '") + "'"
+		}
+		wrong[field] = true
+		found = append(found, problem{field, msg})
+	}
+	walk(ve)
 	var msgs []string
-	for _, u := range ve.BasicOutput().Errors {
-		if u.Error == nil {
+	for _, p := range found {
+		switch {
+		case p.msg == "" && wrong[p.field]:
 			continue
+		case p.msg == "":
+			msgs = append(msgs, "unknown field '"+p.field+"'")
+		case p.field == "":
+			msgs = append(msgs, p.msg)
+		default:
+			msgs = append(msgs, p.field+": "+p.msg)
 		}
-		msg := u.Error.String()
-		if rest, ok := strings.CutPrefix(msg, "additional properties "); ok {
-			msg = "unknown field " + strings.TrimSuffix(rest, " not allowed")
-		}
-		if field := strings.ReplaceAll(strings.TrimPrefix(u.InstanceLocation, "/"), "/", "."); field != "" {
-			msg = field + ": " + msg
-		}
-		msgs = append(msgs, msg)
 	}
 	if len(msgs) == 0 {
 		return err
 	}
 	return errors.New(strings.Join(msgs, "; "))
 }
+
+// printer writes the validator's messages in English.
+var printer = message.NewPrinter(language.English)
 
 // DescribeJSON says what is wrong with a JSON document that did not decode
 // into a Go value, in the document's terms: the field by its JSON name and

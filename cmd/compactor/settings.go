@@ -60,7 +60,7 @@ func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pi
 	fs.Float64Var(&cfg.LedgerShare, "ledger-share", cfg.LedgerShare, "share of the summary budget the artifact ledger (files, commands, errors and fixes, tests, ids) may take (0: no ledger)")
 	fs.IntVar(&cfg.ImageTokens, "image-tokens", cfg.ImageTokens, "`TOKENS` an image of unknown size counts (a remote URL; default 765); inline images count by OpenAI's rule")
 	fs.Float64Var(&cfg.PrepareAt, "prepare-at", cfg.PrepareAt, "prepare a session's next compaction when its context passes this share of its limit, so the over-budget request is answered without a model call (0: off)")
-	fs.Var((*durationFlag)(&cfg.BreakerCooldown), "breaker-cooldown", "let one probe through an open breaker per `DURATION` (0: only an operator reset closes it)")
+	fs.Var((*durationFlag)(&cfg.BreakerCooldown), "breaker-cooldown", "let one probe through an open breaker per `DURATION`, and count retryable failures within it once (0: only an operator reset closes a breaker)")
 	return p, nil
 }
 

@@ -210,10 +210,10 @@ func (s *Server) replyTo(reply, code, desc string, body []byte) {
 	if reply == "" {
 		return
 	}
-	if room := int(s.nc.MaxPayload()) - 8<<10; len(body) > room {
+	if room := s.room(); len(body) > room {
 		// An answer over max_payload cannot be sent: say so instead of
 		// leaving the caller to time out.
-		msg := fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read large messages one by one in parts (compactor.session.message with \"part\"), or raise the server's max_payload", len(body), room)
+		msg := fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read a large message in parts (compactor.session.message with \"part\"), or raise the server's max_payload", len(body), room)
 		body, _ = json.Marshal(ErrorBody{Status: StatusFailed, Code: 413, Error: msg})
 		code, desc = "413", msg
 	}
@@ -263,6 +263,21 @@ type ErrorBody struct {
 	// HeadSeq is the session's head when an append's expected_head_seq did
 	// not hold.
 	HeadSeq *int64 `json:"head_seq,omitempty"`
+	// Parts, on a 413 of a read that can answer in parts (context,
+	// history), is how many: send the same request with "part" 0 to
+	// Parts-1 (and the first part's "digest").
+	Parts int `json:"parts,omitempty"`
+}
+
+// tooLarge is the error of a read whose answer is over one NATS message:
+// the caller reads it in parts.
+type tooLarge struct {
+	bytes, room, parts int
+}
+
+func (e *tooLarge) Error() string {
+	return fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read it in %d parts (the same request with \"part\": 0 to %d, and the digest the first part answers)",
+		e.bytes, e.room, e.parts, e.parts-1)
 }
 
 // errorCode maps an error to a micro error code and a status: 400 for a bad
@@ -276,6 +291,8 @@ func errorCode(err error) (int, string) {
 		return 404, StatusNotApplied
 	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrHeadMoved):
 		return 409, StatusNotApplied
+	case errors.Is(err, sessions.ErrChanged):
+		return 409, StatusRetry
 	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return 503, StatusRetry
 	case errors.Is(err, session.ErrCorrupt):
@@ -292,6 +309,10 @@ func errorAnswer(err error) (int, []byte) {
 	body := ErrorBody{Status: status, Code: code, Error: err.Error()}
 	if moved := (*session.HeadMovedError)(nil); errors.As(err, &moved) {
 		body.HeadSeq = &moved.Head
+	}
+	if big := (*tooLarge)(nil); errors.As(err, &big) {
+		body.Code, body.Status, body.Parts = 413, StatusFailed, big.parts
+		code = 413
 	}
 	data, _ := json.Marshal(body)
 	return code, data
@@ -455,7 +476,7 @@ func (s *Server) compact(r micro.Request) {
 		switch {
 		case disp == events.Retry:
 			code = "503"
-		case res.Reason == pipeline.ReasonInvalidRequest:
+		case res.Reason == pipeline.ReasonInvalidRequest, res.Reason == pipeline.ReasonConfiguration:
 			code = "400"
 		case res.Reason == pipeline.ReasonSessionNotFound:
 			code = "404"
@@ -673,12 +694,61 @@ func (s *Server) sessionUpload(r micro.Request) {
 }
 
 func (s *Server) sessionContext(r micro.Request) {
-	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.Context(ctx, sid) })
+	s.paged(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.Context(ctx, sid) })
 }
 
 func (s *Server) sessionHistory(r micro.Request) {
-	s.withSession(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.History(ctx, sid) })
+	s.paged(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.History(ctx, sid) })
 }
+
+// PagedBody is the body of a read that answers in parts when its answer
+// is over one NATS message (session.context, session.history).
+type PagedBody struct {
+	SessionID string `json:"session_id"`
+	// Part, when set, asks for that part of the answer's JSON
+	// (sessions.AnswerPart); without it the whole answer comes, or a 413
+	// saying how many parts there are.
+	Part *int `json:"part,omitempty"`
+	// Digest, with Part, names the answer whose part is wanted (the
+	// digest of part 0): if the session changed since, the answer is a
+	// 409 and the caller reads again from part 0.
+	Digest string `json:"digest,omitempty"`
+}
+
+// paged answers f's value for a PagedBody: whole when it fits one
+// message, else a 413 with the number of parts, or the part asked for.
+func (s *Server) paged(r micro.Request, f func(context.Context, string) (any, error)) {
+	var b PagedBody
+	if !s.decodeSession(r, &b, &b.SessionID) {
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) {
+		v, err := f(ctx, b.SessionID)
+		if err != nil {
+			return nil, err
+		}
+		whole, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		size := s.partSize()
+		if b.Part != nil {
+			return sessions.Cut(whole, *b.Part, size, b.Digest)
+		}
+		if room := s.room(); len(whole) > room {
+			return nil, &tooLarge{bytes: len(whole), room: room, parts: sessions.PartsOf(whole, size)}
+		}
+		return json.RawMessage(whole), nil
+	})
+}
+
+// room is the most bytes an answer may have: max_payload less its
+// headers and framing.
+func (s *Server) room() int { return int(s.nc.MaxPayload()) - 8<<10 }
+
+// partSize is how many bytes of an answer one part carries: base64 in a
+// JSON body within room.
+func (s *Server) partSize() int { return (s.room() - 1<<10) * 3 / 4 }
 
 func (s *Server) sessionDelete(r micro.Request) {
 	s.withSession(r, func(ctx context.Context, sid string) (any, error) {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 )
@@ -180,6 +182,47 @@ func TestInterruptedSyncCompactionPublishesNothing(t *testing.T) {
 	}
 }
 
+// Issue 23, item 9: a synchronous compact retried with its request_id
+// after the provider failed (summary_failed, retryable) answers compacted,
+// and the stream keeps that final outcome after the failure (main stored
+// only the failure: the completion had its id and was dropped as a
+// duplicate).
+func TestRetriedSyncCompactionStoresItsFinalOutcome(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	var calls atomic.Int64
+	_, _ = service(t, srv.ClientURL(), func(string) fakeprovider.Action {
+		if calls.Add(1) <= 4 { // the provider's whole retry budget for the first attempt
+			return fakeprovider.Action{Status: 500}
+		}
+		return fakeprovider.Action{}
+	}, nil)
+	nc, js := natstest.Connect(t, srv)
+	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 1500, "messages": chatJSON(60)}, nil); code != "" {
+		t.Fatalf("create: %s", code)
+	}
+	var failed map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &failed); code != "503" ||
+		failed["reason"] != "summary_failed" || failed["retryable"] != true {
+		t.Fatalf("the first attempt: %s %v", code, failed)
+	}
+	var res map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
+		t.Fatalf("the retry: %s %v", code, res)
+	}
+	msgs := streamResults(t, js, "s1")
+	if len(msgs) != 2 || msgs[0].Header.Get("ce-type") != events.TypeCompactionFailed || msgs[0].Header.Get("ce-id") != events.FailedResultID("sync-1") ||
+		msgs[1].Header.Get("ce-type") != events.TypeCompactionCompleted || msgs[1].Header.Get("ce-id") != events.RequestResultID("sync-1") {
+		t.Fatalf("stored results: %d %v", len(msgs), msgs)
+	}
+	// A third call answers from the compaction, and publishes nothing more.
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
+		t.Fatalf("the repeat: %s %v", code, res)
+	}
+	if n := len(streamResults(t, js, "s1")); n != 2 {
+		t.Fatalf("%d stored results after a repeat, want 2", n)
+	}
+}
+
 func streamResults(t *testing.T, js jetstream.JetStream, sid string) []*jetstream.RawStreamMsg {
 	t.Helper()
 	ctx := context.Background()
@@ -309,7 +352,7 @@ func TestIdleSessionsExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := breakers.RecordFailure(context.Background(), "idle", "r1", "summary_failed: x", 3, time.Now()); err != nil {
+	if _, _, err := breakers.RecordFailure(context.Background(), "idle", session.Failure{RequestID: "r1", Error: "summary_failed: x", MaxFailures: 3}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)

@@ -582,7 +582,12 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 	}
 	var lat []time.Duration
 	for id := range published {
+		// A completion stored after a retryable failure of the same
+		// request is its outcome.
 		res, ok := stored[events.RequestResultID(id)]
+		if !ok {
+			res, ok = stored[events.FailedResultID(id)]
+		}
 		if !ok {
 			rep.ResultsMissing++
 			continue

@@ -229,7 +229,7 @@ func TestServerRestartKeepsState(t *testing.T) {
 	e.importSession("s2", 3000, chat(5))
 	now := time.Now()
 	for i := range 3 {
-		if _, _, err := e.breakers.RecordFailure(context.Background(), "s2", fmt.Sprint("req-", i), "upstream 503", 3, now); err != nil {
+		if _, _, err := e.breakers.RecordFailure(context.Background(), "s2", session.Failure{RequestID: fmt.Sprint("req-", i), Error: "upstream 503", MaxFailures: 3}, now); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -329,7 +329,7 @@ func TestMalformedInputs(t *testing.T) {
 			continue
 		}
 		if len(got) != 1 || got[0].Data["reason"] != "invalid_request" || got[0].Data["request_id"] != tc.header.Get("ce-id") ||
-			!strings.Contains(got[0].Data["error"].(string), tc.reason) || got[0].ID != events.RequestResultID(tc.header.Get("ce-id")) {
+			!strings.Contains(got[0].Data["error"].(string), tc.reason) || got[0].ID != events.FailedResultID(tc.header.Get("ce-id")) {
 			t.Errorf("%s: want one CompactionFailed invalid_request saying %q, got %+v", tc.name, tc.reason, got)
 		}
 	}

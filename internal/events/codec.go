@@ -115,11 +115,25 @@ func ResultID(key, typ string) string {
 	return uuid.NewSHA1(resultNamespace, []byte(typ+"\x00"+key)).String()
 }
 
-// RequestResultID is the id of the one result event answering request
-// requestID, CompactionCompleted or CompactionFailed alike: whichever is
-// published first, JetStream's dedup drops any other, so a request never
-// has two results.
+// RequestResultID is the id of the CompactionCompleted event answering
+// request requestID: however often the request is delivered or repeated,
+// JetStream's dedup keeps one.
 func RequestResultID(requestID string) string { return ResultID(requestID, "result") }
+
+// FailedResultID is the id of the CompactionFailed event answering request
+// requestID. It differs from RequestResultID so that a request repeated
+// after a retryable failure (a synchronous compact after a provider 500)
+// still stores its final outcome: the stream keeps the failure, then the
+// completion, each once, and the later is the request's outcome.
+func FailedResultID(requestID string) string { return ResultID(requestID, "failed") }
+
+// ResultEventID is the id of a request's result event of either kind.
+func ResultEventID(requestID string, failed bool) string {
+	if failed {
+		return FailedResultID(requestID)
+	}
+	return RequestResultID(requestID)
+}
 
 // CircuitID is the id of the event of type typ (opened or closed) about
 // the breaker opening at openedAt: one event per opening however often it

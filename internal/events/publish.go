@@ -108,7 +108,7 @@ func (p *Publisher) stored(ctx context.Context, res *pipeline.Result) bool {
 		typ = TypeCompactionFailed
 	}
 	m, err := st.GetLastMsgForSubject(ctx, Subject(typ, res.SessionID))
-	return err == nil && m.Header.Get("Nats-Msg-Id") == RequestResultID(res.RequestID)
+	return err == nil && m.Header.Get("Nats-Msg-Id") == ResultEventID(res.RequestID, res.Failed)
 }
 
 // probeClosed publishes CompactionCircuitClosed when res is a probe that
@@ -124,9 +124,11 @@ func (p *Publisher) probeClosed(ctx context.Context, res *pipeline.Result) error
 	return p.CircuitClosed(ctx, b, "probe")
 }
 
-// Outcome publishes only the result event of a request.
+// Outcome publishes only the result event of a request: each kind once
+// per request (a repeat is a duplicate), so a completion after a
+// retryable failure of the same request is stored after it.
 func (p *Publisher) Outcome(ctx context.Context, res *pipeline.Result) error {
-	id := RequestResultID(res.RequestID)
+	id := ResultEventID(res.RequestID, res.Failed)
 	if res.Failed {
 		return p.publish(ctx, id, TypeCompactionFailed, res.SessionID, FailedData(res))
 	}

@@ -89,11 +89,11 @@ func (b *Breakers) Breaker(ctx context.Context, sid string) (session.Breaker, er
 }
 
 // RecordFailure implements pipeline.BreakerStore.
-func (b *Breakers) RecordFailure(ctx context.Context, sid, requestID, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
+func (b *Breakers) RecordFailure(ctx context.Context, sid string, f session.Failure, now time.Time) (session.Breaker, bool, error) {
 	opened := false
 	br, _, err := b.update(ctx, sid, func(br *session.Breaker) bool {
 		var counted bool
-		counted, opened = br.Fail(requestID, lastError, maxFailures, now)
+		counted, opened = br.Fail(f, now)
 		return counted
 	})
 	return br, opened, err

@@ -315,14 +315,14 @@ func (b *Breakers) Breaker(_ context.Context, sessionID string) (session.Breaker
 }
 
 // RecordFailure implements pipeline.BreakerStore.
-func (b *Breakers) RecordFailure(_ context.Context, sessionID, requestID, lastError string, maxFailures int, now time.Time) (session.Breaker, bool, error) {
+func (b *Breakers) RecordFailure(_ context.Context, sessionID string, f session.Failure, now time.Time) (session.Breaker, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	br, ok := b.m[sessionID]
 	if !ok {
 		br = session.Breaker{SessionID: sessionID, State: session.BreakerClosed}
 	}
-	counted, opened := br.Fail(requestID, lastError, maxFailures, now)
+	counted, opened := br.Fail(f, now)
 	if counted {
 		br.Revision++
 		b.m[sessionID] = br

@@ -234,7 +234,11 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 	var pe *Error
 	if errors.As(err, &pe) && pe.Reason.countsAsFailure() {
-		nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, req.ID, pe.Error(), s.cfg.MaxFailures, s.now())
+		// One outage of the model counts once, however often runtimes
+		// retry through it: within a cooldown of the last.
+		f := session.Failure{RequestID: req.ID, Error: pe.Error(), Retryable: pe.Retryable, MaxFailures: s.cfg.MaxFailures,
+			Window: time.Duration(s.cfg.BreakerCooldown)}
+		nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, f, s.now())
 		if berr != nil {
 			return errors.Join(err, fmt.Errorf("record breaker failure: %w", berr))
 		}
@@ -439,7 +443,7 @@ func (s *Service) overflow(p *plan, req Request, res *Result) Decision {
 // selectTail decides where the raw tail starts: the last turns, within
 // the headroom the pinned messages and a full summary leave (Select).
 func (s *Service) selectTail(p *plan) Selection {
-	reserve := s.cfg.MaxSummaryTokens + summaryFraming
+	reserve := s.summaryReserve(p) + summaryFraming
 	tailBudget := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.pinnedTokens - reserve
 	if tailBudget < p.limit/10 {
 		// The pinned messages and the summary leave no headroom: keep half
@@ -451,6 +455,33 @@ func (s *Service) selectTail(p *plan) Selection {
 	tailBudget = max(tailBudget-p.growth, 0)
 	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: s.maxTail(p)})
 }
+
+// target is what the context aims for after a compaction: the headroom
+// share of the limit, less the growth a preparation leaves room for.
+func (s *Service) target(p *plan) int {
+	return int(s.cfg.HeadroomRatio*float64(p.limit)) - p.growth
+}
+
+// summaryReserve is the summary's share of the target: max_summary_tokens
+// where the window is large, else half of what the target leaves beside
+// the pinned messages (the other half is the raw tail), so that summary
+// plus tail meet the target at every window where the pinned messages
+// leave room for both; never under the smallest useful summary.
+func (s *Service) summaryReserve(p *plan) int {
+	return max(minSummaryTokens, min(s.cfg.MaxSummaryTokens, (s.target(p)-p.pinnedTokens-2*summaryFraming)*2/3))
+}
+
+// ledgerBudget is what the artifact ledger may take of a summary's budget:
+// its share of max_summary_tokens, so that a summary shortened to fit a
+// small window keeps the files, commands and errors it would have kept
+// and shortens its prose first; never over maxLedgerShare of the budget.
+func (s *Service) ledgerBudget(budget int) int {
+	return min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens)), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)))
+}
+
+// maxLedgerShare bounds the ledger's share of a shortened summary: the
+// summariser keeps room for the goal, the decisions and the open tasks.
+const maxLedgerShare = 0.7
 
 // maxTail is the most messages the raw tail may hold (0: no bound).
 func (s *Service) maxTail(p *plan) int {
@@ -527,7 +558,7 @@ func (r *reduction) key(sessionID string, head int64) string {
 // brought the context within its limit stands. With nothing to do, res
 // is answered (already compacted) and plan returns nil.
 func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduction, error) {
-	target := int(s.cfg.HeadroomRatio*float64(p.limit)) - p.growth
+	target := s.target(p)
 	r := &reduction{cleared: carried(clearedOf(p.sess.Summary), p.candidates)}
 	cands, now := p.candidates, p.beforeTokens
 	// Clearing shortens messages; it cannot fix a message count.
@@ -581,8 +612,8 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 			"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
 	}
 	if !s.cfg.has(StepSummarise) {
-		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
-			"clearing tool results leaves about %d tokens, over the limit %d, and the ladder has no summary step", now, p.limit)
+		return nil, fail(ReasonConfiguration, false, ErrConfiguration,
+			"clearing tool results leaves about %d tokens, over the limit %d, and the ladder (reductions) has no summary step", now, p.limit)
 	}
 	r.selected, r.tail = cands[:sel.Cut], cands[sel.Cut:]
 	replaced, tailTokens := 0, 0
@@ -595,11 +626,23 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	for i := range r.tail {
 		tailTokens += r.tail[i].Tokens
 	}
+	// The summary gets what the target leaves beside the pinned messages
+	// and the tail (so the context lands on the target, not near the
+	// limit); only when the tail alone is past the target, what the limit
+	// leaves.
 	room := p.limit - p.growth - p.pinnedTokens - summaryFraming - tailTokens
+	if aim := target - p.pinnedTokens - summaryFraming - tailTokens; aim >= minSummaryTokens {
+		room = aim
+	}
 	r.budget = min(s.cfg.MaxSummaryTokens, room, replaced-summaryFraming-1)
 	if r.budget < minSummaryTokens {
 		if cleared {
 			return asCleared(), nil
+		}
+		if free := p.limit - p.growth - p.pinnedTokens - summaryFraming; free < minSummaryTokens {
+			return nil, fail(ReasonConfiguration, false, ErrConfiguration,
+				"the pinned messages (%d tokens) leave %d tokens of the %d-token context limit, under the %d a summary needs: raise the session's context_limit or pin less",
+				p.pinnedTokens, max(free, 0), p.limit, minSummaryTokens)
 		}
 		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
 			"no summary can help: the window leaves %d tokens for it (pinned %d, tail %d, limit %d) and it would replace %d, under the %d a summary needs",
@@ -656,7 +699,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	var led ledgerPart
 	if s.cfg.LedgerShare > 0 {
 		led.ledger = ledgerOf(prev, input, r.incremental)
-		led.rendered = ledger.Render(led.ledger, p.counter.Count, int(s.cfg.LedgerShare*float64(r.budget)))
+		led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget))
 		if led.ledger.Empty() {
 			led.ledger = nil
 		}

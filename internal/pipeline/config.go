@@ -41,11 +41,14 @@ type Config struct {
 	EnableIncremental bool `json:"enable_incremental"`
 	// MaxFailures consecutive failed compactions open a session's breaker.
 	MaxFailures int `json:"max_failures"`
-	// BreakerCooldown, when set, lets one request through an open breaker
-	// per cooldown (half-open): success closes it, failure keeps it open.
-	// Zero (the default, as the design note says) keeps it open until an
-	// operator resets it.
-	BreakerCooldown Duration `json:"breaker_cooldown,omitempty"`
+	// BreakerCooldown lets one request through an open breaker per
+	// cooldown (half-open): success closes it, failure keeps it open, so a
+	// session recovers by itself after an outage. It is also the window in
+	// which retryable failures (the model unavailable) count once: one
+	// outage is one failure, however often runtimes retry through it.
+	// Default 30 s; zero keeps an open breaker open until an operator
+	// resets it (the design note's rule), and counts every failure.
+	BreakerCooldown Duration `json:"breaker_cooldown"`
 	// HeadroomRatio is the share of the context window that summary plus
 	// raw tail aim for, as far as the pinned messages allow.
 	HeadroomRatio float64 `json:"headroom_ratio"`
@@ -153,6 +156,7 @@ func DefaultConfig() Config {
 		MaxMessages:         50,
 		EnableIncremental:   true,
 		MaxFailures:         3,
+		BreakerCooldown:     Duration(DefaultBreakerCooldown),
 		HeadroomRatio:       0.6,
 		MinReduction:        0.10,
 		CondenseRatio:       0.75,
@@ -167,6 +171,9 @@ func DefaultConfig() Config {
 		PrepareAt:           0.7,
 	}
 }
+
+// DefaultBreakerCooldown is BreakerCooldown's default.
+const DefaultBreakerCooldown = 30 * time.Second
 
 // has reports whether the ladder has step.
 func (c Config) has(step string) bool {

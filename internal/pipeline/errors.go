@@ -29,6 +29,13 @@ var (
 	// would leave the context over its limit, or remove less than
 	// MinReduction of its tokens: failing beats a compaction loop.
 	ErrInsufficientProgress = errors.New("compaction cannot make enough progress")
+	// ErrConfiguration is returned when the settings alone make a
+	// compaction impossible, whatever the session holds: the pinned
+	// messages leave no room for a summary in the context limit, or the
+	// ladder has no step that could fit it. It does not count against the
+	// session's breaker (the model is not at fault); changing the settings
+	// (the limit, the pinned messages, the ladder) fixes it.
+	ErrConfiguration = errors.New("the settings allow no compaction")
 	// ErrInvariant is returned when the context a compaction would produce
 	// breaks an invariant (a tool call without its result, a pinned message
 	// missing, a summary over budget); nothing is committed.
@@ -54,6 +61,9 @@ const (
 	ReasonInvalidRequest       Reason = "invalid_request"
 	ReasonInsufficientProgress Reason = "insufficient_progress"
 	ReasonInvariantViolated    Reason = "invariant_violated"
+	// ReasonConfiguration: the settings alone allow no compaction
+	// (ErrConfiguration); not retryable, and no breaker failure.
+	ReasonConfiguration Reason = "configuration_error"
 	// ReasonCorruptSession: the stored session (or its breaker) does not
 	// decode; no retry can fix it, an operator must (or delete it).
 	ReasonCorruptSession Reason = "corrupt_session"

@@ -299,6 +299,7 @@ func TestFromScratchResendsHistory(t *testing.T) {
 
 func TestBreakerOpensAndResets(t *testing.T) {
 	cfg := pipeline.DefaultConfig()
+	cfg.BreakerCooldown = 0 // the design note's breaker: every failure counts, only a reset closes it
 	e, rec := newRecorderEnv(t, cfg)
 	e.importSession(t, "s", 3000, chat(30))
 	failing := true
@@ -532,7 +533,9 @@ func TestOneCompactedPerCompaction(t *testing.T) {
 // same failure and reports the opening again (its events have fixed ids),
 // instead of circuit_open; its failure is not counted twice.
 func TestRedeliveredOpenerAnswersItsFailure(t *testing.T) {
-	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+	cfg := pipeline.DefaultConfig()
+	cfg.BreakerCooldown = 0 // every failure counts
+	e, rec := newRecorderEnv(t, cfg)
 	e.importSession(t, "s", 3000, chat(30))
 	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
 		return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
@@ -575,9 +578,17 @@ func TestPinnedTooBigFailsWithoutModelCall(t *testing.T) {
 	msgs := chat(10)
 	msgs[0].Content = session.TextContent(strings.Repeat("Policy rule 17 applies to all fares. ", 400))
 	e.importSession(t, "s", 3000, msgs)
-	res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
-	if !errors.Is(err, pipeline.ErrInsufficientProgress) || res.Reason != pipeline.ReasonInsufficientProgress {
-		t.Fatalf("%v %+v", err, res)
+	// The settings alone allow no compaction: a configuration error, not
+	// a failure of the session's (its breaker does not move).
+	for i := range 4 {
+		res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprint(i), SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+		if !errors.Is(err, pipeline.ErrConfiguration) || res.Reason != pipeline.ReasonConfiguration || res.Retryable || res.CircuitOpened ||
+			!strings.Contains(res.Error, "context_limit") {
+			t.Fatalf("%v %+v", err, res)
+		}
+	}
+	if b, _ := e.breakers.Breaker(context.Background(), "s"); b.Failures != 0 || b.Open() {
+		t.Fatalf("a configuration error counted on the breaker: %+v", b)
 	}
 	if rec.count.Load() != 0 {
 		t.Fatal("a hopeless compaction called the model")
@@ -609,7 +620,8 @@ func TestBreakerCooldownProbe(t *testing.T) {
 		n++
 		return pipeline.Request{ID: fmt.Sprint("r", n), SessionID: "s", Trigger: pipeline.TriggerOverBudget}
 	}
-	for range cfg.MaxFailures {
+	for range cfg.MaxFailures { // three outages, a cooldown apart
+		now = now.Add(time.Duration(cfg.BreakerCooldown))
 		svc.Compact(context.Background(), req())
 	}
 	if _, err := svc.Compact(context.Background(), req()); !errors.Is(err, pipeline.ErrCircuitOpen) {
@@ -659,5 +671,53 @@ func TestOvertakenCommitKeepsItsStrategy(t *testing.T) {
 	other, err := svc.Compact(context.Background(), pipeline.Request{ID: "2", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
 	if err != nil || other.Outcome == pipeline.OutcomeCompacted {
 		t.Fatalf("another request: %v %+v", err, other)
+	}
+}
+
+// Runtimes retrying through one outage of the model (summary_failed,
+// retryable) count it once: within a cooldown of the last counted one, a
+// retryable failure is answered but not counted. Failures of another kind
+// still count each, and the default cooldown is on.
+func TestOneOutageCountsOnce(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	if cfg.BreakerCooldown <= 0 {
+		t.Fatal("no default breaker cooldown")
+	}
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	rec := &recorder{next: extractive.New(counter(t))}
+	e := newEnv(t, rec, cfg)
+	svc, err := pipeline.New(e.store, e.breakers, rec, cfg, pipeline.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.importSession(t, "s", 3000, chat(30))
+	failing := true
+	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+		if failing {
+			return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
+		}
+		return pipeline.SummaryResponse{}, nil, false
+	}
+	cooldown := time.Duration(cfg.BreakerCooldown)
+	for i := range 10 { // ten retries in a 7-second outage
+		now = now.Add(700 * time.Millisecond)
+		res, err := svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprint("o", i), SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+		if !errors.Is(err, pipeline.ErrSummaryFailed) || !res.Retryable || res.Failures != 1 || res.CircuitOpened {
+			t.Fatalf("retry %d in the outage: %v %+v", i, err, res)
+		}
+	}
+	// The next outage, a cooldown later, counts again.
+	now = now.Add(cooldown)
+	if res, _ := svc.Compact(context.Background(), pipeline.Request{ID: "o-next", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); res.Failures != 2 {
+		t.Fatalf("a second outage: %+v", res)
+	}
+	// The model is back: the next request compacts and clears the count.
+	failing = false
+	now = now.Add(time.Second)
+	if res, err := svc.Compact(context.Background(), pipeline.Request{ID: "back", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); err != nil || res.Outcome != pipeline.OutcomeCompacted {
+		t.Fatalf("after the outage: %v %+v", err, res)
+	}
+	if b, _ := e.breakers.Breaker(context.Background(), "s"); b.Failures != 0 || b.Open() {
+		t.Fatalf("breaker after recovery: %+v", b)
 	}
 }

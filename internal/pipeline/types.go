@@ -195,7 +195,7 @@ type BreakerStore interface {
 	// opens the breaker when the count reaches maxFailures. opened is true
 	// only for the failure that opened it, so exactly one
 	// CompactionCircuitOpened is published.
-	RecordFailure(ctx context.Context, sessionID, requestID, lastError string, maxFailures int, now time.Time) (b session.Breaker, opened bool, err error)
+	RecordFailure(ctx context.Context, sessionID string, f session.Failure, now time.Time) (b session.Breaker, opened bool, err error)
 	// Reset closes the breaker and clears its count. It returns the state
 	// before the reset (closed with no failures when none was stored).
 	Reset(ctx context.Context, sessionID string, now time.Time) (session.Breaker, error)

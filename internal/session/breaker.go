@@ -31,6 +31,9 @@ type Breaker struct {
 	FailedRequests []string `json:"failed_requests,omitempty"`
 	// OpenedBy is the request whose failure opened the breaker.
 	OpenedBy string `json:"opened_by,omitempty"`
+	// OutageAt is when the last retryable failure (the model unavailable)
+	// was counted: another within the failure's window is the same outage.
+	OutageAt *time.Time `json:"outage_at,omitempty"`
 	// Revision is the store's revision, for compare-and-set.
 	Revision uint64 `json:"-"`
 }
@@ -60,26 +63,51 @@ func (b Breaker) Counted(id string) bool {
 	return id != "" && slices.Contains(b.FailedRequests, id)
 }
 
-// Fail counts a failure of request id at now, unless that request's failure
-// is counted already, and opens the breaker at maxFailures. It reports
-// whether it counted, and whether this failure opened the breaker. Every
-// breaker store applies this one rule.
-func (b *Breaker) Fail(id, lastError string, maxFailures int, now time.Time) (counted, opened bool) {
-	if b.Counted(id) {
+// Failure is one failed compaction, as a breaker counts it.
+type Failure struct {
+	// RequestID names the request: its redeliveries count once.
+	RequestID string
+	// Error is kept as the breaker's last error ("reason: error").
+	Error string
+	// Retryable marks a failure of the model's availability
+	// (summary_failed after the provider's retries): runtimes retry it, and
+	// all of one outage count once (see Window).
+	Retryable bool
+	// MaxFailures counted failures open the breaker.
+	MaxFailures int
+	// Window: a retryable failure within Window of the last counted one is
+	// not counted again (0: each counts).
+	Window time.Duration
+}
+
+// Fail counts f at now, unless its request is counted already or it is a
+// retryable failure of an outage counted already (within f.Window of the
+// last), and opens the breaker at f.MaxFailures. It reports whether it
+// counted, and whether this failure opened the breaker. Every breaker store
+// applies this one rule.
+func (b *Breaker) Fail(f Failure, now time.Time) (counted, opened bool) {
+	if b.Counted(f.RequestID) {
+		return false, false
+	}
+	if f.Retryable && f.Window > 0 && b.OutageAt != nil && now.Before(b.OutageAt.Add(f.Window)) {
 		return false, false
 	}
 	b.Failures++
-	b.LastError = lastError
+	b.LastError = f.Error
 	b.UpdatedAt = now.UTC()
-	if id != "" {
+	if f.Retryable {
+		t := now.UTC()
+		b.OutageAt = &t
+	}
+	if id := f.RequestID; id != "" {
 		b.FailedRequests = append(b.FailedRequests, id)
 		if n := len(b.FailedRequests); n > MaxTrackedRequests {
 			b.FailedRequests = slices.Clone(b.FailedRequests[n-MaxTrackedRequests:])
 		}
 	}
-	if !b.Open() && b.Failures >= maxFailures {
+	if !b.Open() && b.Failures >= f.MaxFailures {
 		t := now.UTC()
-		b.State, b.OpenedAt, b.OpenedBy = BreakerOpen, &t, id
+		b.State, b.OpenedAt, b.OpenedBy = BreakerOpen, &t, f.RequestID
 		return true, true
 	}
 	return true, false

@@ -14,6 +14,8 @@ package sessions
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -521,4 +523,48 @@ func (s *Service) MessagePart(ctx context.Context, sid string, seq int64, part i
 	}
 	end := min(len(b), (part+1)*MaxUploadPartBytes)
 	return MessagePart{SessionID: sid, Seq: seq, Part: part, Parts: parts, Data: b[part*MaxUploadPartBytes : end]}, nil
+}
+
+// ErrChanged is returned for a part of an answer read in parts when the
+// answer has changed since the first part was read (the session was
+// written meanwhile): read it again from part 0.
+var ErrChanged = errors.New("the answer changed while it was read in parts: read it again from part 0")
+
+// AnswerPart is one part of an answer too large for one NATS message (the
+// context or the history of a session holding megabytes: screenshots,
+// long logs). The parts joined, in order, are the answer's JSON, whose
+// SHA-256 is Digest.
+type AnswerPart struct {
+	Part  int `json:"part"`
+	Parts int `json:"parts"`
+	// Digest is the SHA-256 of the whole answer, hex: every part of one
+	// answer carries the same, and a request naming it gets a part of that
+	// answer or ErrChanged.
+	Digest string `json:"digest"`
+	// Data is the part's bytes (base64 in JSON).
+	Data []byte `json:"data"`
+}
+
+// Digest is the digest AnswerPart carries for whole.
+func Digest(whole []byte) string {
+	sum := sha256.Sum256(whole)
+	return hex.EncodeToString(sum[:])
+}
+
+// PartsOf is how many parts of size bytes whole is cut in.
+func PartsOf(whole []byte, size int) int { return max(1, (len(whole)+size-1)/size) }
+
+// Cut returns part (0-based) of whole cut in parts of size bytes. With
+// digest set, whole must still be the answer digest names, else it
+// returns ErrChanged; a part out of range is session.ErrInvalid.
+func Cut(whole []byte, part, size int, digest string) (AnswerPart, error) {
+	d := Digest(whole)
+	if digest != "" && digest != d {
+		return AnswerPart{}, ErrChanged
+	}
+	parts := PartsOf(whole, size)
+	if part < 0 || part >= parts {
+		return AnswerPart{}, fmt.Errorf("%w: part %d: the answer has parts 0..%d", session.ErrInvalid, part, parts-1)
+	}
+	return AnswerPart{Part: part, Parts: parts, Digest: d, Data: whole[part*size : min(len(whole), (part+1)*size)]}, nil
 }

@@ -78,7 +78,7 @@ func TestUseCasesOverMemory(t *testing.T) {
 	if mp, err := svc.MessagePart(ctx, "s", 4, 0); err != nil || mp.Parts != 1 || !strings.Contains(string(mp.Data), `"u1"`) {
 		t.Fatalf("message part: %+v %v", mp, err)
 	}
-	breakers.RecordFailure(ctx, "s", "r1", "x", 3, time.Now())
+	breakers.RecordFailure(ctx, "s", session.Failure{RequestID: "r1", Error: "x", MaxFailures: 3}, time.Now())
 	if d, err := svc.Delete(ctx, "s"); err != nil || !d.Deleted {
 		t.Fatalf("delete: %+v %v", d, err)
 	}

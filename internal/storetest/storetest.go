@@ -498,7 +498,7 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 		}
 		opened := 0
 		for i := 1; i <= 4; i++ {
-			br, o, err := b.RecordFailure(ctx, "s", fmt.Sprint("req-", i), fmt.Sprint("fail ", i), 3, now)
+			br, o, err := b.RecordFailure(ctx, "s", session.Failure{RequestID: fmt.Sprint("req-", i), Error: fmt.Sprint("fail ", i), MaxFailures: 3}, now)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -531,7 +531,7 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 			t.Fatalf("a closed breaker let a probe through: %v %v", ok, err)
 		}
 		for i := range 3 {
-			b.RecordFailure(ctx, "p", fmt.Sprint("req-", i), "x", 3, now)
+			b.RecordFailure(ctx, "p", session.Failure{RequestID: fmt.Sprint("req-", i), Error: "x", MaxFailures: 3}, now)
 		}
 		if _, ok, _ := b.Probe(ctx, "p", time.Minute, now.Add(30*time.Second)); ok {
 			t.Fatal("probe before the cooldown")
@@ -574,7 +574,7 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				_, o, err := b.RecordFailure(ctx, "c", fmt.Sprint("req-", i), "x", 5, now)
+				_, o, err := b.RecordFailure(ctx, "c", session.Failure{RequestID: fmt.Sprint("req-", i), Error: "x", MaxFailures: 5}, now)
 				if err != nil {
 					t.Error(err)
 				}
@@ -594,12 +594,12 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 	t.Run("a request's failure counts once", func(t *testing.T) {
 		b := newStore(t)
 		for range 3 { // one request's redeliveries
-			br, o, err := b.RecordFailure(ctx, "r", "req-1", "x", 2, now)
+			br, o, err := b.RecordFailure(ctx, "r", session.Failure{RequestID: "req-1", Error: "x", MaxFailures: 2}, now)
 			if err != nil || o || br.Failures != 1 {
 				t.Fatalf("redelivered failure: %+v opened %v %v", br, o, err)
 			}
 		}
-		br, o, _ := b.RecordFailure(ctx, "r", "req-2", "y", 2, now)
+		br, o, _ := b.RecordFailure(ctx, "r", session.Failure{RequestID: "req-2", Error: "y", MaxFailures: 2}, now)
 		if !o || br.Failures != 2 || br.OpenedBy != "req-2" {
 			t.Fatalf("second request: %+v opened %v", br, o)
 		}
@@ -611,6 +611,31 @@ func RunBreakers(t *testing.T, newStore func(t *testing.T) Breakers) {
 		}
 		if err := b.Delete(ctx, "r"); err != nil {
 			t.Fatalf("second delete: %v", err)
+		}
+	})
+	t.Run("one outage counts once", func(t *testing.T) {
+		b := newStore(t)
+		outage := func(id string, at time.Time) (session.Breaker, bool) {
+			t.Helper()
+			br, o, err := b.RecordFailure(ctx, "o", session.Failure{RequestID: id, Error: "summary_failed: 503", Retryable: true, MaxFailures: 2, Window: time.Minute}, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return br, o
+		}
+		for i := range 5 { // retries within the window: one failure
+			if br, o := outage(fmt.Sprint("retry-", i), now.Add(time.Duration(i)*10*time.Second)); o || br.Failures != 1 {
+				t.Fatalf("retry %d: %+v opened %v", i, br, o)
+			}
+		}
+		// Another kind of failure counts whatever the window.
+		br, o, _ := b.RecordFailure(ctx, "o", session.Failure{RequestID: "bad", Error: "invariant_violated: x", MaxFailures: 3}, now.Add(45*time.Second))
+		if o || br.Failures != 2 {
+			t.Fatalf("a failure of another kind: %+v", br)
+		}
+		// The window runs from the last counted outage failure.
+		if br, o := outage("later", now.Add(40*time.Second+time.Minute)); !o || br.Failures != 3 || !br.Open() {
+			t.Fatalf("an outage a window later: %+v opened %v", br, o)
 		}
 	})
 }
