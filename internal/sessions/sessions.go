@@ -208,7 +208,7 @@ type AppendedMessage struct {
 
 // Append statuses.
 const (
-	StatusApplied    = "applied"
+	StatusApplied        = "applied"
 	StatusAlreadyApplied = "already_applied"
 )
 
