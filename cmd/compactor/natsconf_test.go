@@ -102,6 +102,20 @@ func TestNATSConfRoles(t *testing.T) {
 	comp := connectAs(t, as("compactor"))
 	comp.deniedPublish(t, "$JS.API.STREAM.CREATE.EVIL")
 	comp.deniedPublish(t, "$JS.API.STREAM.DELETE."+consumer.RequestStream)
+	// It may answer a request it did not receive through this server (issue
+	// 23, item 11): after a failover a replica answers through another
+	// node, which knows nothing of the request, and allow_responses alone
+	// refused the answer while the runtime waited out its timeout.
+	inbox, err := connectAs(t, as("runtime")).nc.SubscribeSync("_INBOX.failover-reply")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := comp.nc.Publish("_INBOX.failover-reply", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inbox.NextMsg(3 * time.Second); err != nil {
+		t.Fatalf("the compactor's answer to an inbox it got no request from: %v", err)
+	}
 	startServe(t, as("admin"), "--nats-url", as("compactor"))
 
 	// A runtime: create, append and read its session through the

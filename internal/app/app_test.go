@@ -383,7 +383,8 @@ func TestIdleSessionsExpire(t *testing.T) {
 // A tool result of 600 KB (over one stored value: it is kept in chunks)
 // sent through the endpoints is stored, compacted, and read back; an answer
 // that would not fit one NATS message (the whole context of a session
-// holding 1.1 MB) says so at once instead of leaving the caller waiting.
+// holding 1.1 MB) says so at once, with the parts to read it in, instead
+// of leaving the caller waiting.
 func TestLargeMessagesThroughTheEndpoints(t *testing.T) {
 	srv := natstest.Server(t, t.TempDir(), -1)
 	service(t, srv.ClientURL(), nil, nil)
@@ -406,7 +407,7 @@ func TestLargeMessagesThroughTheEndpoints(t *testing.T) {
 		t.Fatalf("append: %s %+v", code, eb)
 	}
 	eb = api.ErrorBody{}
-	if code := call(t, nc, api.SubjectContext, map[string]any{"session_id": "big"}, &eb); code != "413" || !strings.Contains(eb.Error, "max_payload") {
+	if code := call(t, nc, api.SubjectContext, map[string]any{"session_id": "big"}, &eb); code != "413" || eb.Parts != 2 || !strings.Contains(eb.Error, "in 2 parts") {
 		t.Fatalf("a 1.1 MB context: %s %+v", code, eb)
 	}
 	var res map[string]any

@@ -419,6 +419,7 @@ func TestSummaryFailureIsAnsweredAndCountedOnce(t *testing.T) {
 	e := newEnv(t)
 	e.importSession("s1", 3000, chat(40))
 	cfg := pipeline.DefaultConfig() // max_failures 3
+	cfg.BreakerCooldown = 0         // each request's failure counts (not one per outage)
 	f := &failing{retryable: true}
 	r := e.start(f, cfg, consumer.Options{})
 	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
