@@ -13,14 +13,20 @@ import (
 )
 
 // runChaos is `compactor chaos`: a three-node cluster, two serve replicas
-// (this binary), runtimes writing and requesting while a stream leader and a
-// replica are killed; it checks what the runtimes were told against what is
-// stored and writes docs/RELIABILITY.md. Exit 1 when a goal is not met.
+// (this binary), runtimes writing and requesting while leaders and a
+// replica are killed, the model is down and a replica is paused; it checks
+// what the runtimes were told against what is stored and writes
+// docs/RELIABILITY.md. Exit 1 when a goal is missed, naming it.
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	runtimes := fs.Int("runtimes", 50, "runtimes writing at once")
 	duration := fs.Duration("duration", time.Minute, "`DURATION` of the load; the faults happen within it")
 	failRate := fs.Float64("fail-rate", 0.3, "share of model calls that fail")
+	outage := fs.Duration("outage", 7*time.Second, "how long the model fails every call, once")
+	pause := fs.Duration("pause", 20*time.Second, "how long a replica is paused (SIGSTOP)")
+	binary := fs.String("binary", "", "the compactor `BINARY` the replicas run (default: this one)")
+	drain := fs.Duration("drain", 90*time.Second, "how long to wait after the load for the requests still open")
+	limit := fs.Int("context-limit", 2500, "every session's context limit in `TOKENS`: a runtime requests a compaction past it")
 	out := fs.String("out", "docs/RELIABILITY.md", "write the report to this Markdown `FILE` (empty: print JSON only)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 	pos, err := parseFlags(fs, args, stdout, "chaos [--runtimes N] [--duration D] [--out FILE]")
@@ -30,19 +36,22 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 {
-		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1", errUsage)
+	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 || *outage <= 0 || *pause <= 0 || *drain <= 0 || *limit < 500 {
+		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1, --outage, --pause and --drain > 0, --context-limit >= 500", errUsage)
 	}
 	if *out != "" {
 		if err := checkWritable(*out); err != nil {
 			return fmt.Errorf("%w: --out: %v", errUsage, err)
 		}
 	}
-	bin, err := os.Executable()
-	if err != nil {
-		return err
+	bin := *binary
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return err
+		}
 	}
-	rep, err := chaos.Run(ctx, chaos.Options{Binary: bin, Runtimes: *runtimes, Duration: *duration, FailRate: *failRate, Progress: stderr})
+	rep, err := chaos.Run(ctx, chaos.Options{Binary: bin, Runtimes: *runtimes, Duration: *duration, FailRate: *failRate,
+		ContextLimit: *limit, Outage: *outage, Pause: *pause, Drain: *drain, Progress: stderr})
 	if err != nil {
 		return err
 	}
@@ -62,7 +71,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprint(stdout, md)
 	}
 	if !rep.Pass() {
-		return fmt.Errorf("%w: a reliability goal was not met", errFailed)
+		return fmt.Errorf("%w: goals missed: %s", errFailed, rep.Missed())
 	}
 	return nil
 }

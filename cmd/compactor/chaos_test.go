@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,8 +14,10 @@ import (
 
 // TestChaosShort is make chaos's regression test: a short run of the same
 // harness (a three-node cluster, two serve processes, runtimes appending
-// and requesting while the sessions stream's leader and a replica are
-// killed) meets every goal.
+// and requesting while the meta leader and the leaders of the sessions,
+// requests and events streams are killed, the model is down, a replica is
+// killed and the other paused) meets every goal. A missed goal is named
+// with its figures.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster and two serve processes")
@@ -22,16 +27,17 @@ func TestChaosShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("COMPACTOR_TEST_RUN_MAIN", "1") // the replicas are this binary running main
-	rep, err := chaos.Run(context.Background(), chaos.Options{Binary: exe, Runtimes: 8, Duration: 15 * time.Second, ContextLimit: 1500, Progress: testWriter{t}})
+	rep, err := chaos.Run(context.Background(), chaos.Options{Binary: exe, Runtimes: 8, Duration: 30 * time.Second, ContextLimit: 1500,
+		Outage: 3 * time.Second, Pause: 10 * time.Second, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", *rep)
-	if len(rep.Faults) != 4 {
-		t.Fatalf("faults %v, want the leader and the replica killed and restarted", rep.Faults)
+	if len(rep.Faults) != 14 {
+		t.Fatalf("faults %v, want four leaders killed and restarted, the outage, a replica killed and restarted, one paused and resumed", rep.Faults)
 	}
-	if !rep.Pass() || rep.Requests == 0 || rep.AppendsAcknowledged == 0 {
-		t.Fatalf("goals not met:\n%s", rep.Markdown("test"))
+	if !rep.Pass() {
+		t.Fatalf("goals missed: %s\n%s", rep.Missed(), rep.Markdown("test"))
 	}
 }
 
@@ -40,4 +46,29 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(p))
 	return len(p), nil
+}
+
+// TestChaosFailsOnABrokenBuild: `compactor chaos` against a deliberately
+// broken build (go build -tags chaosbroken: every second result event
+// are dropped while their publish reports success) exits 1 and names the
+// goal it missed with its figures. A harness that cannot fail proves
+// nothing. (Run in make test's second pass, without the race detector: it
+// builds the binary.)
+func TestChaosFailsOnABrokenBuild(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("builds a binary and runs a cluster: make test's second pass runs it")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("skipping: no go toolchain to build the broken binary: %v", err)
+	}
+	broken := filepath.Join(t.TempDir(), "compactor-broken")
+	build := exec.Command(goBin, "build", "-tags", "chaosbroken", "-o", broken, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the broken binary: %v\n%s", err, out)
+	}
+	code, _, stderr := runCLI(t, "chaos", "--binary", broken, "--runtimes", "6", "--duration", "12s", "--context-limit", "800", "--outage", "1s", "--pause", "3s", "--drain", "15s", "--out", "", "--json")
+	if code != 1 || !strings.Contains(stderr, "goals missed: ") || !strings.Contains(stderr, "every request has its outcome in the stream: ") {
+		t.Fatalf("chaos on a broken build: exit %d, stderr:\n%s", code, stderr)
+	}
 }

@@ -109,6 +109,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case errors.Is(err, errHelp):
 			return 0
 		case errors.Is(err, errFailed):
+			if err != errFailed { // it says what failed
+				fmt.Fprintf(stderr, "compactor %s: %v\n", c.name, err)
+			}
 			return 1
 		case errors.Is(err, errUsage):
 			fmt.Fprintf(stderr, "compactor %s: %v\nRun 'compactor %s --help' for usage.\n", c.name, err, c.name)

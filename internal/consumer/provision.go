@@ -30,8 +30,9 @@ const (
 const (
 	// AckWait is how long a delivery may go without an InProgress
 	// heartbeat before it is redelivered (the heartbeat runs at AckWait/3,
-	// so this is also how soon a crashed replica's work is picked up).
-	AckWait = 30 * time.Second
+	// so this is also how soon a crashed or paused replica's work is
+	// picked up by another: seconds, not the half minute it was).
+	AckWait = 5 * time.Second
 	// MaxDeliver bounds deliveries; past it a request goes to the DLQ.
 	MaxDeliver = 5
 	// DedupWindow covers client retries and the redelivery horizon

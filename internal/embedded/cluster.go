@@ -41,7 +41,11 @@ func StartCluster(n int, dir string) (*Cluster, error) {
 		c.opts = append(c.opts, &server.Options{ServerName: fmt.Sprintf("N%d", i+1), Host: "127.0.0.1", Port: ports[i],
 			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), MaxPayload: 1 << 20,
 			Cluster: server.ClusterOpts{Name: "compactor-cluster", Host: "127.0.0.1", Port: ports[n+i]},
-			Routes:  routes, NoLog: true, NoSigs: true})
+			Routes:  routes, NoLog: true, NoSigs: true,
+			// A client that stops answering pings (a paused or wedged
+			// replica) is dropped within seconds, so the requests its
+			// subscriptions would take go to the live ones.
+			PingInterval: StalePingInterval, MaxPingsOut: StaleMaxPings})
 		c.Nodes = append(c.Nodes, nil)
 	}
 	for i := range n {
@@ -99,6 +103,34 @@ func (c *Cluster) Kill(i int) {
 		s.Shutdown()
 		s.WaitForShutdown()
 		c.Nodes[i] = nil
+	}
+}
+
+// StalePingInterval and StaleMaxPings make a server drop a client that
+// has answered none of its pings for about 3-4 s (nats-server's defaults,
+// 2 minutes and 2, keep a paused replica's subscriptions for minutes, and
+// a server hands queue-group requests to its own clients first: every
+// endpoint request that reached the paused replica's server went to it).
+const (
+	StalePingInterval = time.Second
+	StaleMaxPings     = 2
+)
+
+// WaitCurrent waits until node i's JetStream is current with the cluster
+// (its health check passes), at most within.
+func (c *Cluster) WaitCurrent(i int, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		s := c.Nodes[i]
+		if s != nil {
+			if st := s.Healthz(nil); st.Status == "ok" {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cluster node %d: not current within %v", i+1, within)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

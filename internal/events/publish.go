@@ -124,10 +124,17 @@ func (p *Publisher) probeClosed(ctx context.Context, res *pipeline.Result) error
 	return p.CircuitClosed(ctx, b, "probe")
 }
 
+// dropResult is nil but in a deliberately broken build (broken_chaos.go,
+// build tag chaosbroken), which `compactor chaos` must catch.
+var dropResult func() bool
+
 // Outcome publishes only the result event of a request: each kind once
 // per request (a repeat is a duplicate), so a completion after a
 // retryable failure of the same request is stored after it.
 func (p *Publisher) Outcome(ctx context.Context, res *pipeline.Result) error {
+	if dropResult != nil && dropResult() {
+		return nil
+	}
 	id := ResultEventID(res.RequestID, res.Failed)
 	if res.Failed {
 		return p.publish(ctx, id, TypeCompactionFailed, res.SessionID, FailedData(res))

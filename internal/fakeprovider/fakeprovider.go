@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,44 @@ type Action struct {
 	// Status, when not 0 or 200, answers that HTTP error with OpenAI's
 	// body for it (500, 503, 429, 401).
 	Status int
+	// RetryAfter, with a 429 or 503, is sent as Retry-After (whole
+	// seconds, at least 1) and retry-after-ms, as OpenAI does.
+	RetryAfter time.Duration
+}
+
+// Mix is a random Behaviour with every kind of trouble a provider gives:
+// each call fails with probability Fail (a 500 or a 503, alternately), is
+// rate limited with probability RateLimited (a 429 with Retry-After),
+// hangs with probability Hang, and otherwise answers after Delay (plus up
+// to Jitter).
+type Mix struct {
+	Fail, RateLimited, Hang float64
+	RetryAfter              time.Duration
+	Delay, Jitter           time.Duration
+}
+
+// Behaviour returns the mix as a Behaviour.
+func (m Mix) Behaviour() Behaviour {
+	var n atomic.Int64
+	return func(string) Action {
+		r := rand.Float64()
+		switch {
+		case r < m.Fail:
+			if n.Add(1)%2 == 0 {
+				return Action{Status: 503}
+			}
+			return Action{Status: 500}
+		case r < m.Fail+m.RateLimited:
+			return Action{Status: 429, RetryAfter: m.RetryAfter}
+		case r < m.Fail+m.RateLimited+m.Hang:
+			return Action{Hang: true}
+		}
+		d := m.Delay
+		if m.Jitter > 0 {
+			d += time.Duration(rand.Int64N(int64(m.Jitter)))
+		}
+		return Action{Delay: d}
+	}
 }
 
 // Behaviour decides each call's Action from the call's prompt (the
@@ -40,24 +79,7 @@ type Behaviour func(prompt string) Action
 // or a 503, alternately), hangs with probability Hang, and otherwise
 // answers after Delay (plus up to Jitter).
 func Rates(fail, hang float64, delay, jitter time.Duration) Behaviour {
-	var n atomic.Int64
-	return func(string) Action {
-		r := rand.Float64()
-		switch {
-		case r < fail:
-			if n.Add(1)%2 == 0 {
-				return Action{Status: 503}
-			}
-			return Action{Status: 500}
-		case r < fail+hang:
-			return Action{Hang: true}
-		}
-		d := delay
-		if jitter > 0 {
-			d += time.Duration(rand.Int64N(int64(jitter)))
-		}
-		return Action{Delay: d}
-	}
+	return Mix{Fail: fail, Hang: hang, Delay: delay, Jitter: jitter}.Behaviour()
 }
 
 // Server is a running fake provider.
@@ -70,6 +92,8 @@ type Server struct {
 	once    sync.Once
 
 	calls, failed, hung, answered atomic.Int64
+	// inFlight counts the calls being answered now.
+	inFlight atomic.Int64
 	// prepared counts the answered calls that said they were for a
 	// preparation (X-Compactor-Purpose).
 	prepared atomic.Int64
@@ -112,6 +136,10 @@ func (s *Server) Close() {
 func (s *Server) Stats() (calls, failed, hung, answered int64) {
 	return s.calls.Load(), s.failed.Load(), s.hung.Load(), s.answered.Load()
 }
+
+// InFlight is how many calls are being answered now (a replica killed or
+// paused now loses at most these).
+func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
 // PreparationCalls are the answered calls made for preparations (the
 // service's calls that no request waited for).
@@ -173,6 +201,8 @@ func WriteCompletion(w http.ResponseWriter, id int64, model, text string, prompt
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	s.calls.Add(1)
+	s.inFlight.Add(1)
+	defer s.inFlight.Add(-1)
 	req, body, ok := ReadRequest(w, r)
 	if !ok {
 		return
@@ -202,6 +232,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	if act.Status != 0 && act.Status != http.StatusOK {
 		s.failed.Add(1)
+		if act.RetryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(max(1, int(act.RetryAfter.Round(time.Second)/time.Second))))
+			w.Header().Set("retry-after-ms", strconv.FormatInt(act.RetryAfter.Milliseconds(), 10))
+		}
 		WriteError(w, act.Status)
 		return
 	}
