@@ -43,7 +43,9 @@ func TestRealValuesValidate(t *testing.T) {
 	failed, _ := svc.Compact(ctx, pipeline.Request{ID: "r2", SessionID: "nope", Trigger: pipeline.TriggerOverflow})
 	mustValidate(t, schemas.CompactionFailed, events.FailedData(failed))
 	// A summariser that always fails opens the breaker: its event data.
-	bad, _ := pipeline.New(store, breakers, failing{}, pipeline.DefaultConfig())
+	every := pipeline.DefaultConfig()
+	every.BreakerCooldown = 0 // each failure counts, not one per outage
+	bad, _ := pipeline.New(store, breakers, failing{}, every)
 	store.Create(ctx, session.Record{SessionID: "s-2", Model: "gpt-4o", ContextLimit: 2000}, msgs)
 	var opened *pipeline.Result
 	for i := range 3 {

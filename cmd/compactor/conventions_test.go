@@ -15,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -217,5 +218,46 @@ func TestErrorsThatDoNotHang(t *testing.T) {
 	code, _, stderr = runCLI(t, "compact", "known", "--timeout", "1s", "--nats-url", url)
 	if code != 1 || !strings.Contains(stderr, "no compactor service answers") {
 		t.Fatalf("compact with no service: exit %d: %s", code, stderr)
+	}
+}
+
+// The README quotes no measured figure by hand (issue 23, item 7: it said
+// "44 s" for eval --service against "3 s in process" and a tokens_after
+// long outdated): its Measured section names the commands and the files
+// they write, and its example outputs elide what the code computes.
+func TestReadmeQuotesNoFigures(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	start := strings.Index(readme, "## Measured")
+	if start < 0 {
+		t.Fatal("the README has no Measured section")
+	}
+	measured := readme[start:]
+	if end := strings.Index(measured[3:], "\n## "); end >= 0 {
+		measured = measured[:end+3]
+	}
+	for _, want := range []string{"docs/BENCHMARKS.md", "docs/RELIABILITY.md", "make bench", "make chaos"} {
+		if !strings.Contains(measured, want) {
+			t.Errorf("the Measured section does not point to %s", want)
+		}
+	}
+	// Outside code and command lines, a measured figure is a number with a
+	// unit of time, a ratio or a rate.
+	figure := regexp.MustCompile(`\b\d[\d,.]*\s?(ms|×|x the|/s|compactions/s|messages/s)\b|\b\d[\d,.]*\s?%`)
+	for _, line := range strings.Split(measured, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "`compactor") {
+			continue
+		}
+		if m := figure.FindString(line); m != "" && !strings.Contains(line, "fails when") {
+			t.Errorf("the Measured section quotes %q by hand: %s", m, line)
+		}
+	}
+	for _, stale := range []string{`"tokens_after": 3270`, "44 s, against 3 s in process", "tokens_after 3270"} {
+		if strings.Contains(readme, stale) {
+			t.Errorf("the README quotes %q", stale)
+		}
 	}
 }
