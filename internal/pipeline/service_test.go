@@ -600,35 +600,22 @@ func TestPinnedTooBigFailsWithoutModelCall(t *testing.T) {
 func TestBreakerCooldownProbe(t *testing.T) {
 	cfg := pipeline.DefaultConfig()
 	cfg.BreakerCooldown = pipeline.Duration(time.Minute)
-	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	rec := &recorder{next: extractive.New(counter(t))}
-	e := newEnv(t, rec, cfg)
-	svc, err := pipeline.New(e.store, e.breakers, rec, cfg, pipeline.WithClock(func() time.Time { return now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.importSession(t, "s", 3000, chat(30))
-	failing := true
-	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
-		if failing {
-			return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
-		}
-		return pipeline.SummaryResponse{}, nil, false
-	}
+	o := newOutageEnv(t, cfg)
+	e, svc, rec := o.env, o.svc, o.rec
 	n := 0
 	req := func() pipeline.Request { // a new request each time, as a runtime sends them
 		n++
 		return pipeline.Request{ID: fmt.Sprint("r", n), SessionID: "s", Trigger: pipeline.TriggerOverBudget}
 	}
 	for range cfg.MaxFailures { // three outages, a cooldown apart
-		now = now.Add(time.Duration(cfg.BreakerCooldown))
+		o.now = o.now.Add(time.Duration(cfg.BreakerCooldown))
 		svc.Compact(context.Background(), req())
 	}
 	if _, err := svc.Compact(context.Background(), req()); !errors.Is(err, pipeline.ErrCircuitOpen) {
 		t.Fatalf("inside the cooldown: %v", err)
 	}
 	calls := rec.count.Load()
-	now = now.Add(2 * time.Minute)
+	o.now = o.now.Add(2 * time.Minute)
 	res, err := svc.Compact(context.Background(), req()) // the probe fails
 	if !errors.Is(err, pipeline.ErrSummaryFailed) || rec.count.Load() == calls || res.CircuitOpened {
 		t.Fatalf("failed probe: %v %+v", err, res)
@@ -636,8 +623,8 @@ func TestBreakerCooldownProbe(t *testing.T) {
 	if _, err := svc.Compact(context.Background(), req()); !errors.Is(err, pipeline.ErrCircuitOpen) {
 		t.Fatalf("right after a failed probe: %v", err)
 	}
-	failing = false
-	now = now.Add(2 * time.Minute)
+	o.failing = false
+	o.now = o.now.Add(2 * time.Minute)
 	res, err = svc.Compact(context.Background(), req())
 	if err != nil || res.Outcome != pipeline.OutcomeCompacted || !res.CircuitClosed {
 		t.Fatalf("successful probe: %v %+v", err, res)
@@ -683,41 +670,58 @@ func TestOneOutageCountsOnce(t *testing.T) {
 	if cfg.BreakerCooldown <= 0 {
 		t.Fatal("no default breaker cooldown")
 	}
-	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	rec := &recorder{next: extractive.New(counter(t))}
-	e := newEnv(t, rec, cfg)
-	svc, err := pipeline.New(e.store, e.breakers, rec, cfg, pipeline.WithClock(func() time.Time { return now }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.importSession(t, "s", 3000, chat(30))
-	failing := true
-	rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
-		if failing {
-			return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
-		}
-		return pipeline.SummaryResponse{}, nil, false
-	}
+	o := newOutageEnv(t, cfg)
+	e, svc := o.env, o.svc
 	cooldown := time.Duration(cfg.BreakerCooldown)
 	for i := range 10 { // ten retries in a 7-second outage
-		now = now.Add(700 * time.Millisecond)
+		o.now = o.now.Add(700 * time.Millisecond)
 		res, err := svc.Compact(context.Background(), pipeline.Request{ID: fmt.Sprint("o", i), SessionID: "s", Trigger: pipeline.TriggerOverBudget})
 		if !errors.Is(err, pipeline.ErrSummaryFailed) || !res.Retryable || res.Failures != 1 || res.CircuitOpened {
 			t.Fatalf("retry %d in the outage: %v %+v", i, err, res)
 		}
 	}
 	// The next outage, a cooldown later, counts again.
-	now = now.Add(cooldown)
+	o.now = o.now.Add(cooldown)
 	if res, _ := svc.Compact(context.Background(), pipeline.Request{ID: "o-next", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); res.Failures != 2 {
 		t.Fatalf("a second outage: %+v", res)
 	}
 	// The model is back: the next request compacts and clears the count.
-	failing = false
-	now = now.Add(time.Second)
+	o.failing = false
+	o.now = o.now.Add(time.Second)
 	if res, err := svc.Compact(context.Background(), pipeline.Request{ID: "back", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); err != nil || res.Outcome != pipeline.OutcomeCompacted {
 		t.Fatalf("after the outage: %v %+v", err, res)
 	}
 	if b, _ := e.breakers.Breaker(context.Background(), "s"); b.Failures != 0 || b.Open() {
 		t.Fatalf("breaker after recovery: %+v", b)
 	}
+}
+
+// outageEnv is session "s" (30 turns, a 3,000-token limit) on a service
+// whose clock is now and whose model answers 503 while failing.
+type outageEnv struct {
+	env     *env
+	svc     *pipeline.Service
+	rec     *recorder
+	now     time.Time
+	failing bool
+}
+
+func newOutageEnv(t *testing.T, cfg pipeline.Config) *outageEnv {
+	t.Helper()
+	o := &outageEnv{now: time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC), failing: true}
+	o.rec = &recorder{next: extractive.New(counter(t))}
+	o.env = newEnv(t, o.rec, cfg)
+	svc, err := pipeline.New(o.env.store, o.env.breakers, o.rec, cfg, pipeline.WithClock(func() time.Time { return o.now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.svc = svc
+	o.env.importSession(t, "s", 3000, chat(30))
+	o.rec.hook = func(int, pipeline.SummaryRequest) (pipeline.SummaryResponse, error, bool) {
+		if o.failing {
+			return pipeline.SummaryResponse{}, errors.New("upstream 503"), true
+		}
+		return pipeline.SummaryResponse{}, nil, false
+	}
+	return o
 }
