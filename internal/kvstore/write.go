@@ -425,11 +425,13 @@ func (s *Sessions) checkRepeats(ctx context.Context, rec session.Record, a sessi
 }
 
 // lastNonTool returns the session's latest message that is not a tool
-// result (nil when there is none), reading back from the head a window at a
-// time; large tool results are passed over without reading their chunks.
+// result (nil when there is none), reading back from the head in windows
+// that double from 2 (the call is usually the message before, or a few
+// results back); large tool results are passed over without reading their
+// chunks.
 func (s *Sessions) lastNonTool(ctx context.Context, rec session.Record) (*session.Message, error) {
-	const window = 16
-	for to := rec.HeadSeq; to >= 1; to -= window {
+	window := int64(2)
+	for to := rec.HeadSeq; to >= 1; to, window = to-window, min(2*window, 64) {
 		seqs := seqRange(max(1, to-window+1), to)
 		msgs, refs, err := s.readMessages(ctx, rec, seqs, false)
 		if err != nil {

@@ -376,6 +376,23 @@ func RunSessionStore(t *testing.T, newStore func(t *testing.T) Store) {
 		if a, err := s.AppendWith(ctx, "k", []session.Message{result("t-1", "call_1")}, session.AppendOptions{}); err != nil || a.Applied() != 0 {
 			t.Fatalf("a stored result again: %+v %v, want a repeat", a, err)
 		}
+		// Nine parallel calls, their results appended one by one: the
+		// call is found however many results stand between.
+		many := session.Message{ID: "a-3", Role: session.RoleAssistant}
+		for i := range 9 {
+			many.ToolCalls = append(many.ToolCalls, session.ToolCall{ID: fmt.Sprint("p", i), Type: "function", Function: session.FunctionCall{Name: "ls", Arguments: "{}"}})
+		}
+		if _, err := s.AppendWith(ctx, "k", []session.Message{many}, session.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 9 {
+			if _, err := s.AppendWith(ctx, "k", []session.Message{result(fmt.Sprint("pr-", i), fmt.Sprint("p", i))}, session.AppendOptions{}); err != nil {
+				t.Fatalf("parallel result %d: %v", i, err)
+			}
+		}
+		if _, err := s.AppendWith(ctx, "k", []session.Message{result("pr-x", "call_3")}, session.AppendOptions{}); !errors.Is(err, session.ErrInvalid) {
+			t.Fatalf("a result for an earlier turn's call after nine results: %v, want ErrInvalid", err)
+		}
 	})
 	t.Run("empty content is kept as sent", func(t *testing.T) {
 		s := newStore(t)
