@@ -34,7 +34,7 @@ func TestChatLoopAtSmallWindows(t *testing.T) {
 				client.Text("sys", client.System, "You are an airline's assistant. Answer briefly and exactly.")}}); err != nil {
 				t.Fatal(err)
 			}
-			requests := 0
+			requests, worst := 0, 0
 			for i := 0; requests < 6 && i < 300; i++ {
 				if _, err := c.Append(ctx, sid, chatTurn(i)); err != nil {
 					t.Fatal(err)
@@ -54,13 +54,16 @@ func TestChatLoopAtSmallWindows(t *testing.T) {
 				if !res.OK() || res.Completed.Outcome != "compacted" {
 					t.Fatalf("request %d at turn %d (%d tokens): %s", requests, i, view.Tokens, res.Data)
 				}
-				if after := res.Completed.TokensAfter; after > limit*65/100 {
+				after := res.Completed.TokensAfter
+				if after > limit*65/100 {
 					t.Errorf("request %d: %d tokens after, over 65 %% of %d", requests, after, limit)
 				}
+				worst = max(worst, after)
 			}
 			if requests < 2 {
 				t.Fatalf("only %d requests", requests)
 			}
+			t.Logf("limit %d: %d requests, every one compacted, at most %d tokens after (%.0f %% of the window)", limit, requests, worst, 100*float64(worst)/float64(limit))
 			b, err := c.Breaker(ctx, sid)
 			if err != nil {
 				t.Fatal(err)

@@ -467,7 +467,16 @@ func (s *Service) target(p *plan) int {
 // the pinned messages (the other half is the raw tail), so that summary
 // plus tail meet the target at every window where the pinned messages
 // leave room for both; never under the smallest useful summary.
+//
+// A preparation (planned as if the context had grown to its limit) keeps
+// max_summary_tokens: with the growth taken off the target its summary
+// came out shorter, cutting less, and preparations were redone as the
+// session grew (make bench's prepared replay spent 29 times the tokens on
+// preparations never used). Preparations are redesigned in issue 26.
 func (s *Service) summaryReserve(p *plan) int {
+	if p.growth > 0 {
+		return s.cfg.MaxSummaryTokens
+	}
 	return max(minSummaryTokens, min(s.cfg.MaxSummaryTokens, (s.target(p)-p.pinnedTokens-2*summaryFraming)*2/3))
 }
 
@@ -631,8 +640,8 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	// limit); only when the tail alone is past the target, what the limit
 	// leaves.
 	room := p.limit - p.growth - p.pinnedTokens - summaryFraming - tailTokens
-	if aim := target - p.pinnedTokens - summaryFraming - tailTokens; aim >= minSummaryTokens {
-		room = aim
+	if aim := target - p.pinnedTokens - summaryFraming - tailTokens; aim >= minSummaryTokens && p.growth == 0 {
+		room = aim // (a preparation: see summaryReserve)
 	}
 	r.budget = min(s.cfg.MaxSummaryTokens, room, replaced-summaryFraming-1)
 	if r.budget < minSummaryTokens {
