@@ -33,6 +33,7 @@ type serveFlags struct {
 	maxDeliver  *int
 	grace       *time.Duration
 	metricsAddr *string
+	pprofAddr   *string
 	logFormat   *string
 	logLevel    *string
 	source      *string
@@ -58,6 +59,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		maxDeliver:  fs.Int("max-deliver", consumer.MaxDeliver, "deliveries of one request before it is dead-lettered"),
 		grace:       fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running compactions may finish before they are released to another replica"),
 		metricsAddr: fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on `ADDRESS` (empty: off)"),
+		pprofAddr:   fs.String("pprof-addr", "", "serve net/http/pprof at /debug/pprof/ on `ADDRESS` (empty, the default: off)"),
 		logFormat:   fs.String("log-format", "text", "log `FORMAT`: text or json (to stderr)"),
 		logLevel:    fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error"),
 		source:      fs.String("source", events.DefaultSource, "CloudEvents `SOURCE` of the events published"),
@@ -124,7 +126,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
 		Provision: *sf.provision, Replicas: *sf.replicas, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
-		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr,
+		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log})
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"time"
 
@@ -66,6 +67,9 @@ type Config struct {
 	Source string
 	// MetricsAddr serves /metrics, /healthz and /readyz ("": off).
 	MetricsAddr string
+	// PprofAddr serves net/http/pprof at /debug/pprof/ ("": off, the
+	// default: profiles show the process's internals).
+	PprofAddr string
 	// SessionTTL deletes sessions nobody wrote to for that long (0: keep
 	// them), checked every SweepEvery (default a tenth of it, within
 	// 1 s..5 min).
@@ -95,8 +99,9 @@ type App struct {
 	Consumer *consumer.Consumer
 	Preparer *preparer.Preparer
 	Metrics  *metrics.Metrics
-	// MetricsAddr is where /metrics listens ("" when off).
-	MetricsAddr string
+	// MetricsAddr is where /metrics listens ("" when off), PprofAddr
+	// where /debug/pprof/ does.
+	MetricsAddr, PprofAddr string
 
 	log    *slog.Logger
 	cancel context.CancelFunc
@@ -269,23 +274,16 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		}
 	}, func(error) { close(connDone) })
 	if cfg.MetricsAddr != "" {
-		l, err := net.Listen("tcp", cfg.MetricsAddr)
-		if err != nil {
-			return nil, fmt.Errorf("--metrics-addr %s: %w", cfg.MetricsAddr, err)
+		if a.MetricsAddr, err = serveHTTP(&g, "--metrics-addr", cfg.MetricsAddr, a.handler()); err != nil {
+			return nil, err
 		}
-		a.MetricsAddr = l.Addr().String()
-		hs := &http.Server{Handler: a.handler(), ReadHeaderTimeout: 5 * time.Second}
-		g.Add(func() error {
-			if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("metrics server: %w", err)
-			}
-			return nil
-		}, func(error) {
-			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer scancel()
-			_ = hs.Shutdown(sctx)
-		})
 		log.Info("metrics", slog.String("url", "http://"+a.MetricsAddr+"/metrics"))
+	}
+	if cfg.PprofAddr != "" {
+		if a.PprofAddr, err = serveHTTP(&g, "--pprof-addr", cfg.PprofAddr, pprofHandler()); err != nil {
+			return nil, err
+		}
+		log.Info("pprof", slog.String("url", "http://"+a.PprofAddr+"/debug/pprof/"))
 	}
 	if cfg.SessionTTL > 0 {
 		sweepCtx, stopSweep := context.WithCancel(runCtx)
@@ -357,6 +355,39 @@ func (a *App) Stop() error {
 // handler serves /metrics, /healthz (200 while connected to NATS: the
 // process is alive) and /readyz (200 while it takes requests: connected,
 // provisioned and consuming).
+// serveHTTP listens on addr (named by flag in errors) and serves h as a
+// part of g, shut down with it; it returns the address it listens on.
+func serveHTTP(g *run.Group, flag, addr string, h http.Handler) (string, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", flag, addr, err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	g.Add(func() error {
+		if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("%s server: %w", flag, err)
+		}
+		return nil
+	}, func(error) {
+		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer scancel()
+		_ = hs.Shutdown(sctx)
+	})
+	return l.Addr().String(), nil
+}
+
+// pprofHandler serves net/http/pprof under /debug/pprof/ (its own mux:
+// the profiles are never on the metrics address).
+func pprofHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
 func (a *App) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", a.Metrics.Handler())

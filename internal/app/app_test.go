@@ -524,3 +524,31 @@ func TestReadiness(t *testing.T) {
 	natstest.Server(t, dir, port)
 	wait("server back", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 })
 }
+
+// serve --pprof-addr serves net/http/pprof on its own address, and only
+// when asked: the metrics address never has the profiles.
+func TestPprofOnlyWhenAsked(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	get := func(url string) int {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	off, _ := service(t, srv.ClientURL(), nil, func(c *app.Config) { c.MetricsAddr = "127.0.0.1:0" })
+	if off.PprofAddr != "" || get("http://"+off.MetricsAddr+"/debug/pprof/") != 404 {
+		t.Fatalf("pprof served without --pprof-addr (at %q, or on the metrics address)", off.PprofAddr)
+	}
+	on, _ := service(t, srv.ClientURL(), nil, func(c *app.Config) { c.MetricsAddr, c.PprofAddr = "127.0.0.1:0", "127.0.0.1:0" })
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/heap"} {
+		if code := get("http://" + on.PprofAddr + path); code != 200 {
+			t.Fatalf("%s: %d", path, code)
+		}
+	}
+	if get("http://"+on.MetricsAddr+"/debug/pprof/") != 404 {
+		t.Fatal("the metrics address serves the profiles")
+	}
+}
