@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,25 +28,17 @@ type item struct {
 
 func rev(v uint64) *uint64 { return &v }
 
-// Error codes of a JetStream publish or batch that are not the backend's
-// state of health: a write that lost its compare-and-set, and input the
-// stream refuses whatever its health.
-const (
-	codeWrongLastSeq         = 10071
-	codeWrongLastSeqConstant = 10164
-	codeMessageTooLarge      = 10054
-	codeBatchTooLarge        = 10199
-	codeBatchDisabled        = 10174
-)
-
-// apiError maps the error of a write's ack.
+// apiError maps the error of a write's ack: a write that lost its
+// compare-and-set, input the stream refuses whatever its health, a stream
+// not provisioned for atomic writes; the codes are nats.go's names, or
+// nats-server's where nats.go has none (the atomic batch's).
 func apiError(ctx context.Context, what string, code, errCode int, desc string) error {
-	switch errCode {
-	case codeWrongLastSeq, codeWrongLastSeqConstant:
+	switch ec := jetstream.ErrorCode(errCode); {
+	case ec == jetstream.JSErrCodeStreamWrongLastSequence, ec == jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 		return fmt.Errorf("%s: %w: %s", what, session.ErrConflict, desc)
-	case codeMessageTooLarge, codeBatchTooLarge:
+	case ec == jetstream.JSErrCodeStreamMessageExceedsMaximum, errCode == int(server.JSAtomicPublishTooLargeBatchErrF):
 		return fmt.Errorf("%s: %w: %s", what, session.ErrInvalid, desc)
-	case codeBatchDisabled:
+	case errCode == int(server.JSAtomicPublishDisabledErr):
 		return fmt.Errorf("%s: %s (provision the buckets: compactor provision)", what, desc)
 	}
 	// Anything else left the write unapplied (an atomic write applies
