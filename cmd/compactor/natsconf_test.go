@@ -106,8 +106,12 @@ func TestNATSConfRoles(t *testing.T) {
 	// 23, item 11): after a failover a replica answers through another
 	// node, which knows nothing of the request, and allow_responses alone
 	// refused the answer while the runtime waited out its timeout.
-	inbox, err := connectAs(t, as("runtime")).nc.SubscribeSync("_INBOX.failover-reply")
+	asker := connectAs(t, as("runtime"))
+	inbox, err := asker.nc.SubscribeSync("_INBOX.failover-reply")
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := asker.nc.Flush(); err != nil { // the subscription is on the server before the answer
 		t.Fatal(err)
 	}
 	if err := comp.nc.Publish("_INBOX.failover-reply", []byte("{}")); err != nil {
