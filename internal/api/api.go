@@ -293,6 +293,8 @@ func errorCode(err error) (int, string) {
 		return 409, StatusNotApplied
 	case errors.Is(err, sessions.ErrChanged):
 		return 409, StatusRetry
+	case errors.As(err, new(*tooLarge)):
+		return 413, StatusFailed
 	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return 503, StatusRetry
 	case errors.Is(err, session.ErrCorrupt):
@@ -311,8 +313,7 @@ func errorAnswer(err error) (int, []byte) {
 		body.HeadSeq = &moved.Head
 	}
 	if big := (*tooLarge)(nil); errors.As(err, &big) {
-		body.Code, body.Status, body.Parts = 413, StatusFailed, big.parts
-		code = 413
+		body.Parts = big.parts
 	}
 	data, _ := json.Marshal(body)
 	return code, data
@@ -389,11 +390,13 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 			s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
 			return
 		}
-		body, err := json.Marshal(v)
-		if err != nil {
-			code, body := errorAnswer(err)
-			s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
-			return
+		body, ok := v.(json.RawMessage) // encoded already (paged): not scanned again
+		if !ok {
+			if body, err = json.Marshal(v); err != nil {
+				code, body := errorAnswer(err)
+				s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
+				return
+			}
 		}
 		s.replyTo(reply, "", "", body)
 	}()

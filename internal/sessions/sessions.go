@@ -517,12 +517,11 @@ func (s *Service) MessagePart(ctx context.Context, sid string, seq int64, part i
 	if err != nil {
 		return MessagePart{}, err
 	}
-	parts := (len(b) + MaxUploadPartBytes - 1) / MaxUploadPartBytes
-	if part < 0 || part >= parts {
-		return MessagePart{}, fmt.Errorf("%w: part %d: message %d has parts 0..%d", session.ErrInvalid, part, seq, parts-1)
+	p, err := Cut(b, part, MaxUploadPartBytes, "")
+	if err != nil {
+		return MessagePart{}, fmt.Errorf("message %d: %w", seq, err)
 	}
-	end := min(len(b), (part+1)*MaxUploadPartBytes)
-	return MessagePart{SessionID: sid, Seq: seq, Part: part, Parts: parts, Data: b[part*MaxUploadPartBytes : end]}, nil
+	return MessagePart{SessionID: sid, Seq: seq, Part: p.Part, Parts: p.Parts, Data: p.Data}, nil
 }
 
 // ErrChanged is returned for a part of an answer read in parts when the
