@@ -7,7 +7,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench chaos microbench lint fmt tidy run demo clean
+.PHONY: build test test-race test-short bench scale chaos microbench lint fmt tidy run demo clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
@@ -28,6 +28,15 @@ test-short:
 # docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 3 minutes on 2 cores).
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
+
+# The store at scale (under 10 minutes on 2 cores): appends at 1/8/64
+# runtimes against raw KV puts, subjects, bytes and server memory per
+# message, idle sweeps of 1k/10k/100k sessions against reading records only,
+# compactions per second against the floor, three nodes against one, and a
+# sizing model; writes docs/SCALE.md and docs/scale.json. Exit 1 when a goal
+# is missed, naming it.
+scale: build
+	$(BIN) bench --scale --out docs/SCALE.md
 
 # Faults under load (about 3 minutes on 2 cores): a three-node cluster, two
 # serve replicas, 50 runtimes for a minute; the meta leader and the

@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/compactor/compactor/internal/bench"
+	"github.com/compactor/compactor/internal/embedded"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -22,12 +27,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	quick := fs.Bool("quick", false, "a short run: 10 iterations, 32 requests, scale up to 2,000 messages")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
-	pos, err := parseFlags(fs, args, stdout, "bench [--data DIR] [--out FILE]")
+	scale := fs.Bool("scale", false, "the scale benchmark instead: appends, storage per message, sweeps, compactions, three nodes; --out docs/SCALE.md (and scale.json beside it)")
+	pos, err := parseFlags(fs, args, stdout, "bench [--data DIR] [--out FILE] | bench --scale [--quick] [--out FILE]")
 	if err != nil {
 		return err
 	}
 	if err := noArgs(pos); err != nil {
 		return err
+	}
+	if *scale {
+		return runScale(ctx, args, *out, *quick, *asJSON, stdout, stderr)
 	}
 	if *out != "" {
 		if err := checkWritable(*out); err != nil {
@@ -91,4 +100,107 @@ func checkWritable(path string) error {
 	name := f.Name()
 	f.Close()
 	return os.Remove(name)
+}
+
+// runScale is `compactor bench --scale`: the store's scale benchmark
+// against a nats-server in its own process (this binary's `nats`).
+func runScale(ctx context.Context, args []string, out string, quick, asJSON bool, stdout, stderr io.Writer) error {
+	if out != "" {
+		if err := checkWritable(out); err != nil {
+			return fmt.Errorf("%w: --out: %v", errUsage, err)
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	opt := bench.ScaleOptions{Progress: stderr, Compactions: 128, Cluster: true,
+		StartServer: func(ctx context.Context, dir string) (*bench.Server, error) { return startNATSProcess(ctx, self, dir) }}
+	if quick {
+		opt.AppendFor, opt.Fill, opt.Sweeps, opt.Compactions = time.Second, 2000, []int{1000, 5000}, 32
+	}
+	rep, err := bench.RunScale(ctx, opt)
+	if err != nil {
+		return err
+	}
+	rep.Command = "compactor " + strings.Join(append([]string{"bench"}, args...), " ")
+	if asJSON || out == "" {
+		if err := printJSON(stdout, rep); err != nil {
+			return err
+		}
+	}
+	if out != "" {
+		js, _ := json.MarshalIndent(rep, "", "  ")
+		jsonPath := filepath.Join(filepath.Dir(out), "scale.json")
+		if err := os.WriteFile(jsonPath, append(js, '\n'), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(out, []byte(rep.Markdown()), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s and %s\n", out, jsonPath)
+	}
+	if missed := rep.Missed(); len(missed) > 0 {
+		for _, g := range missed {
+			fmt.Fprintf(stderr, "goal missed: %s: want %s, got %s\n", g.What, g.Want, g.Got)
+		}
+		return errFailed
+	}
+	return nil
+}
+
+// startNATSProcess runs `self nats` (an embedded server alone) storing
+// under dir, on a free port, and waits until it accepts clients.
+func startNATSProcess(ctx context.Context, self, dir string) (*bench.Server, error) {
+	cmd := exec.Command(self, "nats", "--port", "-1", "--data-dir", dir)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
+	lines := bufio.NewScanner(stdout)
+	urlc := make(chan string, 1)
+	go func() {
+		for lines.Scan() {
+			if u, ok := strings.CutPrefix(lines.Text(), "ready "); ok {
+				urlc <- u
+			}
+		}
+	}()
+	select {
+	case u := <-urlc:
+		return &bench.Server{URL: u, PID: cmd.Process.Pid, Stop: stop}, nil
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	stop()
+	return nil, fmt.Errorf("the nats-server process did not start within 30 s")
+}
+
+// runNATS is `compactor nats`: the embedded nats-server with JetStream
+// alone, for tools and benchmarks, until SIGINT or SIGTERM.
+func runNATS(ctx context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("nats", flag.ContinueOnError)
+	host := fs.String("host", "127.0.0.1", "listen `ADDRESS`")
+	port := fs.Int("port", embedded.DefaultPort, "client `PORT` (-1: any free port)")
+	dataDir := fs.String("data-dir", "data", "JetStream store `DIR`")
+	pos, err := parseFlags(fs, args, stdout, "nats [--port N] [--data-dir DIR]")
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	srv, err := embedded.Start(embedded.Options{Host: *host, Port: *port, DataDir: *dataDir})
+	if err != nil {
+		return err
+	}
+	defer embedded.Stop(srv)
+	fmt.Fprintf(stdout, "ready %s\n", srv.ClientURL())
+	<-ctx.Done()
+	return nil
 }

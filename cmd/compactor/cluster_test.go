@@ -99,7 +99,7 @@ func TestReplicasOnCluster(t *testing.T) {
 			time.Sleep(500 * time.Millisecond)
 		}
 	}
-	for _, name := range []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream, "KV_" + kvstore.SessionsBucket, "KV_" + kvstore.BreakersBucket} {
+	for _, name := range []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream, "KV_" + kvstore.MetaBucket, "KV_" + kvstore.BreakersBucket, kvstore.DataStream(0), "KV_" + kvstore.RecordsBucket(0)} {
 		var info *jetstream.StreamInfo
 		retry("stream "+name, func(ctx context.Context) error {
 			st, err := js.Stream(ctx, name)

@@ -36,6 +36,8 @@ func commands() []command {
 		{"breaker", "list, show and reset sessions' circuit breakers", runBreaker},
 		{"demo", "everything on one machine: a real conversation compacted as it grows, before and after", runDemo},
 		{"provision", "create the streams, buckets and consumer on a NATS server (as an admin)", runProvision},
+		{"migrate", "move sessions of the first store layout (bucket sessions) into the sharded one (resumable, as an admin)", runMigrate},
+		{"nats", "run only the embedded NATS server with JetStream (for the nats CLI, tools and benchmarks)", runNATS},
 		{"bench", "measure overhead and throughput against the JetStream floor, model cost, scale; write docs/BENCHMARKS.md", runBench},
 		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},

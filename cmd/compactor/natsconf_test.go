@@ -94,7 +94,7 @@ func TestNATSConfRoles(t *testing.T) {
 	if _, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err == nil {
 		t.Fatal("an anonymous client connected")
 	}
-	if code := cli(t, as("admin"), nil, "provision"); code != 0 {
+	if code := cli(t, as("admin"), nil, "provision", "--shards", "3"); code != 0 {
 		t.Fatal("admin could not provision")
 	}
 
@@ -163,10 +163,12 @@ func TestNATSConfRoles(t *testing.T) {
 		t.Fatalf("runtime session.history: %v (%d compactions)", err, len(hist.Compactions))
 	}
 	runtime.deniedPublish(t, api.SubjectReset)
-	runtime.deniedPublish(t, "$KV.sessions.r1.rec") // issue 11: no direct writes of any session's keys
-	runtime.deniedPublish(t, "$KV.sessions.other.m.000000000001")
-	runtime.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions")
-	runtime.deniedPublish(t, "$JS.API.STREAM.PURGE.KV_sessions")
+	runtime.deniedPublish(t, "$KV.sessions_0._.r1") // issue 11: no direct writes of any session's record or data
+	runtime.deniedPublish(t, "sessions.0._.other.log")
+	runtime.deniedPublish(t, "$JS.API.DIRECT.GET.SESSIONS_0")
+	runtime.deniedPublish(t, "$JS.API.STREAM.MSG.GET.KV_sessions_0")
+	runtime.deniedPublish(t, "$JS.API.STREAM.PURGE.SESSIONS_0")
+	runtime.deniedPublish(t, "$JS.API.STREAM.PURGE.KV_sessions_0")
 	runtime.deniedPublish(t, "$KV.compaction_breakers.r1")
 	runtime.deniedPublish(t, "compaction.completed.r1") // cannot forge results
 	runtime.deniedSubscribe(t, "agent.context.>")
@@ -212,8 +214,8 @@ func TestNATSConfRoles(t *testing.T) {
 		t.Fatalf("breaker list as a runtime: exit %d: %s", code, stderr)
 	}
 	observer.deniedPublish(t, events.OverBudgetPrefix+"r1")
-	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions.$KV.sessions.r1.rec")
-	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions")
+	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions_0.$KV.sessions_0._.r1")
+	observer.deniedPublish(t, "$JS.API.DIRECT.GET.SESSIONS_0")
 	observer.deniedPublish(t, api.SubjectCompact)
 	observer.deniedSubscribe(t, "compactor.>")
 }

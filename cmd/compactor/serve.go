@@ -15,6 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/migrate"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -27,6 +28,7 @@ type serveFlags struct {
 	dataDir     *string
 	provision   *bool
 	replicas    *int
+	shards      *int
 	workers     *int
 	prepWorkers *int
 	ackWait     *time.Duration
@@ -53,6 +55,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		dataDir:     fs.String("data-dir", "data", "embedded server: JetStream store `DIR`"),
 		provision:   fs.Bool("provision", true, "create or update the streams, buckets and consumer at start (needs rights to; without, they must exist)"),
 		replicas:    fs.Int("replicas", 1, "replicas of every stream and bucket provisioned (3 on a cluster)"),
+		shards:      fs.Int("shards", 0, "shards of a new session store, each a stream and a bucket with its own leader (default: as many as --replicas); a store keeps its count"),
 		workers:     fs.Int("workers", consumer.DefaultWorkers, "requests held at once, each running or waiting behind its session's running one (model calls are I/O: far more than the cores)"),
 		prepWorkers: fs.Int("prepare-workers", 4, "preparations run at once (they yield to requests)"),
 		ackWait:     fs.Duration("ack-wait", consumer.AckWait, "the consumer's ack wait: how soon the work of a crashed replica is redelivered"),
@@ -98,8 +101,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := sf.pf.validate(); err != nil {
 		return err
 	}
-	if *sf.workers < 1 || *sf.replicas < 1 || *sf.maxDeliver < 1 || *sf.ackWait < time.Second || *sf.sessionTTL < 0 {
-		return fmt.Errorf("%w: --workers, --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --session-ttl >= 0", errUsage)
+	if *sf.workers < 1 || *sf.replicas < 1 || *sf.maxDeliver < 1 || *sf.ackWait < time.Second || *sf.sessionTTL < 0 || *sf.shards < 0 {
+		return fmt.Errorf("%w: --workers, --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --session-ttl and --shards >= 0", errUsage)
 	}
 	log, err := newLogger(stderr, *sf.logFormat, *sf.logLevel)
 	if err != nil {
@@ -125,7 +128,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	}
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
-		Provision: *sf.provision, Replicas: *sf.replicas, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
+		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log})
 	if err != nil {
@@ -153,17 +156,18 @@ func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error
 	fs := flag.NewFlagSet("provision", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
 	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket (3 on a cluster)")
+	shards := fs.Int("shards", 0, "shards of a new session store (default: as many as --replicas); a store keeps its count")
 	ackWait := fs.Duration("ack-wait", consumer.AckWait, "the consumer's ack wait")
 	maxDeliver := fs.Int("max-deliver", consumer.MaxDeliver, "deliveries of one request before it is dead-lettered")
-	pos, err := parseFlags(fs, args, stdout, "provision [--nats-url URL] [--replicas N]")
+	pos, err := parseFlags(fs, args, stdout, "provision [--nats-url URL] [--replicas N] [--shards N]")
 	if err != nil {
 		return err
 	}
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	if *replicas < 1 || *maxDeliver < 1 || *ackWait < time.Second {
-		return fmt.Errorf("%w: --replicas and --max-deliver must be >= 1, --ack-wait >= 1s", errUsage)
+	if *replicas < 1 || *maxDeliver < 1 || *ackWait < time.Second || *shards < 0 {
+		return fmt.Errorf("%w: --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --shards >= 0", errUsage)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -172,9 +176,53 @@ func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error
 		return err
 	}
 	defer c.Close()
-	if err := c.err(app.ProvisionAll(c.ctx, c.js, *replicas, *ackWait, *maxDeliver)); err != nil {
+	if err := c.err(app.ProvisionAll(c.ctx, c.nc, c.js, app.Provisioning{Replicas: *replicas, Shards: *shards, AckWait: *ackWait, MaxDeliver: *maxDeliver})); err != nil {
 		return err
 	}
-	return printJSON(stdout, map[string]any{"streams": []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream},
-		"buckets": []string{kvstore.SessionsBucket, kvstore.BreakersBucket}, "consumer": consumer.Durable, "replicas": *replicas})
+	s, err := kvstore.NewSessions(c.ctx, c.nc, c.js)
+	if err != nil {
+		return err
+	}
+	streams := []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream}
+	buckets := []string{kvstore.MetaBucket, kvstore.BreakersBucket}
+	for n := range s.Shards() {
+		streams, buckets = append(streams, kvstore.DataStream(n)), append(buckets, kvstore.RecordsBucket(n))
+	}
+	return printJSON(stdout, map[string]any{"streams": streams, "buckets": buckets, "shards": s.Shards(), "consumer": consumer.Durable, "replicas": *replicas})
+}
+
+func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	nf := addNATSFlags(fs, defaultNATSURL)
+	replicas := fs.Int("replicas", 1, "replicas of the sharded store's streams and buckets, when it is provisioned here")
+	shards := fs.Int("shards", 0, "shards of the sharded store, when it is made here (default: as many as --replicas)")
+	pos, err := parseFlags(fs, args, stdout, "migrate [--nats-url URL] [--replicas N] [--shards N]")
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *replicas < 1 || *shards < 0 {
+		return fmt.Errorf("%w: --replicas must be >= 1, --shards >= 0", errUsage)
+	}
+	c, err := nf.connect(ctx, "compactor-migrate", "migrate needs the admin user")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.err(kvstore.Provision(c.ctx, c.js, kvstore.ProvisionOptions{Replicas: *replicas, Shards: *shards})); err != nil {
+		return err
+	}
+	store, err := kvstore.NewSessions(c.ctx, c.nc, c.js)
+	if err != nil {
+		return err
+	}
+	r, err := migrate.Run(ctx, c.nc, c.js, store, func(sid string, r migrate.Report) {
+		fmt.Fprintf(stderr, "migrated %s (%d sessions so far)\n", sid, r.Sessions+r.Already)
+	})
+	if err != nil {
+		return c.err(err)
+	}
+	return printJSON(stdout, r)
 }

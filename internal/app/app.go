@@ -30,6 +30,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/metrics"
+	"github.com/compactor/compactor/internal/migrate"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
@@ -50,9 +51,10 @@ type Config struct {
 	ConnName string
 
 	// Provision creates or updates the streams, buckets and consumer at
-	// start; Replicas, AckWait and MaxDeliver size them.
+	// start; Replicas, Shards, AckWait and MaxDeliver size them.
 	Provision  bool
 	Replicas   int
+	Shards     int
 	AckWait    time.Duration
 	MaxDeliver int
 
@@ -187,13 +189,16 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	setup, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelSetup()
 	if cfg.Provision {
-		if err := ProvisionAll(setup, a.JS, cfg.Replicas, cfg.AckWait, cfg.MaxDeliver); err != nil {
+		if err := ProvisionAll(setup, nc, a.JS, Provisioning{Replicas: cfg.Replicas, Shards: cfg.Shards, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver}); err != nil {
 			return nil, err
 		}
 	}
 	store, err := kvstore.NewSessions(setup, nc, a.JS)
 	if err != nil {
 		return nil, BucketHint(err)
+	}
+	if err := migrateAtStart(ctx, nc, a.JS, store, cfg.Provision, log); err != nil {
+		return nil, err
 	}
 	breakers, err := kvstore.NewBreakers(setup, nc, a.JS)
 	if err != nil {
@@ -433,13 +438,49 @@ func (a *App) sweep(ctx context.Context, ttl, every time.Duration) {
 	}
 }
 
-// ProvisionAll provisions the buckets, the streams and the consumer.
-func ProvisionAll(ctx context.Context, js jetstream.JetStream, replicas int, ackWait time.Duration, maxDeliver int) error {
-	if err := kvstore.Provision(ctx, js, replicas); err != nil {
+// migrateAtStart moves the sessions of the store's first layout, if any,
+// into the sharded one before the service serves (when it provisions;
+// otherwise it refuses to start, naming the command that migrates).
+func migrateAtStart(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, store *kvstore.Sessions, provision bool, log *slog.Logger) error {
+	pending, err := migrate.Pending(ctx, js)
+	if err != nil || !pending {
+		return err
+	}
+	if !provision {
+		return errors.New("the store holds sessions in the first layout (bucket sessions): migrate them with `compactor migrate` (as admin), or serve with --provision")
+	}
+	log.Info("migrating sessions of the first layout (bucket sessions) into the sharded store")
+	r, err := migrate.Run(ctx, nc, js, store, nil)
+	if err != nil {
+		return err
+	}
+	log.Info("migrated", slog.Int("sessions", r.Sessions), slog.Int("messages", r.Messages), slog.Int("compactions", r.Compactions),
+		slog.Int("already", r.Already), slog.Bool("old_bucket_deleted", r.BucketDeleted))
+	return nil
+}
+
+// Provisioning sizes what ProvisionAll creates.
+type Provisioning struct {
+	// Replicas of every stream and bucket; Shards of the session store
+	// (0: as many as Replicas; a store keeps the count it was made with).
+	Replicas, Shards int
+	AckWait          time.Duration
+	MaxDeliver       int
+}
+
+// ProvisionAll provisions the buckets, the streams and the consumer; on a
+// cluster it then spreads the session shards' leaders over the nodes.
+func ProvisionAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, p Provisioning) error {
+	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{Replicas: p.Replicas, Shards: p.Shards}); err != nil {
 		return permissionHint(err)
 	}
-	if err := consumer.Provision(ctx, js, consumer.Settings{Replicas: replicas, AckWait: ackWait, MaxDeliver: maxDeliver}); err != nil {
+	if err := consumer.Provision(ctx, js, consumer.Settings{Replicas: p.Replicas, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver}); err != nil {
 		return permissionHint(err)
+	}
+	if p.Replicas > 1 {
+		if _, err := kvstore.BalanceLeaders(ctx, nc, js); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -259,12 +259,14 @@ func TestAppendsThroughLeaderFailover(t *testing.T) {
 	}
 	c := natstest.Cluster(t)
 	service(t, c.URLs(), nil, func(cfg *app.Config) { cfg.Replicas = 3 })
+	// The data stream of f1's shard (three shards, as many as replicas).
+	f1Data := kvstore.DataStream(kvstore.ShardOf(kvstore.DefaultTenant, "f1", 3))
 	leader := -1
 	for deadline := time.Now().Add(30 * time.Second); leader < 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		leader = c.StreamLeader("KV_sessions")
+		leader = c.StreamLeader(f1Data)
 	}
 	if leader < 0 {
-		t.Fatal("no leader for KV_sessions")
+		t.Fatal("no leader for " + f1Data)
 	}
 	nc, _ := natstest.ConnectURL(t, c.URL((leader+1)%3))
 	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "f1", "messages": chatJSON(1)}, nil); code != "" {
@@ -457,11 +459,12 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 	if code := call(t, nc, api.SubjectAppend, appendBody, &ap); code != "" || ap.Status != sessions.StatusApplied || len(ap.Messages) != 2 || ap.Messages[1].ID != "log-1" {
 		t.Fatalf("append: %s %+v", code, ap)
 	}
-	kv, _ := js.KeyValue(context.Background(), "sessions")
-	if l, err := kv.ListKeysFiltered(context.Background(), "up.u.>"); err == nil {
-		for k := range l.Keys() {
-			t.Fatalf("an upload outlived its append: %s", k)
-		}
+	st, err := js.Stream(context.Background(), kvstore.DataStream(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(context.Background(), jetstream.WithSubjectFilter("sessions.*.*.up.u.>")); err != nil || len(info.State.Subjects) != 0 {
+		t.Fatalf("an upload outlived its append: %v %v", info.State.Subjects, err)
 	}
 	var res map[string]any
 	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "up", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {

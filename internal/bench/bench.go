@@ -213,7 +213,7 @@ func startEnvWith(ctx context.Context, workers int, cfg pipeline.Config) (*env, 
 
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); _ = runFloor(runCtx, fnc, fjs, workers) }()
+	go func() { defer wg.Done(); _ = runFloor(runCtx, fnc, fjs, workers, e.store.Shards()) }()
 	e.stop = func() {
 		cancel()
 		wg.Wait()

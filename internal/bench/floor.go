@@ -11,14 +11,16 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/kvstore"
 )
 
 // The floor: a minimal program doing only the JetStream work one
 // compaction needs, on its own streams so it never meets the service:
-// pull the request, read the session's record and messages (one batched
-// direct get of every key of the session, the cheapest read there is),
-// write a compaction message (create) and the record (compare-and-set),
-// publish the result with a Nats-Msg-Id, double-ack.
+// pull the request, read the session's record and its data (one batched
+// direct get each, the cheapest reads there are), write a compaction
+// message and the record (compare-and-set), publish the result with a
+// Nats-Msg-Id, double-ack.
 const (
 	floorStream    = "BENCH_FLOOR_REQ"
 	floorResults   = "BENCH_FLOOR_RES"
@@ -42,7 +44,7 @@ func provisionFloor(ctx context.Context, js jetstream.JetStream) error {
 }
 
 // runFloor serves floor requests with workers goroutines until ctx ends.
-func runFloor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, workers int) error {
+func runFloor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, workers, shards int) error {
 	cons, err := js.Consumer(ctx, floorStream, floorDurable)
 	if err != nil {
 		return err
@@ -67,33 +69,40 @@ func runFloor(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, worker
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := floorOne(ctx, nc, js, msg); err != nil {
+			if err := floorOne(ctx, nc, js, msg, shards); err != nil {
 				_ = msg.Nak()
 			}
 		}()
 	}
 }
 
-func floorOne(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, msg jetstream.Msg) error {
+func floorOne(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, msg jetstream.Msg, shards int) error {
 	sid := msg.Subject()[len(floorReqPrefix):]
-	// Read: every key of the session in one streamed direct get.
-	vals, err := readAll(ctx, nc, "$KV.sessions."+sid+".>")
+	n := kvstore.ShardOf(kvstore.DefaultTenant, sid, shards)
+	bucket := kvstore.RecordsBucket(n)
+	recSubj := "$KV." + bucket + "." + kvstore.DefaultTenant + "." + sid
+	data := fmt.Sprintf("%s%d.%s.%s.", kvstore.DataSubjectPrefix, n, kvstore.DefaultTenant, sid)
+	// Read: the record, then every value of the session's data, in one
+	// streamed direct get each.
+	recs, err := readAll(ctx, nc, "KV_"+bucket, recSubj)
 	if err != nil {
 		return err
 	}
-	rec, ok := vals["$KV.sessions."+sid+".rec"]
+	rec, ok := recs[recSubj]
 	if !ok {
 		return fmt.Errorf("floor: no record for %s", sid)
 	}
-	// Write: the compaction message (create), then the record (CAS).
+	if _, err := readAll(ctx, nc, kvstore.DataStream(n), data+">"); err != nil {
+		return err
+	}
+	// Write: the compaction message, then the record (CAS).
 	comp, _ := json.Marshal(map[string]any{"id": uuid.NewString(), "role": "user", "content": "summary", "is_compaction": true})
-	m1 := nats.NewMsg("$KV.sessions." + sid + ".c." + uuid.NewString())
+	m1 := nats.NewMsg(data + "c")
 	m1.Data = comp
-	m1.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
 	if _, err := js.PublishMsg(ctx, m1); err != nil {
 		return err
 	}
-	m2 := nats.NewMsg("$KV.sessions." + sid + ".rec")
+	m2 := nats.NewMsg(recSubj)
 	m2.Data = rec.data
 	m2.Header.Set(jetstream.ExpectedLastSubjSeqHeader, fmt.Sprint(rec.seq))
 	if _, err := js.PublishMsg(ctx, m2); err != nil {
@@ -115,9 +124,9 @@ type storedValue struct {
 	data []byte
 }
 
-// readAll reads the last value of every subject matching filter with one
-// batched direct get on KV_sessions.
-func readAll(ctx context.Context, nc *nats.Conn, filter string) (map[string]storedValue, error) {
+// readAll reads the messages matching filter with one batched direct get
+// on stream, and returns the last of each subject.
+func readAll(ctx context.Context, nc *nats.Conn, stream, filter string) (map[string]storedValue, error) {
 	inbox := nc.NewRespInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {
@@ -125,7 +134,7 @@ func readAll(ctx context.Context, nc *nats.Conn, filter string) (map[string]stor
 	}
 	defer sub.Unsubscribe()
 	req, _ := json.Marshal(map[string]any{"next_by_subj": filter, "batch": 1 << 20})
-	if err := nc.PublishRequest("$JS.API.DIRECT.GET.KV_sessions", inbox, req); err != nil {
+	if err := nc.PublishRequest("$JS.API.DIRECT.GET."+stream, inbox, req); err != nil {
 		return nil, err
 	}
 	out := map[string]storedValue{}

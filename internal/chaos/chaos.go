@@ -372,7 +372,7 @@ func (r *run) provision(ctx context.Context) error {
 	var err error
 	for range 30 { // the cluster may still be placing its first assets
 		pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err = app.ProvisionAll(pctx, r.js, 3, ackWait, 5)
+		err = app.ProvisionAll(pctx, r.nc, r.js, app.Provisioning{Replicas: 3, Shards: 3, AckWait: ackWait, MaxDeliver: 5})
 		cancel()
 		if err == nil {
 			return nil
@@ -542,7 +542,7 @@ func (r *run) chaos(ctx context.Context) {
 		leader   func() int
 	}{
 		{0.10, 0.15, "the JetStream meta leader", r.c.MetaLeader},
-		{0.20, 0.25, "leader of KV_" + kvstore.SessionsBucket, func() int { return r.c.StreamLeader("KV_" + kvstore.SessionsBucket) }},
+		{0.20, 0.25, "leader of " + kvstore.DataStream(0) + " (shard 0's session data)", func() int { return r.c.StreamLeader(kvstore.DataStream(0)) }},
 		{0.30, 0.35, "leader of " + consumer.RequestStream, func() int { return r.c.StreamLeader(consumer.RequestStream) }},
 		{0.40, 0.45, "leader of " + consumer.ResultStream, func() int { return r.c.StreamLeader(consumer.ResultStream) }},
 	}

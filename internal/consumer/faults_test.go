@@ -11,7 +11,6 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/fakeprovider"
-	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/nats-io/nats.go/jetstream"
@@ -94,11 +93,15 @@ func TestHangingCallsDoNotStallOtherSessions(t *testing.T) {
 // and a dead letter; no redelivery (it used to be retried for minutes).
 func TestCorruptSessionFailsAtOnce(t *testing.T) {
 	e := newEnv(t)
-	kv, err := e.js.KeyValue(context.Background(), kvstore.SessionsBucket)
+	bucket, key, err := e.store.RecordKey("s1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(context.Background(), "s1.rec", []byte(`{"session_id":"s1","head_seq":"three"}`)); err != nil {
+	kv, err := e.js.KeyValue(context.Background(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(context.Background(), key, []byte(`{"session_id":"s1","head_seq":"three"}`)); err != nil {
 		t.Fatal(err)
 	}
 	r := e.start(nil, openAIConfig(), consumer.Options{})

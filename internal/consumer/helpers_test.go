@@ -49,7 +49,7 @@ func envOn(t *testing.T, srv *server.Server, set consumer.Settings) *env {
 	t.Helper()
 	nc, js := natstest.Connect(t, srv)
 	ctx := context.Background()
-	if err := kvstore.Provision(ctx, js, 1); err != nil {
+	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := consumer.Provision(ctx, js, set); err != nil {

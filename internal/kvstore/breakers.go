@@ -41,7 +41,7 @@ func (b *Breakers) get(ctx context.Context, sid string) (session.Breaker, error)
 	if err := checkID(sid); err != nil {
 		return session.Breaker{}, err
 	}
-	v, err := leaderGet(ctx, b.nc, BreakersBucket, sid)
+	v, err := kvLeaderGet(ctx, b.nc, BreakersBucket, sid)
 	if errors.Is(err, session.ErrNotFound) {
 		return closed(sid), nil
 	}
@@ -52,7 +52,7 @@ func (b *Breakers) get(ctx context.Context, sid string) (session.Breaker, error)
 	if err := json.Unmarshal(v.data, &br); err != nil {
 		return session.Breaker{}, fmt.Errorf("breaker %s: %w: %v", sid, session.ErrCorrupt, err)
 	}
-	br.Revision = v.rev
+	br.Revision = v.seq
 	return br, nil
 }
 

@@ -30,25 +30,32 @@ func chatOf(n int) []session.Message {
 	return msgs
 }
 
-// keysOf lists every key of a session in the bucket.
-func keysOf(t *testing.T, js jetstream.JetStream, sid string) []string {
+// keysOf lists every subject a session has in the store's streams (its
+// record and its data).
+func keysOf(t *testing.T, s *kvstore.Sessions, js jetstream.JetStream, sid string) []string {
 	t.Helper()
-	kv, err := js.KeyValue(context.Background(), kvstore.SessionsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := kv.ListKeysFiltered(context.Background(), sid+".>")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	_, bucket, key, data := s.Place(sid)
 	var out []string
-	for k := range l.Keys() {
-		out = append(out, k)
+	for stream, filter := range map[string]string{"KV_" + bucket: "$KV." + bucket + "." + key, kvstore.DataStream(shardOf(s, sid)): data + ">"} {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(filter))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for subj := range info.State.Subjects {
+			out = append(out, subj)
+		}
 	}
 	return out
+}
+
+func shardOf(s *kvstore.Sessions, sid string) int {
+	n, _, _, _ := s.Place(sid)
+	return n
 }
 
 var errLost = fmt.Errorf("connection reset: %w", session.ErrUnavailable)
@@ -61,20 +68,20 @@ func TestFailedCreateLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
 	var records atomic.Int64
-	s.FailWrites(func(key string) error {
-		if strings.HasSuffix(key, ".rec") && records.Add(1) == 2 {
+	s.FailWrites(func(subj string) error {
+		if kvstore.IsRecord(subj) && records.Add(1) == 2 {
 			return errLost
 		}
 		return nil
 	})
-	_, err := s.Create(ctx, session.Record{SessionID: "big", Model: "gpt-4o"}, chatOf(600)) // 1,201 messages: three writes
+	_, err := s.Create(ctx, session.Record{SessionID: "big", Model: "gpt-4o"}, chatOf(600)) // 1,201 messages: the record, the log, the record
 	if !errors.Is(err, session.ErrUnavailable) {
 		t.Fatalf("create: %v, want the write's failure", err)
 	}
 	if _, err := s.Record(ctx, "big"); !errors.Is(err, session.ErrNotFound) {
 		t.Fatalf("after a failed create: %v, want not found", err)
 	}
-	if keys := keysOf(t, js, "big"); len(keys) != 0 {
+	if keys := keysOf(t, s, js, "big"); len(keys) != 0 {
 		t.Fatalf("a failed create left %d keys, e.g. %v", len(keys), keys[:min(3, len(keys))])
 	}
 	s.FailWrites(nil)
@@ -91,8 +98,8 @@ func TestInterruptedCreateIsFinishedByItsRetry(t *testing.T) {
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
 	var records atomic.Int64
-	s.FailWrites(func(key string) error {
-		if strings.HasSuffix(key, ".rec") && records.Add(1) >= 2 {
+	s.FailWrites(func(subj string) error {
+		if kvstore.IsRecord(subj) && records.Add(1) >= 2 {
 			return errLost // the second write, and the delete after it
 		}
 		return nil
@@ -173,7 +180,7 @@ func TestMessageOverMaxPayload(t *testing.T) {
 	if err := s.Delete(ctx, "logs"); err != nil {
 		t.Fatal(err)
 	}
-	if keys := keysOf(t, js, "logs"); len(keys) != 0 {
+	if keys := keysOf(t, s, js, "logs"); len(keys) != 0 {
 		t.Fatalf("delete left %v", keys)
 	}
 }
@@ -184,8 +191,9 @@ func TestCorruptRecord(t *testing.T) {
 	nc, js := jetStream(t)
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
-	kv, _ := js.KeyValue(ctx, kvstore.SessionsBucket)
-	if _, err := kv.Put(ctx, "bad.rec", []byte("{not json")); err != nil {
+	_, bucket, key, _ := s.Place("bad")
+	kv, _ := js.KeyValue(ctx, bucket)
+	if _, err := kv.Put(ctx, key, []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Load(ctx, "bad", false); !errors.Is(err, session.ErrCorrupt) || errors.Is(err, session.ErrUnavailable) {
@@ -221,7 +229,7 @@ func TestSweepDeletesIdleSessions(t *testing.T) {
 	if err != nil || len(deleted) != 1 || deleted[0] != "idle" {
 		t.Fatalf("swept %v (%v), want [idle]", deleted, err)
 	}
-	if keys := keysOf(t, js, "idle"); len(keys) != 0 {
+	if keys := keysOf(t, s, js, "idle"); len(keys) != 0 {
 		t.Fatalf("sweep left %v", keys)
 	}
 	if _, err := s.Record(ctx, "busy"); err != nil {
@@ -239,7 +247,7 @@ func provisionR3(t *testing.T, js jetstream.JetStream) {
 	var err error
 	for range 20 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err = kvstore.Provision(ctx, js, 3)
+		err = kvstore.Provision(ctx, js, kvstore.ProvisionOptions{Replicas: 3})
 		cancel()
 		if err == nil {
 			return
@@ -249,18 +257,20 @@ func provisionR3(t *testing.T, js jetstream.JetStream) {
 	t.Fatal(err)
 }
 
-// staleReplicas adds read replicas of the sessions bucket that are always
-// behind on records: a mirror with mirror_direct answers direct gets for
-// KV_sessions beside its replicas (about half of them here), and this one
-// holds the messages but never a record, as a follower that has not yet
-// applied the record's write. A lagging follower is a matter of timing;
-// this one is behind every time it answers.
-func staleReplicas(t *testing.T, js jetstream.JetStream, replicas int) {
+// staleReplicas adds read replicas of every shard's data stream that
+// are always behind: a mirror with mirror_direct answers direct gets for
+// the stream beside its replicas (about half of them here), and this one
+// holds only preparations, never a log entry, a chunk or a compaction, as
+// a follower that has not yet applied the writes. A lagging follower is a
+// matter of timing; this one is behind every time it answers.
+func staleReplicas(t *testing.T, js jetstream.JetStream, replicas, shards int) {
 	t.Helper()
-	_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: "KV_sessions_stale", Replicas: replicas,
-		MirrorDirect: true, AllowDirect: true, Mirror: &jetstream.StreamSource{Name: "KV_" + kvstore.SessionsBucket, FilterSubject: "$KV.sessions.*.m.>"}})
-	if err != nil {
-		t.Fatal(err)
+	for n := range shards {
+		_, err := js.CreateStream(context.Background(), jetstream.StreamConfig{Name: fmt.Sprintf("STALE_%d", n), Replicas: replicas,
+			MirrorDirect: true, AllowDirect: true, Mirror: &jetstream.StreamSource{Name: kvstore.DataStream(n), FilterSubject: fmt.Sprintf("sessions.%d.*.*.prep", n)}})
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -282,7 +292,7 @@ func TestReadYourWritesOnCluster(t *testing.T) {
 		nc, js := natstest.ConnectURL(t, c.URL(i))
 		if i == 0 {
 			provisionR3(t, js)
-			staleReplicas(t, js, 3)
+			staleReplicas(t, js, 3, 3)
 		}
 		s, err := kvstore.NewSessions(context.Background(), nc, js)
 		if err != nil {
@@ -331,18 +341,18 @@ func TestReadYourWritesOnCluster(t *testing.T) {
 	wg.Wait()
 }
 
-// JetStream keeps at most 50 atomic batches open per stream and refuses
-// more with a 429: that is the backend being busy, worth repeating (it
-// was answered as a plain error, a 500 to the runtime). Many runtimes
-// appending at once through three replicas all get their appends in.
-func TestAppendsBeyondTheBatchLimit(t *testing.T) {
+// A 429 from JetStream (too many requests in flight) is the backend being
+// busy, worth repeating (it was answered as a plain error, a 500 to the
+// runtime). Many runtimes appending at once through three replicas, three
+// to each session, all get their appends in, each once.
+func TestManyRuntimesAppendAtOnce(t *testing.T) {
 	err := kvstore.APIError(context.Background(), "append", 429, 10210, "atomic publish too many inflight")
 	if !errors.Is(err, session.ErrUnavailable) {
 		t.Fatalf("a 429 is %v, not unavailable", err)
 	}
 	_, nc, js := natstest.Start(t)
 	ctx := context.Background()
-	if err := kvstore.Provision(ctx, js, 1); err != nil {
+	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{Shards: 2}); err != nil {
 		t.Fatal(err)
 	}
 	var svcs []*sessions.Service

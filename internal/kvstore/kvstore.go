@@ -1,36 +1,43 @@
-// Package kvstore keeps sessions and circuit breakers in JetStream KV
-// buckets, behind the pipeline's store interfaces.
+// Package kvstore keeps sessions and circuit breakers in JetStream, behind
+// the pipeline's store interfaces.
 //
-// Layout of the sessions bucket, one value per key so that no value nears
-// max_payload whatever the session's size:
+// Sessions are spread over shards (a stable hash of tenant and session id;
+// the count is fixed when the store is provisioned). Each shard is a KV
+// bucket of records and a stream of session data, each with its own Raft
+// leader, so that a cluster's nodes share the work:
 //
-//	<sid>.rec            the record: the session's head, the commit point
-//	<sid>.m.<seq>        one message each (seq zero-padded)
-//	<sid>.b.<seq>.<n>    the chunks of a message too large for one value
-//	<sid>.i.<id hash>    the seq of the message with that id (idempotent appends)
-//	<sid>.c.<id>         compaction messages, append-only
+//	KV sessions_<n>, key <tenant>.<sid>     the record: head, compaction state, the commit point
+//	SESSIONS_<n>, sessions.<n>.<tenant>.<sid>.log    the messages, one stream message per append
+//	                                    .c      compaction messages
+//	                                    .b      the chunks of messages too large for one value
+//	                                    .prep   the prepared compaction (a rollup: only the latest)
+//	                                    .u.<h>  the parts of an upload
 //
-// A create and an append are JetStream atomic batches (the messages, their
-// id index entries, the record with its expected revision): they apply whole
-// or not at all, and a repeated one is recognised (a create by its digest, an
-// append by its message ids). A compaction's commit writes its message, then
-// the record with compare-and-set: the record is the commit point.
+// A session is a handful of subjects however many messages it holds
+// (JetStream keeps every subject of a stream in memory). An append is one
+// stream message on the session's log subject, written with the subject's
+// expected last sequence (the record's log.seq): two appends on one view
+// cannot both land. The record, written next with compare-and-set, is the
+// commit point readers follow; an entry past it (its writer stopped between
+// the two writes) is adopted by the next append, so an append lands whole
+// or not at all. Message ids are idempotent against the record's window of
+// recent ids. The record indexes the stream sequence of every 64th message,
+// so any message is one batched read away.
 //
 // Reads that decide something see the latest committed state also on a
-// cluster whose followers lag: the record is read from the stream leader
-// (the direct gets KV uses may be answered by any replica), and the
-// immutable values it names are read with batched direct gets, a value that
-// a lagging replica lacks (or holds from a deleted incarnation of the
-// session, told by its epoch header) read again from the leader.
+// cluster whose followers lag: the record is read from the stream leader;
+// the immutable entries it names are read with batched direct gets (any
+// replica), and what a lagging replica lacks is read from the leader.
 package kvstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"regexp"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -40,23 +47,36 @@ import (
 	"github.com/compactor/compactor/internal/session"
 )
 
-// Bucket names (SPEC §8).
+// Names of the store's buckets and streams.
 const (
-	SessionsBucket = "sessions"
-	BreakersBucket = "compaction_breakers"
+	// RecordsBucketPrefix + n is shard n's bucket of records.
+	RecordsBucketPrefix = "sessions_"
+	// DataStreamPrefix + n is shard n's stream of session data, on the
+	// subjects DataSubjectPrefix + n + ".>".
+	DataStreamPrefix  = "SESSIONS_"
+	DataSubjectPrefix = "sessions."
+	BreakersBucket    = "compaction_breakers"
+	// MetaBucket holds the layout (its shard count) and the leases of the
+	// work one replica does for the deployment (the idle sweep).
+	MetaBucket = "compactor_meta"
+	// DefaultTenant is the tenant of a deployment without tenants: the
+	// level of the key that names a session's tenant.
+	DefaultTenant = "_"
+	// LayoutVersion is the layout this package writes (the first, one KV
+	// bucket with a key per message, is legacystore's).
+	LayoutVersion = 2
 )
+
+// RecordsBucket is the bucket of shard n's records.
+func RecordsBucket(n int) string { return RecordsBucketPrefix + strconv.Itoa(n) }
+
+// DataStream is the stream of shard n's session data.
+func DataStream(n int) string { return DataStreamPrefix + strconv.Itoa(n) }
 
 var (
 	_ pipeline.SessionStore = (*Sessions)(nil)
 	_ pipeline.BreakerStore = (*Breakers)(nil)
 )
-
-// maxBatch is JetStream's limit of messages in one atomic batch.
-const maxBatch = 1000
-
-// maxBatchesInFlight bounds one process's atomic batches in flight, under
-// JetStream's 50 per stream.
-const maxBatchesInFlight = 32
 
 // casRetries bounds re-reads after a lost compare-and-set.
 const casRetries = 50
@@ -65,6 +85,9 @@ const casRetries = 50
 // data URL): larger ones are refused. Values over the connection's
 // max_payload are stored in chunks.
 const MaxMessageBytes = 64 << 20
+
+// maxAppend bounds the messages of one append or one entry of a create.
+const maxAppend = 2000
 
 // opTimeout bounds one backend request. A request sent just before its
 // server died is never answered: it must not hold the operation (and
@@ -84,93 +107,132 @@ func checkID(id string) error {
 	return nil
 }
 
-func recKey(sid string) string            { return sid + ".rec" }
-func msgKey(sid string, seq int64) string { return fmt.Sprintf("%s.m.%012d", sid, seq) }
-func compKey(sid, id string) string       { return sid + ".c." + id }
-func chunkKey(sid string, seq int64, n int) string {
-	return fmt.Sprintf("%s.b.%012d.%04d", sid, seq, n)
-}
+func isNotFound(err error) bool  { return errors.Is(err, jetstream.ErrKeyNotFound) }
+func notFound(what string) error { return fmt.Errorf("%s: %w", what, session.ErrNotFound) }
 
-// indexKey is the key of the index entry of message id: a hash, so that any
-// id a runtime chooses makes a valid key.
-func indexKey(sid, id string) string {
-	h := sha256.Sum256([]byte(id))
-	return sid + ".i." + hex.EncodeToString(h[:20])
-}
-
-func subject(bucket, key string) string { return "$KV." + bucket + "." + key }
-func isNotFound(err error) bool         { return errors.Is(err, jetstream.ErrKeyNotFound) }
-func notFound(what string) error        { return fmt.Errorf("%s: %w", what, session.ErrNotFound) }
-
-// Provision creates the buckets if they are missing, or updates their
-// replicas, and enables atomic batches on the sessions bucket (idempotent).
-// It reads first and writes only what differs, so a service whose user may
-// only read stream info starts against buckets an administrator made.
-func Provision(ctx context.Context, js jetstream.JetStream, replicas int) error {
-	if replicas < 1 {
-		replicas = 1
+// ShardOf returns the shard of a session among n: a jump consistent hash of
+// tenant and id, so that a store with more shards would move only the
+// sessions the new shards take.
+func ShardOf(tenant, sid string, n int) int {
+	h := fnv.New64a()
+	h.Write([]byte(tenant))
+	h.Write([]byte{0})
+	h.Write([]byte(sid))
+	key := h.Sum64()
+	var b, j int64 = -1, 0
+	for j < int64(n) {
+		b = j
+		key = key*2862933555777941757 + 1
+		j = int64(float64(b+1) * (float64(int64(1)<<31) / float64((key>>33)+1)))
 	}
-	for _, b := range []string{SessionsBucket, BreakersBucket} {
-		st, err := js.Stream(ctx, "KV_"+b)
-		switch {
-		case errors.Is(err, jetstream.ErrStreamNotFound):
-			st = nil
-		case err != nil:
-			return fmt.Errorf("provision bucket %s: %w", b, err)
-		}
-		if st == nil || max(st.CachedInfo().Config.Replicas, 1) != replicas {
-			_, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: b, History: 1, Replicas: replicas, Storage: jetstream.FileStorage})
-			if err != nil {
-				return fmt.Errorf("provision bucket %s: %w", b, err)
-			}
-			if st, err = js.Stream(ctx, "KV_"+b); err != nil {
-				return fmt.Errorf("provision bucket %s: %w", b, err)
-			}
-		}
-		if cfg := st.CachedInfo().Config; b == SessionsBucket && !cfg.AllowAtomicPublish {
-			cfg.AllowAtomicPublish = true
-			if _, err := js.UpdateStream(ctx, cfg); err != nil {
-				return fmt.Errorf("provision: enable atomic batches on KV_%s: %w", SessionsBucket, err)
-			}
-		}
-	}
-	return nil
+	return int(b)
 }
+
+// shard is one shard's bucket of records and stream of data.
+type shard struct {
+	n       int
+	records jetstream.KeyValue
+	recs    jetstream.Stream // the records bucket's stream
+	data    jetstream.Stream
+}
+
+// where names one session: its shard, tenant and id.
+type where struct {
+	sh     *shard
+	tenant string
+	sid    string
+}
+
+func (w where) recKey() string { return w.tenant + "." + w.sid }
+
+func (w where) cacheKey() string { return strconv.Itoa(w.sh.n) + "." + w.recKey() }
+
+// recSubject is the record's subject in its bucket's stream.
+func (w where) recSubject() string {
+	return "$KV." + RecordsBucket(w.sh.n) + "." + w.recKey()
+}
+
+// subject is the session's data subject of kind (log, c, b, prep, u.<h>).
+func (w where) subject(kind string) string {
+	return DataSubjectPrefix + strconv.Itoa(w.sh.n) + "." + w.tenant + "." + w.sid + "." + kind
+}
+
+func (w where) dataStream() string    { return DataStream(w.sh.n) }
+func (w where) recordsStream() string { return "KV_" + RecordsBucket(w.sh.n) }
 
 // Sessions is the session store. It is safe for concurrent use, also by
 // several processes.
 type Sessions struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	stream jetstream.Stream
+	shards []*shard
+	meta   jetstream.KeyValue
 	now    func() time.Time
+	mux    *batchMux
 	// chunk is the largest value written whole; a message over it is
 	// stored in chunks of this size.
 	chunk int
-	// batches bounds this process's atomic batches in flight.
-	batches chan struct{}
-	// failWrite, in tests, fails a write (an atomic batch or a single
-	// value, by key of its last value) before it is sent.
-	failWrite func(key string) error
+	// holder names this process in the leases it takes.
+	holder string
+	// recent caches the records this process last wrote, so that the next
+	// append to a session skips reading it: every write an append makes is
+	// guarded (the log's last sequence, the record's revision), so a stale
+	// one only costs a retry; what an append answers without writing is
+	// decided on a record read from the leader.
+	cacheMu sync.Mutex
+	cache   map[string]record
+	// failWrite, in tests, fails a write (by its subject) before it is
+	// sent.
+	failWrite func(subject string) error
 }
 
-// NewSessions binds the provisioned sessions bucket.
+// NewSessions binds the provisioned store: its layout, read from the meta
+// bucket, and every shard's bucket and stream.
 func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*Sessions, error) {
-	kv, err := js.KeyValue(ctx, SessionsBucket)
+	meta, err := js.KeyValue(ctx, MetaBucket)
 	if err != nil {
-		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
+		return nil, fmt.Errorf("bind bucket %s: %w (provision the store: compactor provision)", MetaBucket, err)
 	}
-	st, err := js.Stream(ctx, "KV_"+SessionsBucket)
+	lay, err := readLayout(ctx, meta)
 	if err != nil {
-		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
+		return nil, err
 	}
-	// Room for the headers and the framing of a batch member.
+	// Room for the headers of a value.
 	chunk := min(int(nc.MaxPayload())-16<<10, 512<<10)
 	if chunk < 4<<10 {
-		return nil, fmt.Errorf("bind bucket %s: max_payload %d is too small", SessionsBucket, nc.MaxPayload())
+		return nil, fmt.Errorf("bind the session store: max_payload %d is too small", nc.MaxPayload())
 	}
-	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now, chunk: chunk, batches: make(chan struct{}, maxBatchesInFlight)}, nil
+	mux, err := newBatchMux(nc)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sessions{nc: nc, js: js, meta: meta, now: time.Now, mux: mux, chunk: chunk, holder: nats.NewInbox()[len(nats.InboxPrefix):],
+		cache: map[string]record{}}
+	for n := range lay.Shards {
+		sh := &shard{n: n}
+		if sh.records, err = js.KeyValue(ctx, RecordsBucket(n)); err != nil {
+			return nil, fmt.Errorf("bind bucket %s: %w", RecordsBucket(n), err)
+		}
+		if sh.recs, err = js.Stream(ctx, "KV_"+RecordsBucket(n)); err != nil {
+			return nil, fmt.Errorf("bind bucket %s: %w", RecordsBucket(n), err)
+		}
+		if sh.data, err = js.Stream(ctx, DataStream(n)); err != nil {
+			return nil, fmt.Errorf("bind stream %s: %w", DataStream(n), err)
+		}
+		s.shards = append(s.shards, sh)
+	}
+	return s, nil
+}
+
+// Shards returns the store's shard count.
+func (s *Sessions) Shards() int { return len(s.shards) }
+
+// where places a session of the default tenant.
+func (s *Sessions) where(sid string) (where, error) {
+	if err := checkID(sid); err != nil {
+		return where{}, err
+	}
+	return where{sh: s.shards[ShardOf(DefaultTenant, sid, len(s.shards))], tenant: DefaultTenant, sid: sid}, nil
 }
 
 // withTimeout bounds one backend request to opTimeout (or ctx's earlier
@@ -197,8 +259,43 @@ func unavailable(ctx context.Context, what string, err error) error {
 		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrSlowConsumer):
 		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
 	case errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.Code == 429):
-		// No leader, or too many atomic batches in flight on the stream.
+		// No leader, or too many requests in flight on the stream.
 		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// RecordKey says where a session's record is: its shard's bucket and the
+// key in it.
+func (s *Sessions) RecordKey(sid string) (bucket, key string, err error) {
+	w, err := s.where(sid)
+	if err != nil {
+		return "", "", err
+	}
+	return RecordsBucket(w.sh.n), w.recKey(), nil
+}
+
+// maxCached bounds the records cached (a full cache starts again empty).
+const maxCached = 100_000
+
+func (s *Sessions) cached(w where) (record, bool) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	r, ok := s.cache[w.cacheKey()]
+	return r, ok
+}
+
+// remember caches rec as the session's record (nil: forgets it).
+func (s *Sessions) remember(w where, rec *record) {
+	k := w.cacheKey()
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if rec == nil {
+		delete(s.cache, k)
+		return
+	}
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	s.cache[k] = *rec
 }

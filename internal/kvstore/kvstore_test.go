@@ -25,10 +25,10 @@ func jetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	_, nc, js := natstest.Start(t)
 	ctx := context.Background()
-	if err := kvstore.Provision(ctx, js, 1); err != nil {
+	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{Shards: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if err := kvstore.Provision(ctx, js, 1); err != nil { // idempotent
+	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{}); err != nil { // idempotent, the count kept
 		t.Fatalf("second provision: %v", err)
 	}
 	return nc, js
@@ -188,8 +188,13 @@ func TestHistoryIsTheCommittedChain(t *testing.T) {
 	if err != nil || second.Outcome != pipeline.OutcomeCompacted {
 		t.Fatalf("%v %+v", err, second)
 	}
-	kv, _ := js.KeyValue(ctx, kvstore.SessionsBucket)
-	if _, err := kv.Put(ctx, "h.c.orphan", []byte(`{"id":"orphan","seq":200,"role":"user","content":"lost","is_compaction":true,"compaction":{"summary_text":"lost","from_seq":1,"to_seq":120}}`)); err != nil {
+	// A compaction message of the session whose commit was lost.
+	rec, _ := s.Record(ctx, "h")
+	_, _, _, data := s.Place("h")
+	orphan := nats.NewMsg(data + "c")
+	orphan.Header.Set("Compactor-Epoch", rec.Epoch)
+	orphan.Data = []byte(`{"id":"orphan","seq":200,"role":"user","content":"lost","is_compaction":true,"compaction":{"summary_text":"lost","from_seq":1,"to_seq":120}}`)
+	if _, err := js.PublishMsg(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
 	all, comps, err := s.History(ctx, "h")

@@ -12,19 +12,20 @@ import (
 
 var _ pipeline.PreparedStore = (*Sessions)(nil)
 
-// prepKey is the key of the session's prepared compaction (one per
-// session, replaced by the next preparation, purged with the session).
-func prepKey(sid string) string { return sid + ".prep" }
+// The session's prepared compaction is the latest message on its .prep
+// subject (each one a rollup: the earlier ones are dropped), its stream
+// sequence the revision.
 
 // Prepared returns the session's prepared compaction, read from the
 // leader; session.ErrNotFound when there is none. One left by a deleted
 // incarnation of the session is returned with its epoch (not Usable), so
 // that the next preparation can replace it.
 func (s *Sessions) Prepared(ctx context.Context, sid string) (session.PreparedCompaction, error) {
-	if err := checkID(sid); err != nil {
+	w, err := s.where(sid)
+	if err != nil {
 		return session.PreparedCompaction{}, err
 	}
-	v, err := s.leaderGet(ctx, prepKey(sid))
+	r, err := s.leaderMsg(ctx, w.dataStream(), map[string]any{"last_by_subj": w.subject("prep")})
 	if errors.Is(err, session.ErrNotFound) {
 		return session.PreparedCompaction{}, notFound("prepared compaction of " + sid)
 	}
@@ -32,16 +33,16 @@ func (s *Sessions) Prepared(ctx context.Context, sid string) (session.PreparedCo
 		return session.PreparedCompaction{}, err
 	}
 	var p session.PreparedCompaction
-	if err := json.Unmarshal(v.data, &p); err != nil || p.SessionID != sid {
+	if err := json.Unmarshal(r.data, &p); err != nil || p.SessionID != sid {
 		// Not what this service writes: report it as none, with the
 		// revision, so that a preparation overwrites it.
-		return session.PreparedCompaction{SessionID: sid, State: session.PreparedFailed, Revision: v.rev,
+		return session.PreparedCompaction{SessionID: sid, State: session.PreparedFailed, Revision: r.seq,
 			Error: fmt.Sprintf("stored value does not decode (%v)", err)}, nil
 	}
-	if e := v.epoch(); e != "" {
+	if e := r.epoch(); e != "" {
 		p.Epoch = e
 	}
-	p.Revision = v.rev
+	p.Revision = r.seq
 	return p, nil
 }
 
@@ -50,10 +51,11 @@ func (s *Sessions) Prepared(ctx context.Context, sid string) (session.PreparedCo
 // another writer moved it first, session.ErrNotFound when the session does
 // not exist. p is tagged with the session's epoch.
 func (s *Sessions) PutPrepared(ctx context.Context, p session.PreparedCompaction) (session.PreparedCompaction, error) {
-	if err := checkID(p.SessionID); err != nil {
+	w, err := s.where(p.SessionID)
+	if err != nil {
 		return p, err
 	}
-	rec, err := s.record(ctx, p.SessionID)
+	rec, err := s.record(ctx, w)
 	if err != nil {
 		return p, err
 	}
@@ -62,10 +64,10 @@ func (s *Sessions) PutPrepared(ctx context.Context, p session.PreparedCompaction
 	if err != nil {
 		return p, fmt.Errorf("%w: prepared compaction: %v", session.ErrInvalid, err)
 	}
-	r, err := s.put(ctx, prepKey(p.SessionID), b, rev(p.Revision), rec.Epoch)
+	seq, _, err := s.publish(ctx, write{subject: w.subject("prep"), data: b, epoch: rec.Epoch, expect: expect(p.Revision), rollup: true})
 	if err != nil {
 		return p, err
 	}
-	p.Revision = r
+	p.Revision = seq
 	return p, nil
 }

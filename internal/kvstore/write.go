@@ -2,302 +2,362 @@ package kvstore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/session"
 )
 
-// item is one value of an atomic write.
-type item struct {
-	key    string
-	value  []byte
-	expect *uint64 // expected last revision of key (0: must not exist)
-}
-
-func rev(v uint64) *uint64 { return &v }
-
 // apiError maps the error of a write's ack: a write that lost its
-// compare-and-set, input the stream refuses whatever its health, a stream
-// not provisioned for atomic writes; the codes are nats.go's names, or
-// nats-server's where nats.go has none (the atomic batch's).
+// compare-and-set, input the stream refuses whatever its health; the codes
+// are nats.go's names.
 func apiError(ctx context.Context, what string, code, errCode int, desc string) error {
 	switch ec := jetstream.ErrorCode(errCode); {
 	case ec == jetstream.JSErrCodeStreamWrongLastSequence, ec == jetstream.JSErrCodeStreamWrongLastSequenceConstant:
 		return fmt.Errorf("%s: %w: %s", what, session.ErrConflict, desc)
-	case ec == jetstream.JSErrCodeStreamMessageExceedsMaximum, errCode == int(server.JSAtomicPublishTooLargeBatchErrF):
+	case ec == jetstream.JSErrCodeStreamMessageExceedsMaximum:
 		return fmt.Errorf("%s: %w: %s", what, session.ErrInvalid, desc)
-	case errCode == int(server.JSAtomicPublishDisabledErr):
-		return fmt.Errorf("%s: %s (provision the buckets: compactor provision)", what, desc)
 	}
-	// Anything else left the write unapplied (an atomic write applies
-	// whole or not at all): the backend's trouble, and worth repeating.
+	// Anything else left the write unapplied: the backend's trouble, and
+	// worth repeating.
 	return unavailable(ctx, what, &jetstream.APIError{Code: code, ErrorCode: jetstream.ErrorCode(errCode), Description: desc})
 }
 
-// batch writes items atomically, each tagged with epoch, and returns the
-// stream sequence of the last one. It returns session.ErrConflict when an
-// expected revision did not hold; nothing is written then, nor on any other
-// error.
-func (s *Sessions) batch(ctx context.Context, epoch string, items []item) (uint64, error) {
-	if len(items) > maxBatch {
-		return 0, fmt.Errorf("%w: %d values in one atomic write, at most %d", session.ErrInvalid, len(items), maxBatch)
-	}
+// write is one stream message to publish.
+type write struct {
+	subject string
+	data    []byte
+	epoch   string
+	// expect is the subject's expected last sequence (0: none on it).
+	expect *uint64
+	// msgID is a Nats-Msg-Id (the stream answers a repeat within its
+	// duplicate window as a duplicate of the first).
+	msgID  string
+	rollup bool
+	hdr    map[string]string
+}
+
+func expect(seq uint64) *uint64 { return &seq }
+
+// publish writes w and returns its stream sequence, and whether the
+// stream found it a duplicate (of the one at that sequence).
+func (s *Sessions) publish(ctx context.Context, w write) (uint64, bool, error) {
 	if s.failWrite != nil {
-		if err := s.failWrite(items[len(items)-1].key); err != nil {
-			return 0, err
+		if err := s.failWrite(w.subject); err != nil {
+			return 0, false, err
 		}
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	// JetStream keeps at most 50 atomic batches open per stream (more
-	// are refused with 429): this process keeps under that; other
-	// replicas' batches may still crowd it, and a refusal is retried.
-	select {
-	case s.batches <- struct{}{}:
-		defer func() { <-s.batches }()
-	case <-ctx.Done():
-		return 0, unavailable(ctx, "atomic write", ctx.Err())
-	}
-	id := uuid.NewString()
-	for i, it := range items {
-		m := nats.NewMsg(subject(SessionsBucket, it.key))
-		m.Data = it.value
-		m.Header.Set("Nats-Batch-Id", id)
-		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
-		if epoch != "" {
-			m.Header.Set(hdrEpoch, epoch)
-		}
-		if it.expect != nil {
-			m.Header.Set("Nats-Expected-Last-Subject-Sequence", strconv.FormatUint(*it.expect, 10))
-		}
-		last := i == len(items)-1
-		if last {
-			m.Header.Set("Nats-Batch-Commit", "1")
-		}
-		if i > 0 && !last {
-			if err := s.nc.PublishMsg(m); err != nil {
-				return 0, unavailable(ctx, "atomic write", err)
-			}
-			continue
-		}
-		reply, err := s.nc.RequestMsgWithContext(ctx, m)
-		if err != nil {
-			return 0, unavailable(ctx, "atomic write", err)
-		}
-		if len(reply.Data) == 0 && !last {
-			continue // the batch is open
-		}
-		var ack struct {
-			Error *struct {
-				Code    int    `json:"code"`
-				ErrCode int    `json:"err_code"`
-				Desc    string `json:"description"`
-			} `json:"error"`
-			Seq   uint64 `json:"seq"`
-			Count int    `json:"count"`
-		}
-		if err := json.Unmarshal(reply.Data, &ack); err != nil {
-			return 0, unavailable(ctx, "atomic write", fmt.Errorf("ack %q: %w", reply.Data, err))
-		}
-		if ack.Error != nil {
-			return 0, apiError(ctx, "atomic write", ack.Error.Code, ack.Error.ErrCode, ack.Error.Desc)
-		}
-		if last && ack.Count != len(items) {
-			return 0, fmt.Errorf("atomic write committed %d of %d values", ack.Count, len(items))
-		}
-		if last {
-			return ack.Seq, nil
-		}
-	}
-	return 0, errors.New("atomic write of nothing")
-}
-
-// put writes one value, tagged with epoch, with an expected revision when
-// expect is set, and returns its revision.
-func (s *Sessions) put(ctx context.Context, key string, data []byte, expect *uint64, epoch string) (uint64, error) {
-	return s.putWith(ctx, key, data, expect, epoch, nil)
-}
-
-// putWith is put with more headers.
-func (s *Sessions) putWith(ctx context.Context, key string, data []byte, expect *uint64, epoch string, hdr map[string]string) (uint64, error) {
-	if s.failWrite != nil {
-		if err := s.failWrite(key); err != nil {
-			return 0, err
-		}
-	}
-	ctx, cancel := withTimeout(ctx)
-	defer cancel()
-	m := nats.NewMsg(subject(SessionsBucket, key))
-	m.Data = data
-	for k, v := range hdr {
+	m := nats.NewMsg(w.subject)
+	m.Data = w.data
+	for k, v := range w.hdr {
 		m.Header.Set(k, v)
 	}
-	if epoch != "" {
-		m.Header.Set(hdrEpoch, epoch)
+	if w.epoch != "" {
+		m.Header.Set(hdrEpoch, w.epoch)
 	}
-	if expect != nil {
-		m.Header.Set("Nats-Expected-Last-Subject-Sequence", strconv.FormatUint(*expect, 10))
+	if w.expect != nil {
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(*w.expect, 10))
+	}
+	if w.msgID != "" {
+		m.Header.Set(jetstream.MsgIDHeader, w.msgID)
+	}
+	if w.rollup {
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	}
 	ack, err := s.js.PublishMsg(ctx, m)
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return 0, apiError(ctx, "write "+key, apiErr.Code, int(apiErr.ErrorCode), apiErr.Description)
+		return 0, false, apiError(ctx, "write "+w.subject, apiErr.Code, int(apiErr.ErrorCode), apiErr.Description)
 	}
 	if err != nil {
-		return 0, unavailable(ctx, "write "+key, err)
+		return 0, false, unavailable(ctx, "write "+w.subject, err)
 	}
-	return ack.Sequence, nil
+	return ack.Sequence, ack.Duplicate, nil
 }
 
-// messageItems are the values of message m (its seq and id set): the
-// message, or a stub and its chunks when it is over one value, and its id's
-// index entry, which must not exist yet.
-func (s *Sessions) messageItems(sid string, m *session.Message) ([]item, error) {
-	b, err := json.Marshal(m)
+// putRecord writes rec with compare-and-set on revision base (0: it must
+// not exist) and returns its new revision.
+func (s *Sessions) putRecord(ctx context.Context, w where, rec *record, base uint64) (uint64, error) {
+	b, err := json.Marshal(rec)
 	if err != nil {
-		return nil, fmt.Errorf("%w: message %s: %v", session.ErrInvalid, m.ID, err)
+		return 0, fmt.Errorf("%w: record: %v", session.ErrInvalid, err)
 	}
-	if len(b) > MaxMessageBytes {
-		return nil, fmt.Errorf("%w: message %s is %d bytes as JSON, over %d", session.ErrInvalid, m.ID, len(b), MaxMessageBytes)
+	seq, _, err := s.publish(ctx, write{subject: w.recSubject(), data: b, expect: expect(base)})
+	return seq, err
+}
+
+// writeEntry writes msgs (the session's next messages, seqs and ids set)
+// as one log entry after the entry at stream sequence after: their large
+// messages' chunks first, then the entry, expecting after as the log's
+// last. It returns the entry's stream sequence; session.ErrConflict when
+// the log has moved past after.
+func (s *Sessions) writeEntry(ctx context.Context, w where, epoch string, after uint64, msgs []session.Message) (uint64, error) {
+	e, chunks, err := s.encodeEntry(msgs)
+	if err != nil {
+		return 0, err
 	}
-	index := item{key: indexKey(sid, m.ID), value: []byte(strconv.FormatInt(m.Seq, 10)), expect: rev(0)}
-	if len(b) <= s.chunk {
-		return []item{{key: msgKey(sid, m.Seq), value: b}, index}, nil
+	for i, cs := range chunks {
+		for _, c := range cs {
+			seq, _, err := s.publish(ctx, write{subject: w.subject("b"), data: c, epoch: epoch})
+			if err != nil {
+				return 0, err
+			}
+			e.Msgs[i].Blob.Seqs = append(e.Msgs[i].Blob.Seqs, seq)
+		}
 	}
-	sum := sha256.Sum256(b)
-	ref := blobRef{Bytes: len(b), SHA256: hex.EncodeToString(sum[:])}
-	var out []item
-	for n := 0; len(b) > 0; n++ {
-		c := min(len(b), s.chunk)
-		out = append(out, item{key: chunkKey(sid, m.Seq, n), value: b[:c]})
-		b = b[c:]
-		ref.Chunks++
+	b, _ := json.Marshal(e)
+	seq, _, err := s.publish(ctx, write{subject: w.subject("log"), data: b, epoch: epoch, expect: expect(after)})
+	return seq, err
+}
+
+// adopt reads the log's entries past the record's (written by an append
+// that stopped before its record, or racing this one) from the leader and
+// adds them to rec, which then says what the log holds. Entries of
+// another epoch there are what a failed delete left before this
+// incarnation wrote anything: purged when rec has no message yet, corrupt
+// state otherwise.
+func (s *Sessions) adopt(ctx context.Context, w where, rec *record) error {
+	for range casRetries {
+		r, err := s.leaderMsg(ctx, w.dataStream(), map[string]any{"seq": rec.Log.Seq + 1, "next_by_subj": w.subject("log")})
+		if errors.Is(err, session.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r.epoch() != rec.Epoch {
+			if rec.HeadSeq == 0 {
+				if err := s.purgeSubject(ctx, w.dataStream(), w.subject("log")); err != nil {
+					return err
+				}
+				continue
+			}
+			return fmt.Errorf("session %s: %w: log entry %d is of another incarnation", w.sid, session.ErrCorrupt, r.seq)
+		}
+		e, err := decodeEntry(r)
+		if err != nil {
+			return err
+		}
+		if e.First != rec.HeadSeq+1 {
+			return fmt.Errorf("session %s: %w: log entry %d starts at message %d, after %d", w.sid, session.ErrCorrupt, r.seq, e.First, rec.HeadSeq)
+		}
+		msgs := make([]session.Message, len(e.Msgs))
+		for i := range e.Msgs {
+			msgs[i] = e.Msgs[i].Message
+		}
+		rec.add(r.seq, msgs)
 	}
-	stub, _ := json.Marshal(stored{Message: session.Message{ID: m.ID, Seq: m.Seq, Role: m.Role, Tokens: m.Tokens, ToolCallID: m.ToolCallID}, Blob: &ref})
-	return append(out, item{key: msgKey(sid, m.Seq), value: stub}, index), nil
+	return fmt.Errorf("session %s: %w: the log kept growing", w.sid, session.ErrConflict)
 }
 
 // Create stores a new session with its first messages, all at once or not
-// at all: one atomic write, or, for a session too large for one, a record
-// marked pending (invisible) completed by further writes. A create repeated
-// with the same content (CreateDigest) succeeds and answers the session
-// (resuming a pending one); with other content it returns
-// session.ErrExists. Messages without an id get one derived from the
-// content, so a repeated create writes the same ids. session.ErrInvalid is
-// returned for a bad id or message.
-func (s *Sessions) Create(ctx context.Context, rec session.Record, msgs []session.Message) (session.Record, error) {
-	sid := rec.SessionID
-	if err := checkID(sid); err != nil {
+// at all: a record marked pending (invisible) is written first, which
+// makes this create the session's only writer, then the log entries, then
+// the record with pending cleared. A create repeated with the same content
+// (CreateDigest) succeeds and answers the session (finishing a pending
+// one); with other content it returns session.ErrExists. Messages without
+// an id get one derived from the content, so a repeated create writes the
+// same ids. session.ErrInvalid is returned for a bad id or message.
+func (s *Sessions) Create(ctx context.Context, in session.Record, msgs []session.Message) (session.Record, error) {
+	w, err := s.where(in.SessionID)
+	if err != nil {
 		return session.Record{}, err
 	}
-	if rec.ContextLimit < 0 {
+	if in.ContextLimit < 0 {
 		return session.Record{}, fmt.Errorf("%w: context_limit must be >= 0", session.ErrInvalid)
 	}
-	digest := session.CreateDigest(rec, msgs)
-	prepared, err := session.Prepare(msgs, 0, func(i int) string { return session.CreatedMessageID(sid, digest, i) })
+	digest := session.CreateDigest(in, msgs)
+	prepared, err := session.Prepare(msgs, 0, func(i int) string { return session.CreatedMessageID(w.sid, digest, i) })
 	if err != nil {
 		return session.Record{}, err
 	}
 	if err := session.CheckConversation(prepared); err != nil {
 		return session.Record{}, err
 	}
-	groups := make([][]item, len(prepared))
-	for i := range prepared {
-		if groups[i], err = s.messageItems(sid, &prepared[i]); err != nil {
-			return session.Record{}, fmt.Errorf("message %d: %w", i, err)
-		}
-	}
 	for attempt := 0; attempt < 3; attempt++ {
-		cur, err := s.rawRecord(ctx, sid)
-		var next session.Record
-		var base uint64
+		cur, err := s.rawRecord(ctx, w)
 		switch {
 		case errors.Is(err, session.ErrNotFound):
 			now := s.now().UTC()
-			next = session.Record{SessionID: sid, Model: rec.Model, ContextLimit: rec.ContextLimit, CreatedAt: now, UpdatedAt: now,
-				Epoch: uuid.NewString(), CreateDigest: digest}
+			cur = record{Record: session.Record{SessionID: w.sid, Model: in.Model, ContextLimit: in.ContextLimit, CreatedAt: now, UpdatedAt: now,
+				Epoch: uuid.NewString(), CreateDigest: digest, Pending: true}}
+			rev, err := s.putRecord(ctx, w, &cur, 0)
+			if errors.Is(err, session.ErrConflict) {
+				continue // another create came first: look again
+			}
+			if err != nil {
+				return session.Record{}, err
+			}
+			cur.Revision = rev
 		case err != nil:
 			return session.Record{}, err
 		case cur.Deleted: // a delete under way: finish it first
-			if err := s.purge(ctx, sid); err != nil {
+			if err := s.deleteAt(ctx, w, cur); err != nil && !errors.Is(err, session.ErrConflict) {
 				return session.Record{}, err
 			}
 			continue
 		case cur.CreateDigest != digest:
-			return session.Record{}, fmt.Errorf("session %s: %w with other content", sid, session.ErrExists)
+			return session.Record{}, fmt.Errorf("session %s: %w with other content", w.sid, session.ErrExists)
 		case !cur.Pending:
-			return cur, nil // a repeated create
-		default: // a create of this content stopped half-way: finish it
-			next, base = cur, cur.Revision
+			return cur.Record, nil // a repeated create
 		}
-		done, err := s.writeCreate(ctx, next, groups, base)
+		done, err := s.finishCreate(ctx, w, cur, prepared)
 		if errors.Is(err, session.ErrConflict) {
-			if _, rerr := s.rawRecord(ctx, sid); errors.Is(rerr, session.ErrNotFound) {
-				// Values without a record: what an interrupted delete, or
-				// a create by an older version, left. They are nobody's.
-				if err := s.purge(ctx, sid); err != nil {
-					return session.Record{}, err
-				}
-			}
-			continue // another create, or a delete, came first: look again
+			continue // another create of this content, or a delete, came first
 		}
 		if err != nil {
-			if done.Pending && done.Revision > 0 {
-				// Part of a large create was written: take it back, so a
-				// failed create leaves nothing (if this fails too, the
-				// pending record stays invisible, and a repeated create
-				// finishes it).
-				_ = s.deleteAt(context.WithoutCancel(ctx), done)
+			// Take back what was written, so a failed create leaves
+			// nothing (if this fails too, the pending record stays
+			// invisible, and a repeated create finishes it).
+			if now, rerr := s.rawRecord(context.WithoutCancel(ctx), w); rerr == nil && now.Pending && now.Epoch == cur.Epoch {
+				_ = s.deleteAt(context.WithoutCancel(ctx), w, now)
 			}
 			return session.Record{}, err
 		}
-		return done, nil
+		return done.Record, nil
 	}
-	return session.Record{}, fmt.Errorf("create %s: %w: it kept changing", sid, session.ErrConflict)
+	return session.Record{}, fmt.Errorf("create %s: %w: it kept changing", w.sid, session.ErrConflict)
 }
 
-// writeCreate writes r's messages from its head on, in atomic writes of at
-// most maxBatch values each with the record (expected at revision base,
-// 0: absent), pending until the last. It returns the record as last
-// written (Revision 0 when nothing was).
-func (s *Sessions) writeCreate(ctx context.Context, r session.Record, groups [][]item, base uint64) (session.Record, error) {
-	from := int(r.HeadSeq)
-	r.Revision = base
-	for {
-		var items []item
-		to := from
-		for to < len(groups) && len(items)+len(groups[to])+1 <= maxBatch {
-			items = append(items, groups[to]...)
+// finishCreate writes the pending record's messages from what its log
+// holds on, then clears pending.
+func (s *Sessions) finishCreate(ctx context.Context, w where, rec record, msgs []session.Message) (record, error) {
+	if err := s.writeAll(ctx, w, &rec, msgs); err != nil {
+		return rec, err
+	}
+	base := rec.Revision
+	rec.Pending, rec.UpdatedAt = false, s.now().UTC()
+	rev, err := s.putRecord(ctx, w, &rec, base)
+	if err != nil {
+		return rec, err
+	}
+	rec.Revision = rev
+	return rec, nil
+}
+
+// writeAll writes msgs (the session's messages from 1, seqs and ids set)
+// from what the log holds on, in entries of at most one value each (a
+// message larger than that alone, in chunks), and adds them to rec.
+func (s *Sessions) writeAll(ctx context.Context, w where, rec *record, msgs []session.Message) error {
+	if err := s.adopt(ctx, w, rec); err != nil {
+		return err
+	}
+	sizes := make([]int, len(msgs))
+	for i := range msgs {
+		b, err := json.Marshal(&msgs[i])
+		if err != nil {
+			return fmt.Errorf("%w: message %d: %v", session.ErrInvalid, i, err)
+		}
+		sizes[i] = len(b) + 1
+	}
+	for from := int(rec.HeadSeq); from < len(msgs); {
+		to, total := from+1, sizes[from]
+		for to < len(msgs) && to-from < maxAppend && total+sizes[to] <= s.chunk-64 {
+			total += sizes[to]
 			to++
 		}
-		if to == from && to < len(groups) {
-			return r, fmt.Errorf("%w: message %d needs %d values, over one atomic write", session.ErrInvalid, to, len(groups[to]))
+		seq, err := s.writeEntry(ctx, w, rec.Epoch, rec.Log.Seq, msgs[from:to])
+		if errors.Is(err, session.ErrConflict) {
+			// Another writer of this create: take what it wrote.
+			if err := s.adopt(ctx, w, rec); err != nil {
+				return err
+			}
+			from = int(rec.HeadSeq)
+			continue
 		}
-		next := r
-		next.HeadSeq, next.Pending, next.UpdatedAt = int64(to), to < len(groups), s.now().UTC()
-		b, _ := json.Marshal(next)
-		seq, err := s.batch(ctx, r.Epoch, append(items, item{key: recKey(r.SessionID), value: b, expect: rev(r.Revision)}))
 		if err != nil {
-			return r, err
+			return err
 		}
-		next.Revision = seq
-		r, from = next, to
-		if !r.Pending {
-			return r, nil
-		}
+		rec.add(seq, msgs[from:to])
+		from = to
 	}
+	return nil
+}
+
+// Import writes a whole session as another store holds it (a migration):
+// its record (epoch, compaction state and times kept), its messages (ids
+// and seqs kept) and its committed compactions, oldest first, behind a
+// pending record that the last write clears. It is idempotent: a session
+// already imported (the same epoch) is left as it is and reported false;
+// one whose import stopped half-way is taken back and written again. A
+// session of the same id and another epoch is session.ErrExists.
+func (s *Sessions) Import(ctx context.Context, in session.Record, msgs, comps []session.Message) (bool, error) {
+	w, err := s.where(in.SessionID)
+	if err != nil {
+		return false, err
+	}
+	if in.Epoch == "" {
+		return false, fmt.Errorf("%w: session %s: an imported session needs its epoch", session.ErrInvalid, in.SessionID)
+	}
+	msgs = slices.Clone(msgs)
+	for i := range msgs {
+		if msgs[i].Seq != int64(i+1) {
+			return false, fmt.Errorf("%w: session %s: message %d has seq %d", session.ErrInvalid, in.SessionID, i+1, msgs[i].Seq)
+		}
+		msgs[i].SummarisedBy = "" // the chain says it
+	}
+	for range 3 {
+		cur, err := s.rawRecord(ctx, w)
+		switch {
+		case errors.Is(err, session.ErrNotFound):
+		case err != nil:
+			return false, err
+		case cur.Epoch != in.Epoch:
+			return false, fmt.Errorf("session %s: %w in the sharded store (another incarnation)", in.SessionID, session.ErrExists)
+		case cur.Visible():
+			return false, nil // imported before
+		default: // an import that stopped half-way: again, from nothing
+			if err := s.deleteAt(ctx, w, cur); err != nil && !errors.Is(err, session.ErrConflict) {
+				return false, err
+			}
+			continue
+		}
+		rec := record{Record: in}
+		rec.HeadSeq, rec.Pending, rec.Deleted, rec.Revision = 0, true, false, 0
+		rev, err := s.putRecord(ctx, w, &rec, 0)
+		if errors.Is(err, session.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		rec.Revision = rev
+		if err := s.writeAll(ctx, w, &rec, msgs); err != nil {
+			return false, err
+		}
+		for _, c := range comps {
+			b, _ := json.Marshal(c)
+			seq, _, err := s.publish(ctx, write{subject: w.subject("c"), data: b, epoch: rec.Epoch, msgID: rec.Epoch + ":" + c.ID})
+			if err != nil {
+				return false, err
+			}
+			if c.ID == in.CompactionID {
+				rec.Log.Compaction = seq
+			}
+		}
+		if in.CompactionID != "" && rec.Log.Compaction == 0 {
+			return false, fmt.Errorf("%w: session %s: its compaction %s is not among those given", session.ErrInvalid, in.SessionID, in.CompactionID)
+		}
+		if rec.HeadSeq != in.HeadSeq {
+			return false, fmt.Errorf("%w: session %s: %d messages given for a head of %d", session.ErrInvalid, in.SessionID, rec.HeadSeq, in.HeadSeq)
+		}
+		base := rec.Revision
+		rec.Pending = false
+		if _, err := s.putRecord(ctx, w, &rec, base); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("import %s: %w: it kept changing", in.SessionID, session.ErrConflict)
 }
 
 // Append adds messages at the session's head; see AppendWith.
@@ -306,95 +366,158 @@ func (s *Sessions) Append(ctx context.Context, sid string, msgs ...session.Messa
 	return a.Messages, err
 }
 
-// AppendWith adds messages at the session's head in one atomic write with
-// the record, retrying on a lost race with another append or a commit. A
-// message whose id the session holds already is not written again: it is
-// answered with its stored seq (so a retried append is applied once). With
+// AppendWith adds messages at the session's head: one log entry, written
+// expecting the record's last entry, then the record with compare-and-set
+// (an entry whose record write was lost is adopted by the next append). A
+// message whose id is among the session's latest recentIDs is not written
+// again (it is answered with its stored seq, so a retried append is
+// applied once) when it says the same as the stored one; with other
+// content the whole append is refused (*session.IDTakenError). With
 // opt.ExpectedHeadSeq set, the append applies only at that head.
 func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error) {
-	if err := checkID(sid); err != nil {
+	w, err := s.where(sid)
+	if err != nil {
 		return session.Appended{}, err
 	}
 	if len(msgs) == 0 {
 		return session.Appended{}, fmt.Errorf("%w: an append needs messages", session.ErrInvalid)
+	}
+	if len(msgs) > maxAppend {
+		return session.Appended{}, fmt.Errorf("%w: %d messages in one append, at most %d: send fewer at once", session.ErrInvalid, len(msgs), maxAppend)
 	}
 	// Ids are given once: every attempt below writes the same ones.
 	prepared, err := session.Prepare(msgs, 0, func(int) string { return uuid.NewString() })
 	if err != nil {
 		return session.Appended{}, err
 	}
-	ids := make([]string, len(prepared))
-	for i := range prepared {
-		ids[i] = prepared[i].ID
+	// A cached record may be behind: the guarded writes below find out,
+	// but what is answered without writing is decided on a fresh one.
+	rec, hit := s.cached(w)
+	fresh := false
+	if !hit || !rec.Visible() {
+		if rec, err = s.record(ctx, w); err != nil {
+			return session.Appended{}, err
+		}
+		fresh = true
 	}
-	leader := false
+	reread := func() error {
+		r, err := s.record(ctx, w)
+		if err != nil {
+			s.remember(w, nil)
+			return err
+		}
+		rec, fresh = r, true
+		return nil
+	}
 	for attempt := 0; attempt < casRetries; attempt++ {
-		rec, err := s.record(ctx, sid)
-		if err != nil {
-			return session.Appended{}, err
-		}
-		have, err := s.lookupIDs(ctx, sid, rec.Epoch, ids, leader)
-		if err != nil {
-			return session.Appended{}, err
-		}
 		out := session.Appended{Messages: slices.Clone(prepared), New: make([]bool, len(prepared)), HeadSeq: rec.HeadSeq}
-		var items []item
+		var add []session.Message
 		head := rec.HeadSeq
 		for i := range out.Messages {
 			m := &out.Messages[i]
-			if seq, ok := have[m.ID]; ok {
+			if seq := rec.recentSeq(m.ID); seq > 0 {
 				m.Seq = seq
 				continue
 			}
 			head++
 			m.Seq, out.New[i] = head, true
-			its, err := s.messageItems(sid, m)
-			if err != nil {
-				return session.Appended{}, fmt.Errorf("message %d: %w", i, err)
-			}
-			items = append(items, its...)
+			add = append(add, *m)
 		}
-		if err := s.checkRepeats(ctx, rec, out); err != nil {
+		if !fresh && (len(add) < len(out.Messages) || opt.ExpectedHeadSeq != nil && *opt.ExpectedHeadSeq != rec.HeadSeq) {
+			if err := reread(); err != nil {
+				return session.Appended{}, err
+			}
+			continue
+		}
+		if err := s.checkRepeats(ctx, w, &rec, out); err != nil {
 			return session.Appended{}, err
 		}
 		if head == rec.HeadSeq {
 			return out, nil // every message is stored already
 		}
 		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, error) {
-			return s.lastNonTool(ctx, rec)
+			return rec.lastNonTool(), nil
 		})
 		if err != nil {
-			return session.Appended{}, err
+			if fresh {
+				return session.Appended{}, err
+			}
+			if err := reread(); err != nil {
+				return session.Appended{}, err
+			}
+			continue
 		}
 		if opt.ExpectedHeadSeq != nil && *opt.ExpectedHeadSeq != rec.HeadSeq {
 			return session.Appended{}, &session.HeadMovedError{Expected: *opt.ExpectedHeadSeq, Head: rec.HeadSeq}
 		}
-		if len(items)+1 > maxBatch {
-			return session.Appended{}, fmt.Errorf("%w: the append needs %d values, over one atomic write (%d): send fewer messages at once", session.ErrInvalid, len(items)+1, maxBatch)
+		seq, err := s.writeEntry(ctx, w, rec.Epoch, rec.Log.Seq, add)
+		if errors.Is(err, session.ErrConflict) {
+			// Another append came first (its record may not be written
+			// yet): take the log as it is, and look again.
+			if err := reread(); err != nil {
+				return session.Appended{}, err
+			}
+			if err := s.adopt(ctx, w, &rec); err != nil {
+				return session.Appended{}, err
+			}
+			continue
 		}
-		base := rec.Revision
-		rec.HeadSeq, rec.UpdatedAt = head, s.now().UTC()
-		b, _ := json.Marshal(rec)
-		_, err = s.batch(ctx, rec.Epoch, append(items, item{key: recKey(sid), value: b, expect: rev(base)}))
-		if err == nil {
-			out.HeadSeq = head
-			return out, nil
-		}
-		if !errors.Is(err, session.ErrConflict) {
+		if err != nil {
+			s.remember(w, nil)
 			return session.Appended{}, err
 		}
-		// Another writer came first, or an id's entry exists that a
-		// replica did not show: look again, at the leader.
-		leader = true
+		next := rec
+		next.add(seq, add)
+		next.UpdatedAt = s.now().UTC()
+		if err := s.commitEntry(ctx, w, next, rec.Revision, seq); err != nil {
+			s.remember(w, nil)
+			return session.Appended{}, err
+		}
+		out.HeadSeq = head
+		return out, nil
 	}
 	return session.Appended{}, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
+}
+
+// commitEntry writes the record next, which adds the entry at stream
+// sequence seq, with compare-and-set on base; when the record moved
+// meanwhile (a commit, or an append that adopted the entry) it is read
+// again and the entry added to it, unless it has it already.
+func (s *Sessions) commitEntry(ctx context.Context, w where, next record, base, seq uint64) error {
+	for range casRetries {
+		rev, err := s.putRecord(ctx, w, &next, base)
+		if err == nil {
+			next.Revision = rev
+			s.remember(w, &next)
+		}
+		if !errors.Is(err, session.ErrConflict) {
+			return err
+		}
+		cur, err := s.record(ctx, w)
+		if err != nil {
+			return err
+		}
+		if cur.Log.Seq >= seq {
+			s.remember(w, &cur)
+			return nil // adopted by another writer
+		}
+		if err := s.adopt(ctx, w, &cur); err != nil {
+			return err
+		}
+		if cur.Log.Seq < seq {
+			return fmt.Errorf("session %s: %w: log entry %d is not in the log", w.sid, session.ErrCorrupt, seq)
+		}
+		base, next = cur.Revision, cur
+		next.UpdatedAt = s.now().UTC()
+	}
+	return fmt.Errorf("append to %s: %w after %d tries", w.sid, session.ErrConflict, casRetries)
 }
 
 // checkRepeats compares each message of an append whose id the session
 // holds with the stored one: another content under the id is an
 // *session.IDTakenError (the append is refused whole), the same is a
 // repeat. Only repeats pay for the read.
-func (s *Sessions) checkRepeats(ctx context.Context, rec session.Record, a session.Appended) error {
+func (s *Sessions) checkRepeats(ctx context.Context, w where, rec *record, a session.Appended) error {
 	var seqs []int64
 	var at []int
 	for i, isNew := range a.New {
@@ -405,70 +528,44 @@ func (s *Sessions) checkRepeats(ctx context.Context, rec session.Record, a sessi
 	if len(seqs) == 0 {
 		return nil
 	}
-	stored, err := s.messages(ctx, rec, seqs)
+	order := slices.Clone(seqs)
+	slices.Sort(order)
+	order = slices.Compact(order)
+	stored, err := s.messages(ctx, w, rec, order)
 	if err != nil {
 		return err
 	}
-	for j, i := range at {
-		if m := &a.Messages[i]; !m.SameAs(&stored[j]) {
+	for _, i := range at {
+		m := &a.Messages[i]
+		j, _ := slices.BinarySearch(order, m.Seq)
+		if st := &stored[j]; st.ID != m.ID || !m.SameAs(st) {
 			return &session.IDTakenError{ID: m.ID, Seq: m.Seq}
 		}
 	}
 	return nil
 }
 
-// lastNonTool returns the session's latest message that is not a tool
-// result (nil when there is none), reading back from the head in windows
-// that double from 2 (the call is usually the message before, or a few
-// results back); large tool results are passed over without reading their
-// chunks.
-func (s *Sessions) lastNonTool(ctx context.Context, rec session.Record) (*session.Message, error) {
-	window := int64(2)
-	for to := rec.HeadSeq; to >= 1; to, window = to-window, min(2*window, 64) {
-		seqs := seqRange(max(1, to-window+1), to)
-		msgs, refs, err := s.readMessages(ctx, rec, seqs, false)
-		if err != nil {
-			return nil, err
-		}
-		for i := len(msgs) - 1; i >= 0; i-- {
-			if msgs[i].Role == session.RoleTool {
-				continue
-			}
-			if ref := refs[i]; ref != nil {
-				m, err := s.blob(ctx, rec, seqs[i], ref)
-				return &m, err
-			}
-			return &msgs[i], nil
-		}
-	}
-	return nil, nil
-}
-
-// Commit implements pipeline.SessionStore: the compaction message (created
-// under its id; an existing one is fine, and reported), then the record
-// with compare-and-set: the commit point. Stored messages are never
-// rewritten: which compaction summarised a message follows from the
-// record's compaction chain (History fills summarised_by from it). A head
-// that moved (an append) is merged; a compaction that moved is
-// session.ErrConflict. A crash between the message and the record leaves a
-// compaction the pipeline finishes on the next request for the same key.
-// (Two plain writes: an atomic batch on an R1 file stream stages on disk
-// and costs about 100 times a write, and the record write is the only one
-// that must be atomic.)
+// Commit implements pipeline.SessionStore: the compaction message (written
+// under its id; one the stream already has within its duplicate window is
+// fine, and reported), then the record with compare-and-set: the commit
+// point. Stored messages are never rewritten: which compaction summarised
+// a message follows from the record's compaction chain. A head that moved
+// (an append) is merged; a compaction that moved is session.ErrConflict. A
+// crash between the message and the record leaves a compaction the
+// pipeline finishes on the next request for the same key.
 func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, err error) {
-	if err := checkID(c.SessionID); err != nil {
+	w, err := s.where(c.SessionID)
+	if err != nil {
 		return false, err
 	}
 	id := c.Compaction.ID
-	created := false
+	var at uint64 // the compaction message's stream sequence
 	for attempt := 0; attempt < casRetries; attempt++ {
-		var rec session.Record
-		if attempt == 0 && c.Base != nil && c.Base.SessionID == c.SessionID && c.Base.Revision > 0 {
-			rec = *c.Base // planned on it: try it; a stale one only costs a retry
-		} else if rec, err = s.record(ctx, c.SessionID); err != nil {
-			if created && errors.Is(err, session.ErrNotFound) {
-				// Deleted meanwhile: take back what this commit wrote.
-				_ = s.purgeKey(context.WithoutCancel(ctx), compKey(c.SessionID, id))
+		rec, err := s.record(ctx, w)
+		if err != nil {
+			if at > 0 && errors.Is(err, session.ErrNotFound) {
+				// Deleted meanwhile: the delete purged, or purges, it.
+				_ = s.purgeSubject(context.WithoutCancel(ctx), w.dataStream(), w.subject("c"))
 			}
 			return existed, err
 		}
@@ -478,25 +575,27 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 		if c.TailStartSeq < 1 || c.TailStartSeq > rec.HeadSeq+1 {
 			return existed, fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, rec.HeadSeq+1)
 		}
-		if !created {
+		if at == 0 {
+			// A repeat of the same message within the stream's duplicate
+			// window (an interrupted commit resumed, another writer of the
+			// same key) is answered with the first one's sequence.
 			b, _ := json.Marshal(c.Compaction)
-			_, err := s.put(ctx, compKey(c.SessionID, id), b, rev(0), rec.Epoch)
-			switch {
-			case errors.Is(err, session.ErrConflict):
-				existed = true
-			case err != nil:
+			seq, dup, err := s.publish(ctx, write{subject: w.subject("c"), data: b, epoch: rec.Epoch, msgID: rec.Epoch + ":" + id})
+			if err != nil {
 				return false, fmt.Errorf("write compaction %s: %w", id, err)
 			}
-			created = true
+			at, existed = seq, dup
 		}
 		base := rec.Revision
 		rec.PinnedSeqs = slices.Clone(c.Pinned)
 		rec.TailStartID, rec.TailStartSeq, rec.CompactionID = c.TailStartID, c.TailStartSeq, id
 		rec.Compactions++
 		rec.UpdatedAt = c.Now
-		b, _ := json.Marshal(rec)
-		_, err := s.put(ctx, recKey(c.SessionID), b, rev(base), "")
+		rec.Log.Compaction = at
+		rev, err := s.putRecord(ctx, w, &rec, base)
 		if err == nil {
+			rec.Revision = rev
+			s.remember(w, &rec)
 			return existed, nil
 		}
 		if !errors.Is(err, session.ErrConflict) {
@@ -507,26 +606,24 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 }
 
 // Delete removes every value of the session: its record, messages, chunks,
-// id index and compactions. Deleting a session that does not exist is not
-// an error, so a repeated delete answers the same. The record is first
-// marked deleted (compare-and-set), so no write racing the delete applies
-// after it; then the session's subjects are purged.
+// compactions, preparation and uploads. Deleting a session that does not
+// exist is not an error, so a repeated delete answers the same. The record
+// is first marked deleted (compare-and-set), so no write racing the delete
+// applies after it; then the session's subjects are purged.
 func (s *Sessions) Delete(ctx context.Context, sid string) error {
-	if err := checkID(sid); err != nil {
+	w, err := s.where(sid)
+	if err != nil {
 		return err
 	}
 	for range casRetries {
-		rec, err := s.rawRecord(ctx, sid)
-		if errors.Is(err, session.ErrNotFound) {
-			return s.purge(ctx, sid) // what a failed create or delete may have left
-		}
-		if errors.Is(err, session.ErrCorrupt) {
-			return s.purge(ctx, sid)
+		rec, err := s.rawRecord(ctx, w)
+		if errors.Is(err, session.ErrNotFound) || errors.Is(err, session.ErrCorrupt) {
+			return s.purge(ctx, w) // what a failed create or delete may have left
 		}
 		if err != nil {
 			return err
 		}
-		if err := s.deleteAt(ctx, rec); !errors.Is(err, session.ErrConflict) {
+		if err := s.deleteAt(ctx, w, rec); !errors.Is(err, session.ErrConflict) {
 			return err
 		}
 	}
@@ -535,82 +632,49 @@ func (s *Sessions) Delete(ctx context.Context, sid string) error {
 
 // deleteAt deletes the session if its record is still rec (its revision):
 // session.ErrConflict when it moved.
-func (s *Sessions) deleteAt(ctx context.Context, rec session.Record) error {
+func (s *Sessions) deleteAt(ctx context.Context, w where, rec record) error {
+	s.remember(w, nil)
 	if !rec.Deleted {
+		base := rec.Revision
 		rec.Deleted, rec.UpdatedAt = true, s.now().UTC()
-		b, _ := json.Marshal(rec)
-		if _, err := s.put(ctx, recKey(rec.SessionID), b, rev(rec.Revision), ""); err != nil {
+		if _, err := s.putRecord(ctx, w, &rec, base); err != nil {
 			return err
 		}
 	}
-	return s.purge(ctx, rec.SessionID)
+	return s.purge(ctx, w)
 }
 
-// purge removes every value under the session's keys from the stream
-// (no delete markers are left: the keys are as if never written).
-func (s *Sessions) purge(ctx context.Context, sid string) error {
+// purge removes the session's data, then its record, from their streams
+// (no delete markers are left: the subjects are as if never written).
+func (s *Sessions) purge(ctx context.Context, w where) error {
+	if err := s.purgeSubject(ctx, w.dataStream(), w.subject(">")); err != nil {
+		return err
+	}
+	return s.purgeSubject(ctx, w.recordsStream(), w.recSubject())
+}
+
+func (s *Sessions) purgeSubject(ctx context.Context, stream, subj string) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(SessionsBucket, sid+".>"))); err != nil {
-		return unavailable(ctx, "delete session "+sid, err)
+	st := s.streamByName(stream)
+	if st == nil {
+		return fmt.Errorf("purge %s: no stream %s in this store", subj, stream)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
+		return unavailable(ctx, "purge "+subj, err)
 	}
 	return nil
 }
 
-func (s *Sessions) purgeKey(ctx context.Context, key string) error {
-	ctx, cancel := withTimeout(ctx)
-	defer cancel()
-	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject(SessionsBucket, key)))
-}
-
-// Sweep deletes the sessions nobody wrote to within ttl (their record's
-// updated_at; a create left pending that long too) and returns their ids.
-// A session written to meanwhile is kept: the delete is a compare-and-set
-// on the record read from the leader.
-func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]string, error) {
-	if ttl <= 0 {
-		return nil, nil
-	}
-	lister, err := s.kv.ListKeysFiltered(ctx, "*.rec")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, unavailable(ctx, "list sessions", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	vals, err := s.getMany(ctx, keys)
-	if err != nil {
-		return nil, err
-	}
-	cutoff := s.now().Add(-ttl)
-	var deleted []string
-	for k, v := range vals {
-		var r session.Record
-		if json.Unmarshal(v.data, &r) != nil || !r.UpdatedAt.Before(cutoff) {
-			continue // a record that does not decode is an operator's to look at
-		}
-		sid := k[:len(k)-len(".rec")]
-		r, err := s.rawRecord(ctx, sid) // the latest, from the leader
-		if errors.Is(err, session.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return deleted, err
-		}
-		if !r.UpdatedAt.Before(cutoff) && !r.Deleted {
-			continue
-		}
-		switch err := s.deleteAt(ctx, r); {
-		case err == nil:
-			deleted = append(deleted, sid)
-		case errors.Is(err, session.ErrConflict): // written to meanwhile
-		default:
-			return deleted, err
+// streamByName finds one of the store's streams.
+func (s *Sessions) streamByName(name string) jetstream.Stream {
+	for _, sh := range s.shards {
+		switch name {
+		case DataStream(sh.n):
+			return sh.data
+		case "KV_" + RecordsBucket(sh.n):
+			return sh.recs
 		}
 	}
-	return deleted, nil
+	return nil
 }

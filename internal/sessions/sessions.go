@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -75,6 +76,7 @@ type Service struct {
 	breakers Breakers
 	table    *models.Table
 	retryFor time.Duration
+	models   modelCache
 }
 
 // Option tunes a Service.
@@ -177,6 +179,7 @@ func (s *Service) Create(ctx context.Context, rec session.Record, msgs []session
 	if err != nil {
 		return Created{}, err
 	}
+	s.models.put(stored.SessionID, stored.Model)
 	return Created{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: s.LimitOf(rec), Messages: len(msgs),
 		HeadSeq: stored.HeadSeq, Tokens: total}, nil
 }
@@ -212,6 +215,56 @@ const (
 	StatusAlreadyApplied = "already_applied"
 )
 
+// modelOf returns the session's model: a session's model is set when it
+// is created and never changes, so it is read once per session and
+// process (an append needs it to count, and reads nothing else).
+func (s *Service) modelOf(ctx context.Context, sid string) (string, error) {
+	if m, ok := s.models.get(sid); ok {
+		return m, nil
+	}
+	var rec session.Record
+	err := s.retry(ctx, func() (err error) {
+		rec, err = s.store.Record(ctx, sid)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	s.models.put(sid, rec.Model)
+	return rec.Model, nil
+}
+
+// modelCache maps session ids to their models, bounded (a full one starts
+// again empty).
+type modelCache struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const maxModels = 100_000
+
+func (c *modelCache) get(sid string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, ok := c.m[sid]
+	return m, ok
+}
+
+func (c *modelCache) drop(sid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, sid)
+}
+
+func (c *modelCache) put(sid, model string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxModels {
+		c.m = map[string]string{}
+	}
+	c.m[sid] = model
+}
+
 // Append adds msgs at the session's head, counted with the session model's
 // encoding. A message whose id the session holds is not written again
 // (give ids to make a retried append safe: one without gets a new UUID).
@@ -221,15 +274,11 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 	if len(msgs) == 0 {
 		return Appended{}, fmt.Errorf("%w: messages is required", session.ErrInvalid)
 	}
-	var rec session.Record
-	err := s.retry(ctx, func() (err error) {
-		rec, err = s.store.Record(ctx, sid)
-		return err
-	})
+	model, err := s.modelOf(ctx, sid)
 	if err != nil {
 		return Appended{}, err
 	}
-	c, err := s.counter(rec.Model)
+	c, err := s.counter(model)
 	if err != nil {
 		return Appended{}, err
 	}
@@ -364,6 +413,7 @@ type Deleted struct {
 // Delete removes every trace of the session: its record, messages (large
 // ones' chunks too), id index, compactions and breaker.
 func (s *Service) Delete(ctx context.Context, sid string) (Deleted, error) {
+	s.models.drop(sid)
 	err := s.retry(ctx, func() error {
 		if err := s.store.Delete(ctx, sid); err != nil {
 			return err

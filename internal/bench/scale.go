@@ -1,0 +1,840 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/models"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
+)
+
+// Server is a nats-server the scale benchmark runs against.
+type Server struct {
+	URL string
+	// PID is the server's process when it runs apart (0: in this
+	// process, whose CPU and memory then include the server's).
+	PID  int
+	Stop func()
+}
+
+// ScaleOptions tune the scale benchmark.
+type ScaleOptions struct {
+	// StartServer starts a standalone server storing under dir (default:
+	// an embedded one in this process).
+	StartServer func(ctx context.Context, dir string) (*Server, error)
+	// Runtimes are the append concurrencies (default 1, 8, 64).
+	Runtimes []int
+	// AppendFor is how long each append measurement runs (default 4 s).
+	AppendFor time.Duration
+	// Fill is the messages written to measure subjects, bytes and memory
+	// per message (default 20,000).
+	Fill int
+	// Sweeps are the session counts of the sweep measurement (default
+	// 1k, 10k, 100k).
+	Sweeps []int
+	// Shards of the store (default 3).
+	Shards int
+	// Compactions run the compactions-per-second comparison (default
+	// 128 requests, 16 at once; 0 requests: skipped).
+	Compactions int
+	// Cluster runs the three-node comparison.
+	Cluster  bool
+	Progress io.Writer
+}
+
+func (o *ScaleOptions) defaults() {
+	if o.StartServer == nil {
+		o.StartServer = inProcessServer
+	}
+	if len(o.Runtimes) == 0 {
+		o.Runtimes = []int{1, 8, 64}
+	}
+	if o.AppendFor <= 0 {
+		o.AppendFor = 4 * time.Second
+	}
+	if o.Fill <= 0 {
+		o.Fill = 20000
+	}
+	if len(o.Sweeps) == 0 {
+		o.Sweeps = []int{1000, 10000, 100000}
+	}
+	if o.Shards <= 0 {
+		o.Shards = 3
+	}
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+}
+
+func inProcessServer(_ context.Context, dir string) (*Server, error) {
+	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	return &Server{URL: srv.ClientURL(), Stop: func() { embedded.Stop(srv) }}, nil
+}
+
+// ScaleReport is what `compactor bench --scale` measures (docs/SCALE.md,
+// docs/scale.json).
+type ScaleReport struct {
+	Command   string    `json:"command"`
+	Machine   Machine   `json:"machine"`
+	Started   time.Time `json:"started"`
+	Seconds   float64   `json:"seconds"`
+	Shards    int       `json:"shards"`
+	Separate  bool      `json:"server_in_own_process"`
+	MsgBytes  float64   `json:"message_json_bytes"`
+	Appends   []AppendRow
+	PerMsg    PerMessage     `json:"per_message"`
+	Sweeps    []SweepRow     `json:"sweeps"`
+	Compact   *ThroughputRow `json:"compactions,omitempty"`
+	Cluster   *ClusterRow    `json:"cluster,omitempty"`
+	Sizing    []SizingRow    `json:"sizing"`
+	Goals     []Goal         `json:"goals"`
+	SizingFor string         `json:"sizing_assumptions"`
+}
+
+// AppendRow compares appends with raw KV puts of the same bytes.
+type AppendRow struct {
+	Runtimes int     `json:"runtimes"`
+	Floor    float64 `json:"kv_puts_per_s"`
+	Appends  float64 `json:"appends_per_s"`
+	Ratio    float64 `json:"ratio"`
+	// CPU milliseconds per operation: the server's (0 when it shares this
+	// process) and this process's (the runtimes, the service's use case
+	// and store).
+	FloorServerMS   float64 `json:"floor_server_cpu_ms"`
+	ServerMS        float64 `json:"server_cpu_ms"`
+	FloorClientMS   float64 `json:"floor_client_cpu_ms"`
+	ServiceMS       float64 `json:"service_cpu_ms"`
+	AppendErrors    int     `json:"append_errors"`
+	PerShardAppends []int   `json:"per_shard_appends"`
+}
+
+// PerMessage is the storage a message costs, against a KV bucket with a
+// key per message.
+type PerMessage struct {
+	Messages         int     `json:"messages"`
+	Sessions         int     `json:"sessions"`
+	Subjects         float64 `json:"subjects"`
+	FloorSubjects    float64 `json:"floor_subjects"`
+	Bytes            float64 `json:"bytes"`
+	FloorBytes       float64 `json:"floor_bytes"`
+	ServerMemory     float64 `json:"server_memory_bytes"`
+	FloorMemory      float64 `json:"floor_server_memory_bytes"`
+	MemoryRatio      float64 `json:"memory_ratio"`
+	SubjectsPerSess  float64 `json:"subjects_per_session"`
+	RecordBytes      float64 `json:"record_bytes"`
+	MemoryMeasurable bool    `json:"memory_measured"`
+}
+
+// SweepRow is one idle sweep (nothing to delete) against reading the same
+// number of records from a bucket of records only.
+type SweepRow struct {
+	Sessions     int     `json:"sessions"`
+	SweepMS      float64 `json:"sweep_ms"`
+	FloorMS      float64 `json:"floor_ms"`
+	Ratio        float64 `json:"ratio"`
+	PeakGrowthMB float64 `json:"peak_server_memory_growth_mb"`
+	PerSessionUS float64 `json:"us_per_session"`
+}
+
+// ClusterRow compares appends on a three-node cluster (R3) with one node.
+type ClusterRow struct {
+	Runtimes   int            `json:"runtimes"`
+	OneNode    float64        `json:"one_node_appends_per_s"`
+	ThreeNodes float64        `json:"three_nodes_appends_per_s"`
+	Ratio      float64        `json:"ratio"`
+	Leaders    map[string]int `json:"leaders"` // stream -> node (1-based)
+	Nodes      int            `json:"nodes_leading"`
+	PerNode    map[int]int    `json:"appends_per_leader_node"`
+}
+
+// SizingRow is the sizing model's answer for a number of live sessions.
+type SizingRow struct {
+	Sessions     int     `json:"sessions"`
+	Messages     float64 `json:"messages"`
+	AppendsPerS  float64 `json:"appends_per_s"`
+	DiskGB       float64 `json:"disk_gb_per_replica"`
+	MemoryGB     float64 `json:"server_memory_gb_per_replica"`
+	ServerCores  float64 `json:"server_cores"`
+	ServiceCores float64 `json:"service_cores"`
+	Shards       int     `json:"shards"`
+	Nodes        int     `json:"nodes"`
+	SweepS       float64 `json:"sweep_s"`
+	Limit        string  `json:"limit"`
+}
+
+// Goal is one of the issue's goals, met or not.
+type Goal struct {
+	What string `json:"what"`
+	Want string `json:"want"`
+	Got  string `json:"got"`
+	Met  bool   `json:"met"`
+}
+
+// procStat returns a process's CPU time and resident memory (0s when pid
+// is 0 or /proc has none).
+func procStat(pid int) (cpu time.Duration, rss int64) {
+	if pid == 0 {
+		return 0, 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 22 {
+		return 0, 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	pages, _ := strconv.ParseInt(f[21], 10, 64)
+	return time.Duration(ut+st) * (time.Second / 100), pages * int64(os.Getpagesize())
+}
+
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// scaleEnv is one server with the store provisioned.
+type scaleEnv struct {
+	srv   *Server
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	store *kvstore.Sessions
+	svc   *sessions.Service
+	floor jetstream.KeyValue
+}
+
+func newScaleEnv(ctx context.Context, srv *Server, shards, replicas int) (*scaleEnv, error) {
+	nc, err := nats.Connect(srv.URL, nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, err
+	}
+	js, _ := jetstream.New(nc)
+	e := &scaleEnv{srv: srv, nc: nc, js: js}
+	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{Replicas: replicas, Shards: shards}); err != nil {
+		return nil, err
+	}
+	if replicas > 1 {
+		if _, err := kvstore.BalanceLeaders(ctx, nc, js); err != nil {
+			return nil, err
+		}
+	}
+	if e.store, err = kvstore.NewSessions(ctx, nc, js); err != nil {
+		return nil, err
+	}
+	e.svc = sessions.New(e.store, nil, models.Default())
+	if e.floor, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_floor", History: 1, Replicas: replicas, Storage: jetstream.FileStorage}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// drive runs n workers calling do(worker, k) until d has passed, and
+// returns the calls per second and the errors.
+func drive(n int, d time.Duration, do func(w, k int) error) (float64, int) {
+	var done, failed atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	start := time.Now()
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; time.Now().Before(stop); k++ {
+				if err := do(w, k); err != nil {
+					failed.Add(1)
+					continue
+				}
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(done.Load()) / time.Since(start).Seconds(), int(failed.Load())
+}
+
+// appendPool is the messages the runtimes append: a real agent session
+// (the bundled tau-bench run), in order, its call ids unique per cycle.
+func appendPool(n int) ([]session.Message, []json.RawMessage, float64, error) {
+	msgs, err := sessionOf(n)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	raws := make([]json.RawMessage, len(msgs))
+	total := 0
+	for i := range msgs {
+		b, _ := json.Marshal(&msgs[i])
+		raws[i] = b
+		total += len(b)
+	}
+	return msgs, raws, float64(total) / float64(len(msgs)), nil
+}
+
+// appendRun measures c runtimes appending to their own sessions against c
+// writers putting the same bytes as KV values, one key each.
+func (e *scaleEnv) appendRun(ctx context.Context, tag string, c int, d time.Duration, pool []session.Message, raws []json.RawMessage) (AppendRow, error) {
+	row := AppendRow{Runtimes: c}
+	cpu0, _ := procStat(e.srv.PID)
+	self0 := selfCPU()
+	var puts atomic.Int64
+	rate, failed := drive(c, d, func(w, k int) error {
+		puts.Add(1)
+		_, err := e.floor.Put(ctx, fmt.Sprintf("%s.%d.%d", tag, w, k), raws[(k+1)%len(raws)])
+		return err
+	})
+	if failed > 0 {
+		return row, fmt.Errorf("%d KV puts failed", failed)
+	}
+	cpu1, _ := procStat(e.srv.PID)
+	self1 := selfCPU()
+	row.Floor = rate
+	n := float64(puts.Load())
+	row.FloorServerMS = float64(cpu1-cpu0) / float64(time.Millisecond) / n
+	row.FloorClientMS = float64(self1-self0) / float64(time.Millisecond) / n
+
+	ids := make([]string, c)
+	for w := range c {
+		ids[w] = fmt.Sprintf("%s-%d", tag, w)
+		if _, err := e.svc.Create(ctx, session.Record{SessionID: ids[w], Model: "gpt-4o"}, pool[:1]); err != nil {
+			return row, err
+		}
+	}
+	var appended atomic.Int64
+	next := make([]int, c) // each runtime's next message, in order
+	cpu0, _ = procStat(e.srv.PID)
+	self0 = selfCPU()
+	rate, failed = drive(c, d, func(w, _ int) error {
+		i := next[w]%(len(pool)-1) + 1
+		m := pool[i]
+		m.ID = fmt.Sprintf("m%d", next[w])
+		_, err := e.svc.Append(ctx, ids[w], []session.Message{m}, session.AppendOptions{})
+		if err == nil {
+			next[w]++
+			appended.Add(1)
+		}
+		return err
+	})
+	cpu1, _ = procStat(e.srv.PID)
+	self1 = selfCPU()
+	row.Appends, row.AppendErrors = rate, failed
+	n = float64(appended.Load())
+	row.ServerMS = float64(cpu1-cpu0) / float64(time.Millisecond) / n
+	row.ServiceMS = float64(self1-self0) / float64(time.Millisecond) / n
+	row.Ratio = row.Appends / row.Floor
+	row.PerShardAppends = make([]int, e.store.Shards())
+	for w := range c {
+		row.PerShardAppends[kvstore.ShardOf(kvstore.DefaultTenant, ids[w], e.store.Shards())] += next[w]
+	}
+	return row, nil
+}
+
+// streamsState sums subjects and bytes of the store's streams, or of the
+// floor bucket's.
+func (e *scaleEnv) streamsState(ctx context.Context, names []string) (subjects, bytes uint64, err error) {
+	for _, name := range names {
+		st, err := e.js.Stream(ctx, name)
+		if err != nil {
+			return 0, 0, err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return 0, 0, err
+		}
+		subjects += info.State.NumSubjects
+		bytes += info.State.Bytes
+	}
+	return subjects, bytes, nil
+}
+
+func (e *scaleEnv) storeStreams() []string {
+	var out []string
+	for n := range e.store.Shards() {
+		out = append(out, kvstore.DataStream(n), "KV_"+kvstore.RecordsBucket(n))
+	}
+	return out
+}
+
+// fill writes m messages into sessions of per messages each (and the same
+// bytes as KV values into a fresh bucket) and measures what a message
+// costs.
+func (e *scaleEnv) fill(ctx context.Context, m, per int, pool []session.Message, raws []json.RawMessage) (PerMessage, error) {
+	out := PerMessage{Messages: m, Sessions: m / per}
+	floor, err := e.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_fill", History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		return out, err
+	}
+	_, rss0 := procStat(e.srv.PID)
+	var k atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := k.Add(1) - 1; i < int64(m); i = k.Add(1) - 1 {
+				if _, err := floor.Put(ctx, fmt.Sprintf("s%d.m%d", i/int64(per), i%int64(per)), raws[1+int(i)%(len(raws)-1)]); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return out, err
+	}
+	_, rss1 := procStat(e.srv.PID)
+	fs, fb, err := e.streamsState(ctx, []string{"KV_bench_fill"})
+	if err != nil {
+		return out, err
+	}
+	s0, b0, err := e.streamsState(ctx, e.storeStreams())
+	if err != nil {
+		return out, err
+	}
+	// The sessions: each created with its first message, then appended to
+	// one message at a time by 64 runtimes.
+	sessionsN := m / per
+	var next atomic.Int64
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := next.Add(1) - 1; s < int64(sessionsN); s = next.Add(1) - 1 {
+				sid := fmt.Sprintf("fill-%d", s)
+				if _, err := e.svc.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o"}, pool[:1]); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				for i := 1; i < per; i++ {
+					msg := pool[1+(i-1)%(len(pool)-1)]
+					msg.ID = fmt.Sprintf("m%d", i)
+					if _, err := e.svc.Append(ctx, sid, []session.Message{msg}, session.AppendOptions{}); err != nil {
+						firstErr.CompareAndSwap(nil, err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return out, err
+	}
+	_, rss2 := procStat(e.srv.PID)
+	s1, b1, err := e.streamsState(ctx, e.storeStreams())
+	if err != nil {
+		return out, err
+	}
+	written := float64(sessionsN * per)
+	out.Messages = int(written)
+	out.FloorSubjects = float64(fs) / float64(m)
+	out.FloorBytes = float64(fb) / float64(m)
+	out.Subjects = float64(s1-s0) / written
+	out.Bytes = float64(b1-b0) / written
+	out.SubjectsPerSess = float64(s1-s0) / float64(sessionsN)
+	if e.srv.PID != 0 {
+		out.MemoryMeasurable = true
+		out.FloorMemory = float64(rss1-rss0) / float64(m)
+		out.ServerMemory = float64(rss2-rss1) / written
+		if out.FloorMemory > 0 {
+			out.MemoryRatio = out.ServerMemory / out.FloorMemory
+		}
+	}
+	if rec, err := e.store.Record(ctx, "fill-0"); err == nil {
+		bucket, key, _ := e.store.RecordKey("fill-0")
+		if kv, err := e.js.KeyValue(ctx, bucket); err == nil {
+			if v, err := kv.Get(ctx, key); err == nil {
+				out.RecordBytes = float64(len(v.Value()))
+			}
+		}
+		_ = rec
+	}
+	return out, nil
+}
+
+// sweep grows the store to n sessions and measures an idle sweep with
+// nothing to delete against reading as many records from a bucket of
+// records only; peak server memory growth sampled every 20 ms.
+func (e *scaleEnv) sweep(ctx context.Context, n, base int, have *int, pool []session.Message, recordValue []byte, floor jetstream.KeyValue) (SweepRow, error) {
+	row := SweepRow{Sessions: n}
+	total := n
+	n -= base // the idle sessions to have beside the base ones
+	var next atomic.Int64
+	next.Store(int64(*have))
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := next.Add(1) - 1; s < int64(n); s = next.Add(1) - 1 {
+				sid := fmt.Sprintf("idle-%d", s)
+				if _, err := e.svc.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o"}, pool[:2]); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				if _, err := floor.Put(ctx, fmt.Sprintf("_.idle-%d", s), recordValue); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return row, err
+	}
+	*have = n
+	peak := func(f func() error) (time.Duration, float64, error) {
+		_, before := procStat(e.srv.PID)
+		var top atomic.Int64
+		stop := make(chan struct{})
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			t := time.NewTicker(20 * time.Millisecond)
+			defer t.Stop()
+			for {
+				_, rss := procStat(e.srv.PID)
+				if rss > top.Load() {
+					top.Store(rss)
+				}
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+				}
+			}
+		}()
+		start := time.Now()
+		err := f()
+		took := time.Since(start)
+		close(stop)
+		<-sampled
+		return took, float64(max(top.Load()-before, 0)) / (1 << 20), err
+	}
+	floorTook, _, err := peak(func() error {
+		w, err := floor.WatchAll(ctx, jetstream.IgnoreDeletes())
+		if err != nil {
+			return err
+		}
+		defer w.Stop()
+		seen := 0
+		for e := range w.Updates() {
+			if e == nil {
+				break
+			}
+			var r struct {
+				UpdatedAt time.Time `json:"updated_at"`
+			}
+			_ = json.Unmarshal(e.Value(), &r)
+			seen++
+		}
+		if seen != total {
+			return fmt.Errorf("floor read %d records of %d", seen, total)
+		}
+		return nil
+	})
+	if err != nil {
+		return row, err
+	}
+	took, growth, err := peak(func() error {
+		deleted, err := e.store.Sweep(ctx, 100*365*24*time.Hour)
+		if err == nil && len(deleted) > 0 {
+			err = fmt.Errorf("the sweep deleted %d sessions", len(deleted))
+		}
+		return err
+	})
+	if err != nil {
+		return row, err
+	}
+	row.SweepMS = float64(took) / float64(time.Millisecond)
+	row.FloorMS = float64(floorTook) / float64(time.Millisecond)
+	row.Ratio = row.SweepMS / row.FloorMS
+	row.PeakGrowthMB = growth
+	row.PerSessionUS = row.SweepMS * 1000 / float64(total)
+	return row, nil
+}
+
+// RunScale runs the scale benchmark.
+func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
+	opt.defaults()
+	rep := &ScaleReport{Machine: machine(), Started: time.Now().UTC(), Shards: opt.Shards}
+	p := func(format string, a ...any) { fmt.Fprintf(opt.Progress, format+"\n", a...) }
+	pool, raws, avg, err := appendPool(4000)
+	if err != nil {
+		return nil, err
+	}
+	rep.MsgBytes = avg
+	dir, err := os.MkdirTemp("", "compactor-scale-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := opt.StartServer(ctx, filepath.Join(dir, "one"))
+	if err != nil {
+		return nil, err
+	}
+	defer srv.Stop()
+	rep.Separate = srv.PID != 0
+	e, err := newScaleEnv(ctx, srv, opt.Shards, 1)
+	if err != nil {
+		return nil, err
+	}
+	defer e.nc.Close()
+	for _, c := range opt.Runtimes {
+		row, err := e.appendRun(ctx, fmt.Sprintf("a%d", c), c, opt.AppendFor, pool, raws)
+		if err != nil {
+			return nil, fmt.Errorf("appends x%d: %w", c, err)
+		}
+		p("appends x%-2d: %.0f/s against %.0f KV puts/s: %.2f; server %.3f ms/op (floor %.3f), service %.3f ms (floor client %.3f)",
+			c, row.Appends, row.Floor, row.Ratio, row.ServerMS, row.FloorServerMS, row.ServiceMS, row.FloorClientMS)
+		rep.Appends = append(rep.Appends, row)
+	}
+	if rep.PerMsg, err = e.fill(ctx, opt.Fill, 100, pool, raws); err != nil {
+		return nil, fmt.Errorf("fill: %w", err)
+	}
+	p("per message: %.3f subjects (KV %.0f), %.0f bytes (KV %.0f), server memory %.0f B (KV %.0f B)",
+		rep.PerMsg.Subjects, rep.PerMsg.FloorSubjects, rep.PerMsg.Bytes, rep.PerMsg.FloorBytes, rep.PerMsg.ServerMemory, rep.PerMsg.FloorMemory)
+	recBucket, recKey, _ := e.store.RecordKey("fill-0")
+	recKV, err := e.js.KeyValue(ctx, recBucket)
+	if err != nil {
+		return nil, err
+	}
+	recEntry, err := recKV.Get(ctx, recKey)
+	if err != nil {
+		return nil, err
+	}
+	floorRecs, err := e.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_records", History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, err
+	}
+	// The sweep floor: the fill's sessions are records too.
+	have := 0
+	for i := range rep.PerMsg.Sessions {
+		if _, err := floorRecs.Put(ctx, fmt.Sprintf("_.fill-%d", i), recEntry.Value()); err != nil {
+			return nil, err
+		}
+	}
+	for _, n := range opt.Sweeps {
+		row, err := e.sweep(ctx, n, rep.PerMsg.Sessions, &have, pool, recEntry.Value(), floorRecs)
+		if err != nil {
+			return nil, fmt.Errorf("sweep %d: %w", n, err)
+		}
+		p("sweep of %d sessions: %.0f ms against %.0f ms reading records only: %.2f; peak server memory +%.1f MB",
+			n, row.SweepMS, row.FloorMS, row.Ratio, row.PeakGrowthMB)
+		rep.Sweeps = append(rep.Sweeps, row)
+	}
+	if opt.Compactions > 0 {
+		ce, err := startEnv(ctx, 32)
+		if err != nil {
+			return nil, err
+		}
+		row, err := ce.throughput(ctx, 16, opt.Compactions, opt.Progress)
+		ce.close()
+		if err != nil {
+			return nil, fmt.Errorf("compactions: %w", err)
+		}
+		rep.Compact = &row
+	}
+	if opt.Cluster {
+		if rep.Cluster, err = clusterRun(ctx, filepath.Join(dir, "cluster"), opt, pool, raws, p); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	rep.Sizing, rep.SizingFor = sizing(rep)
+	rep.Goals = scaleGoals(rep)
+	rep.Seconds = time.Since(rep.Started).Seconds()
+	return rep, nil
+}
+
+// clusterRun measures 64 runtimes appending on one node and on a three-node
+// cluster (R3, leaders spread), both with the same shards, in this process.
+func clusterRun(ctx context.Context, dir string, opt ScaleOptions, pool []session.Message, raws []json.RawMessage, p func(string, ...any)) (*ClusterRow, error) {
+	const c = 64
+	row := &ClusterRow{Runtimes: c, Leaders: map[string]int{}, PerNode: map[int]int{}}
+	one, err := inProcessServer(ctx, filepath.Join(dir, "one"))
+	if err != nil {
+		return nil, err
+	}
+	e1, err := newScaleEnv(ctx, one, opt.Shards, 1)
+	if err != nil {
+		one.Stop()
+		return nil, err
+	}
+	r1, err := e1.appendRun(ctx, "one", c, opt.AppendFor, pool, raws)
+	e1.nc.Close()
+	one.Stop()
+	if err != nil {
+		return nil, err
+	}
+	row.OneNode = r1.Appends
+	cl, err := embedded.StartCluster(3, filepath.Join(dir, "three"))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Shutdown()
+	var e3 *scaleEnv
+	for try := 0; ; try++ { // a new cluster may still be placing its first assets
+		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		e3, err = newScaleEnv(pctx, &Server{URL: cl.URLs()}, opt.Shards, 3)
+		cancel()
+		if err == nil || try == 10 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer e3.nc.Close()
+	time.Sleep(2 * time.Second) // leaders settle after the stepdowns
+	nodes := map[int]bool{}
+	for n := range opt.Shards {
+		for _, name := range []string{kvstore.DataStream(n), "KV_" + kvstore.RecordsBucket(n)} {
+			l := cl.StreamLeader(name)
+			row.Leaders[name] = l + 1
+			nodes[l] = true
+		}
+	}
+	row.Nodes = len(nodes)
+	r3, err := e3.appendRun(ctx, "three", c, opt.AppendFor, pool, raws)
+	if err != nil {
+		return nil, err
+	}
+	row.ThreeNodes = r3.Appends
+	row.Ratio = row.ThreeNodes / row.OneNode
+	for n, count := range r3.PerShardAppends {
+		row.PerNode[row.Leaders[kvstore.DataStream(n)]] += count
+	}
+	p("cluster x%d: one node %.0f appends/s, three nodes (R3) %.0f/s: %.2f; leaders on %d nodes %v; appends per leader node %v",
+		c, row.OneNode, row.ThreeNodes, row.Ratio, row.Nodes, row.Leaders, row.PerNode)
+	return row, nil
+}
+
+// sizing applies the measured per-unit figures to 10^4, 10^5 and 10^6
+// live sessions of 10^3 messages.
+func sizing(rep *ScaleReport) ([]SizingRow, string) {
+	const (
+		msgsPerSession = 1000
+		appendsPerS    = 1.0 / 15 // a live session appends a message every 15 s
+		coresPerNode   = 16
+		memPerNodeGB   = 64
+		sweepEvery     = 300.0 // seconds
+	)
+	assume := "each live session holds 10^3 messages and appends one every 15 s; nodes of 16 cores and 64 GB; R3 (every figure per replica); the sweep every 5 minutes"
+	last := rep.Appends[len(rep.Appends)-1]
+	serverMS := last.ServerMS
+	if serverMS == 0 { // the server shared this process: the whole
+		serverMS = last.ServiceMS
+	}
+	perShard := last.Appends // what one node's shards took at once, measured
+	var perSessSweepUS float64
+	if n := len(rep.Sweeps); n > 0 {
+		perSessSweepUS = rep.Sweeps[n-1].PerSessionUS
+	}
+	mem := rep.PerMsg.ServerMemory
+	if mem <= 0 {
+		mem = rep.PerMsg.Bytes // no separate process: at least the bytes
+	}
+	var out []SizingRow
+	for _, s := range []int{10_000, 100_000, 1_000_000} {
+		r := SizingRow{Sessions: s, Messages: float64(s) * msgsPerSession, AppendsPerS: float64(s) * appendsPerS}
+		r.DiskGB = r.Messages * rep.PerMsg.Bytes / 1e9
+		r.MemoryGB = r.Messages * mem / 1e9
+		r.ServerCores = r.AppendsPerS * serverMS / 1000
+		r.ServiceCores = r.AppendsPerS * last.ServiceMS / 1000
+		r.Shards = max(3, int(r.AppendsPerS/max(perShard/float64(rep.Shards), 1))+1)
+		byCPU := int(r.ServerCores/coresPerNode) + 1
+		byMem := int(r.MemoryGB/memPerNodeGB) + 1
+		r.Nodes = max(3, byCPU, byMem)
+		r.SweepS = float64(s) * perSessSweepUS / 1e6
+		switch {
+		case byMem >= byCPU && byMem > 3:
+			r.Limit = "server memory"
+		case byCPU > 3:
+			r.Limit = "server CPU for appends"
+		default:
+			r.Limit = "none: the 3-node minimum for R3 holds it"
+		}
+		if r.SweepS > sweepEvery/2 {
+			r.Limit += fmt.Sprintf("; the sweep takes %.0f s of its %.0f s period", r.SweepS, sweepEvery)
+		}
+		out = append(out, r)
+	}
+	return out, assume
+}
+
+func scaleGoals(rep *ScaleReport) []Goal {
+	var goals []Goal
+	add := func(what, want, got string, met bool) {
+		goals = append(goals, Goal{What: what, Want: want, Got: got, Met: met})
+	}
+	for _, a := range rep.Appends {
+		if a.Runtimes >= 8 {
+			add(fmt.Sprintf("appends at %d runtimes against raw KV puts", a.Runtimes), ">= 0.5x", fmt.Sprintf("%.2fx", a.Ratio), a.Ratio >= 0.5)
+		}
+	}
+	if rep.Separate && len(rep.Appends) > 0 {
+		worst := slices.MaxFunc(rep.Appends, func(a, b AppendRow) int { return cmpF(a.ServerMS, b.ServerMS) })
+		add("nats-server CPU per append", "<= 0.3 ms", fmt.Sprintf("%.3f ms (at %d runtimes)", worst.ServerMS, worst.Runtimes), worst.ServerMS <= 0.3)
+	}
+	add("stream subjects per message", "<= 1.2", fmt.Sprintf("%.3f", rep.PerMsg.Subjects), rep.PerMsg.Subjects <= 1.2)
+	if rep.PerMsg.MemoryMeasurable {
+		add("nats-server memory per message against the KV floor", "<= 1.5x", fmt.Sprintf("%.2fx (%.0f B against %.0f B)", rep.PerMsg.MemoryRatio, rep.PerMsg.ServerMemory, rep.PerMsg.FloorMemory), rep.PerMsg.MemoryRatio <= 1.5)
+	}
+	if n := len(rep.Sweeps); n > 0 {
+		last := rep.Sweeps[n-1]
+		add(fmt.Sprintf("sweep at %d sessions against reading records only", last.Sessions), "<= 2x", fmt.Sprintf("%.2fx", last.Ratio), last.Ratio <= 2)
+		if rep.Separate {
+			add("peak server memory growth during the sweep", "<= 200 MB", fmt.Sprintf("%.1f MB", last.PeakGrowthMB), last.PeakGrowthMB <= 200)
+		}
+		if n > 1 {
+			first := rep.Sweeps[0]
+			lin := last.PerSessionUS / first.PerSessionUS
+			add("sweep linear in sessions (time per session, largest against smallest)", "<= 2x", fmt.Sprintf("%.2fx", lin), lin <= 2)
+		}
+	}
+	if rep.Compact != nil {
+		add("compactions per second against the floor, instant model", ">= 0.8x", fmt.Sprintf("%.2fx", rep.Compact.InstantRatio), rep.Compact.InstantRatio >= 0.8)
+	}
+	if c := rep.Cluster; c != nil {
+		add("three nodes: leaders on every node", "3 nodes", fmt.Sprintf("%d nodes", c.Nodes), c.Nodes == 3)
+		add("three nodes' appends against one node's", ">= 1x", fmt.Sprintf("%.2fx", c.Ratio), c.Ratio >= 1)
+	}
+	return goals
+}
+
+func cmpF(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Missed returns the goals the run did not meet.
+func (r *ScaleReport) Missed() []Goal {
+	var out []Goal
+	for _, g := range r.Goals {
+		if !g.Met {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Markdown renders the report as docs/SCALE.md.
+func (r *ScaleReport) Markdown() string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("# Scale")
+	w("")
+	w("Written by `%s` (%.0f s) on %s, %d cores, %s, %s; figures from that run only. Ratios compare with a floor measured in the same run, on the same server. The machine-readable report is `scale.json` beside this file.", r.Command, r.Seconds, r.Machine.CPU, r.Machine.Cores, r.Machine.Memory, r.Machine.Go)
+	w("")
+	where := "a nats-server in its own process (its CPU and memory read from /proc)"
+	if !r.Separate {
+		where = "a nats-server in this process (server CPU and memory not told apart)"
+	}
+	w("The store: %d shards, each a records bucket and a data stream (see docs/DESIGN.md). The server: %s. Messages: the bundled tau-bench agent run, in order, %.0f bytes of JSON each on average.", r.Shards, where, r.MsgBytes)
+	w("")
+	w("## Goals")
+	w("")
+	w("| goal | want | got | |")
+	w("| --- | --- | --- | --- |")
+	for _, g := range r.Goals {
+		mark := "met"
+		if !g.Met {
+			mark = "**missed**"
+		}
+		w("| %s | %s | %s | %s |", g.What, g.Want, g.Got, mark)
+	}
+	w("")
+	w("## Appends against raw KV puts")
+	w("")
+	w("Each runtime appends one message at a time to its own session through the session use case (token counting, ids, the store); the floor puts the same bytes as KV values, one key each. CPU is milliseconds per operation.")
+	w("")
+	w("| runtimes | KV puts/s | appends/s | ratio | server CPU, put | server CPU, append | client CPU, put | service CPU, append | appends per shard |")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, a := range r.Appends {
+		w("| %d | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %v |", a.Runtimes, a.Floor, a.Appends, a.Ratio, a.FloorServerMS, a.ServerMS, a.FloorClientMS, a.ServiceMS, a.PerShardAppends)
+	}
+	w("")
+	p := r.PerMsg
+	w("## What a message costs")
+	w("")
+	w("%d messages in %d sessions of 100, appended one at a time by 64 runtimes, against the same bytes as KV values, one key each.", p.Messages, p.Sessions)
+	w("")
+	w("| per message | store | KV, a key per message |")
+	w("| --- | ---: | ---: |")
+	w("| stream subjects | %.3f | %.3f |", p.Subjects, p.FloorSubjects)
+	w("| stream bytes | %.0f | %.0f |", p.Bytes, p.FloorBytes)
+	if p.MemoryMeasurable {
+		w("| nats-server memory growth | %.0f B | %.0f B |", p.ServerMemory, p.FloorMemory)
+	}
+	w("")
+	w("A session holds %.1f subjects (its record, its log, its compactions and preparation when it has them); its record is %.0f bytes.", p.SubjectsPerSess, p.RecordBytes)
+	w("")
+	w("## The idle sweep")
+	w("")
+	w("One sweep with nothing to delete (every record read once, by the replica holding the sweep lease) against reading as many records from a bucket of records only.")
+	w("")
+	w("| sessions | sweep | records only | ratio | µs per session | peak server memory growth |")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, s := range r.Sweeps {
+		w("| %d | %.0f ms | %.0f ms | %.2f | %.1f | %.1f MB |", s.Sessions, s.SweepMS, s.FloorMS, s.Ratio, s.PerSessionUS, s.PeakGrowthMB)
+	}
+	w("")
+	if c := r.Compact; c != nil {
+		w("## Compactions per second")
+		w("")
+		w("%d compactions of 50-message sessions, %d at once, through the service with an instant model, against the floor (the same JetStream reads and writes by a minimal program): %.0f/s against %.0f/s, **%.2fx**. With the extractive summariser: %.0f/s (%.2fx).", c.Requests, c.Concurrency, c.Instant, c.Floor, c.InstantRatio, c.Service, c.Ratio)
+		w("")
+	}
+	if c := r.Cluster; c != nil {
+		w("## Three nodes against one")
+		w("")
+		w("%d runtimes appending, on one node (R1) and on a three-node cluster in this process (R3: every write replicated twice more), each with %d shards. On this machine the three nodes share its %d cores, so the three-node figure cannot be higher for capacity; what shows that the cluster would scale is where the leaders are and how the appends spread over them.", c.Runtimes, r.Shards, r.Machine.Cores)
+		w("")
+		w("| | appends/s |")
+		w("| --- | ---: |")
+		w("| one node | %.0f |", c.OneNode)
+		w("| three nodes, R3 | %.0f (%.2fx) |", c.ThreeNodes, c.Ratio)
+		w("")
+		w("Leaders (node of each stream): %v, on %d nodes. Appends per leader node (of the data streams): %v.", c.Leaders, c.Nodes, c.PerNode)
+		w("")
+	}
+	w("## Sizing")
+	w("")
+	w("From the figures above (%s). Memory is the server's growth per message measured above; disk is stream bytes per message.", r.SizingFor)
+	w("")
+	w("| live sessions | messages | appends/s | disk per replica | server memory per replica | server cores | service cores | shards | nodes | sweep | what limits it |")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+	for _, s := range r.Sizing {
+		w("| %d | %.0e | %.0f | %.1f GB | %.1f GB | %.1f | %.1f | %d | %d | %.0f s | %s |", s.Sessions, s.Messages, s.AppendsPerS, s.DiskGB, s.MemoryGB, s.ServerCores, s.ServiceCores, s.Shards, s.Nodes, s.SweepS, s.Limit)
+	}
+	w("")
+	return b.String()
+}
