@@ -35,7 +35,7 @@ func jetStream(t *testing.T) (*nats.Conn, jetstream.JetStream) {
 }
 
 func TestSessionStore(t *testing.T) {
-	storetest.RunSessionStore(t, func(t *testing.T) storetest.Store {
+	storetest.RunSessionStore(t, storetest.Features{IDWindow: kvstore.RecentIDs}, func(t *testing.T) storetest.Store {
 		nc, js := jetStream(t)
 		s, err := kvstore.NewSessions(context.Background(), nc, js)
 		if err != nil {

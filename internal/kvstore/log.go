@@ -3,7 +3,6 @@ package kvstore
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -17,9 +16,9 @@ import (
 // sequence of the entry that holds message 1, 65, 129, ...
 const indexEvery = 64
 
-// recentIDs is how many of the latest message ids the record keeps: an
+// RecentIDs is how many of the latest message ids the record keeps: an
 // append that repeats one of them is answered, not applied again.
-const recentIDs = 128
+const RecentIDs = 128
 
 // idHashLen is the bytes of an id's SHA-256 the record keeps.
 const idHashLen = 8
@@ -40,7 +39,7 @@ type logState struct {
 	// k*indexEvery+1.
 	Index []uint64 `json:"index,omitempty"`
 	// Recent holds the hashes of the latest message ids (at most
-	// recentIDs), oldest first: the last is the head's.
+	// RecentIDs), oldest first: the last is the head's.
 	Recent []byte `json:"recent,omitempty"`
 	// Last is the latest message that is not a tool result: its role and
 	// the ids of its tool calls (what a tool result appended next may
@@ -91,7 +90,7 @@ func (r *record) add(seq uint64, msgs []session.Message) {
 		}
 		r.HeadSeq = m.Seq
 	}
-	if over := len(r.Log.Recent) - recentIDs*idHashLen; over > 0 {
+	if over := len(r.Log.Recent) - RecentIDs*idHashLen; over > 0 {
 		r.Log.Recent = slices.Clone(r.Log.Recent[over:])
 	}
 	r.Log.Seq = seq
@@ -344,6 +343,3 @@ func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, error
 	}
 	return e, chunks, nil
 }
-
-// recentDebug renders the recent id hashes (for error messages).
-func recentDebug(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

@@ -369,7 +369,7 @@ func (s *Sessions) Append(ctx context.Context, sid string, msgs ...session.Messa
 // AppendWith adds messages at the session's head: one log entry, written
 // expecting the record's last entry, then the record with compare-and-set
 // (an entry whose record write was lost is adopted by the next append). A
-// message whose id is among the session's latest recentIDs is not written
+// message whose id is among the session's latest RecentIDs is not written
 // again (it is answered with its stored seq, so a retried append is
 // applied once) when it says the same as the stored one; with other
 // content the whole append is refused (*session.IDTakenError). With

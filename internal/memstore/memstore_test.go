@@ -8,7 +8,7 @@ import (
 )
 
 func TestSessionStore(t *testing.T) {
-	storetest.RunSessionStore(t, func(*testing.T) storetest.Store { return memstore.New() })
+	storetest.RunSessionStore(t, storetest.Features{}, func(*testing.T) storetest.Store { return memstore.New() })
 }
 
 func TestBreakers(t *testing.T) {
