@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
 )
 
@@ -131,7 +133,11 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 	fmt.Fprintf(w, "  %d messages, replayed one by one into session %s (model %s, context limit %d tokens)\n", len(msgs), sid, imp.Model, limit)
 	fmt.Fprintf(w, "  summary provider: %s; NATS at %s\n\n", *pf.provider, url)
 
-	total := imp.Tokens
+	counter, err := tokens.ForEncoding("o200k_base") // gpt-4o's: the runtime counts its conversation
+	if err != nil {
+		return err
+	}
+	total := counter.Context(slices.Clone(msgs))
 	type row struct {
 		at     int
 		result map[string]any
@@ -140,11 +146,9 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 	var rows []row
 	for i := first; i <= len(msgs); i++ {
 		if i > first {
-			stored, err := c.Append(ctx, sid, []session.Message{msgs[i-1]})
-			if err != nil {
+			if _, err := c.Append(ctx, sid, []session.Message{msgs[i-1]}); err != nil {
 				return err
 			}
-			total += stored.Tokens
 		}
 		view, err := c.Context(ctx, sid)
 		if err != nil {

@@ -306,7 +306,7 @@ func TestServeWalkthrough(t *testing.T) {
 	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[41:]})
 	var app sessions.Appended
 	json.Unmarshal(m.Data, &app)
-	if app.FirstSeq != 42 || app.LastSeq != 61 || len(app.IDs) != 20 || app.Tokens == 0 {
+	if app.FirstSeq != 42 || app.LastSeq != 61 || len(app.IDs) != 20 || app.Bytes == 0 {
 		t.Fatalf("session.append: %s", m.Data)
 	}
 	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": []map[string]any{{"role": "robot", "content": "x"}}})

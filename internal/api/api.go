@@ -24,6 +24,7 @@ import (
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
@@ -669,7 +670,7 @@ func (s *Server) sessionAppend(r micro.Request) {
 		if err == nil {
 			s.d.Sessions.DropUploads(ctx, b.SessionID, ids)
 			if s.d.Appended != nil && out.Status == sessions.StatusApplied {
-				s.d.Appended(b.SessionID, out.HeadSeq, out.FirstSeq, out.Tokens)
+				s.d.Appended(b.SessionID, out.HeadSeq, out.FirstSeq, preparer.EstimateTokens(out.Bytes))
 			}
 		}
 		return out, err

@@ -200,6 +200,11 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if err := migrateAtStart(ctx, nc, a.JS, store, cfg.Provision, log); err != nil {
 		return nil, err
 	}
+	if cfg.SessionTTL > 0 {
+		// The sweep reads when a session was last written from its
+		// record, which appends write at least this often.
+		store.SetCheckpointAge(min(time.Minute, cfg.SessionTTL/4))
+	}
 	breakers, err := kvstore.NewBreakers(setup, nc, a.JS)
 	if err != nil {
 		return nil, BucketHint(err)

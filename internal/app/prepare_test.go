@@ -17,6 +17,7 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -73,9 +74,21 @@ func (r *runtime) grow(share float64) {
 		if err != nil {
 			r.t.Fatal(err)
 		}
-		r.tokens += a.Tokens
+		if a.Status == sessions.StatusApplied { // the runtime counts what it sends
+			r.tokens += runtimeCounter.Message(&msgs[0]) + runtimeCounter.Message(&msgs[1])
+		}
 	}
 }
+
+// runtimeCounter counts a runtime's messages as the service's default
+// model does.
+var runtimeCounter = func() *tokens.Counter {
+	c, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		panic(err)
+	}
+	return c
+}()
 
 // prepared waits until the session has a ready preparation and returns it.
 func prepared(t *testing.T, url, sid string) session.PreparedCompaction {

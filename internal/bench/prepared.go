@@ -20,6 +20,7 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
 )
@@ -337,7 +338,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		m := c.Messages[i]
 		m.ID = fmt.Sprintf("m%d", i)
 		m.Tokens = 0
-		counter.Ensure(&m)
+		added := counter.Message(&m) // the runtime counts what it sends
 		select {
 		case <-ctx.Done():
 			return reqs, eval.Retention{}, ctx.Err()
@@ -348,7 +349,9 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if err != nil {
 			return reqs, eval.Retention{}, err
 		}
-		ctxTokens += a.Tokens
+		if a.Status == sessions.StatusApplied {
+			ctxTokens += added
+		}
 		if crossed.IsZero() && ctxTokens >= threshold {
 			crossed = time.Now()
 		}

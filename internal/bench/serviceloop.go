@@ -10,13 +10,15 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // ServiceLoop replays through the service as a runtime uses it: an
 // embedded nats-server, sessions in KV, requests and results as
 // CloudEvents through the durable consumer, the extractive model.
 type ServiceLoop struct {
-	e *env
+	e       *env
+	counter *tokens.Counter
 }
 
 var _ eval.Loop = (*ServiceLoop)(nil)
@@ -28,7 +30,12 @@ func NewServiceLoop(ctx context.Context, cfg pipeline.Config) (*ServiceLoop, err
 	if err != nil {
 		return nil, err
 	}
-	return &ServiceLoop{e: e}, nil
+	counter, err := tokens.ForEncoding(e.table.Lookup("gpt-4o").Encoding)
+	if err != nil {
+		e.close()
+		return nil, err
+	}
+	return &ServiceLoop{e: e, counter: counter}, nil
 }
 
 // Close stops the service and the server.
@@ -39,9 +46,14 @@ func (l *ServiceLoop) Create(ctx context.Context, id string, limit int) error {
 	return err
 }
 
-func (l *ServiceLoop) Append(ctx context.Context, id string, m session.Message) error {
-	_, err := l.e.sessions.Append(ctx, id, []session.Message{m}, session.AppendOptions{})
-	return err
+func (l *ServiceLoop) Append(ctx context.Context, id string, m session.Message) (int, error) {
+	if _, err := l.e.sessions.Append(ctx, id, []session.Message{m}, session.AppendOptions{}); err != nil {
+		return 0, err
+	}
+	// As the service counts it, with the session model's encoding (the
+	// count is cached: the service's own count of it encodes nothing).
+	m.Tokens = 0
+	return l.counter.Message(&m), nil
 }
 
 func (l *ServiceLoop) View(ctx context.Context, id string) ([]session.Message, error) {

@@ -43,7 +43,9 @@ import (
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // Options size a run.
@@ -259,13 +261,14 @@ func (r Report) Missed() string {
 
 // run is one run's state.
 type run struct {
-	o     Options
-	dir   string
-	c     *embedded.Cluster
-	fp    *fakeprovider.Server
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	start time.Time
+	counter *tokens.Counter
+	o       Options
+	dir     string
+	c       *embedded.Cluster
+	fp      *fakeprovider.Server
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	start   time.Time
 	// loadStart is when the runtimes began: the faults are placed within
 	// the load.
 	loadStart time.Time
@@ -315,6 +318,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer os.RemoveAll(dir)
 	r := &run{o: o, dir: dir, start: time.Now(), published: map[string]time.Time{}, answered: map[string]time.Duration{},
 		seen: map[string]int{}, acked: map[string][]string{}}
+	// The runtimes count their own context, as a runtime does.
+	if r.counter, err = tokens.ForEncoding("o200k_base"); err != nil {
+		return nil, err
+	}
 
 	r.logf("starting a three-node JetStream cluster")
 	if r.c, err = embedded.StartCluster(3, filepath.Join(dir, "cluster")); err != nil {
@@ -670,16 +677,21 @@ func (r *run) runtime(ctx context.Context, n int) {
 	tokens := c.Tokens
 	for turn := 0; ctx.Err() == nil; turn++ {
 		u, a := fmt.Sprintf("%s-u%04d", sid, turn), fmt.Sprintf("%s-a%04d", sid, turn)
+		uText := fmt.Sprintf("[%s turn %d] My booking REF-%s-%d: can I move the flight to day %d and keep seat %dA?", sid, turn, sid, turn, turn%28+1, turn%30+1)
+		aText := fmt.Sprintf("[%s turn %d] Booking REF-%s-%d moved to day %d; seat %dA kept; fare difference $%d.", sid, turn, sid, turn, turn%28+1, turn%30+1, 10+turn%90)
 		body, _ := json.Marshal(map[string]any{"session_id": sid, "messages": []map[string]any{
-			{"id": u, "role": "user", "content": fmt.Sprintf("[%s turn %d] My booking REF-%s-%d: can I move the flight to day %d and keep seat %dA?", sid, turn, sid, turn, turn%28+1, turn%30+1)},
-			{"id": a, "role": "assistant", "content": fmt.Sprintf("[%s turn %d] Booking REF-%s-%d moved to day %d; seat %dA kept; fare difference $%d.", sid, turn, sid, turn, turn%28+1, turn%30+1, 10+turn%90)}}})
+			{"id": u, "role": "user", "content": uText},
+			{"id": a, "role": "assistant", "content": aText}}})
 		var ap sessions.Appended
 		if err := r.call(context.Background(), api.SubjectAppend, body, &ap); err != nil {
 			r.fail(fmt.Errorf("%s turn %d: append: %w", sid, turn, err))
 			return
 		}
 		r.ack(sid, u, a)
-		tokens += ap.Tokens
+		if ap.Status == sessions.StatusApplied {
+			tokens += r.counter.Message(&session.Message{Role: session.RoleUser, Content: session.TextContent(uText)}) +
+				r.counter.Message(&session.Message{Role: session.RoleAssistant, Content: session.TextContent(aText)})
+		}
 		if tokens > r.o.ContextLimit {
 			if after, ok := r.compact(ctx, sid, tokens); ok {
 				tokens = after

@@ -45,7 +45,9 @@ type Report struct {
 type Loop interface {
 	// Create stores an empty session with the context limit.
 	Create(ctx context.Context, id string, limit int) error
-	Append(ctx context.Context, id string, m session.Message) error
+	// Append adds m at the head and returns the tokens it adds to the
+	// context, as the store counts them.
+	Append(ctx context.Context, id string, m session.Message) (int, error)
 	// View is what the model would see now.
 	View(ctx context.Context, id string) ([]session.Message, error)
 	// Compact asks for a compaction and returns its result (Failed set
@@ -78,9 +80,12 @@ func (l *MemoryLoop) Create(ctx context.Context, id string, limit int) error {
 	return err
 }
 
-func (l *MemoryLoop) Append(ctx context.Context, id string, m session.Message) error {
-	_, err := l.store.Append(ctx, id, m)
-	return err
+func (l *MemoryLoop) Append(ctx context.Context, id string, m session.Message) (int, error) {
+	added, err := l.store.Append(ctx, id, m)
+	if err != nil || len(added) != 1 {
+		return 0, err
+	}
+	return added[0].Tokens, nil
 }
 
 func (l *MemoryLoop) View(ctx context.Context, id string) ([]session.Message, error) {
@@ -146,14 +151,21 @@ func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *
 		}
 		return view, counter.Context(view), nil
 	}
+	// The context is read after each compaction; between them a runtime
+	// knows what it appended (reading the whole view after every append
+	// made the replay through the service quadratic before a first
+	// compaction).
+	view, n, err := contextOf()
+	if err != nil {
+		return rep, err
+	}
 	for i := range msgs {
-		if err := loop.Append(ctx, id, msgs[i]); err != nil {
-			return rep, err
-		}
-		view, n, err := contextOf()
+		added, err := loop.Append(ctx, id, msgs[i])
 		if err != nil {
 			return rep, err
 		}
+		n += added
+		view = append(view, msgs[i])
 		if n <= limit && (cfg.MaxMessages == 0 || len(view) <= cfg.MaxMessages) {
 			rep.MaxTokens = max(rep.MaxTokens, n)
 			continue
@@ -182,7 +194,6 @@ func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *
 			if err != nil {
 				return rep, err
 			}
-			var view []session.Message
 			if view, n, err = contextOf(); err != nil {
 				return rep, err
 			}

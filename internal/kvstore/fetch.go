@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -20,6 +21,8 @@ type raw struct {
 	subject string
 	hdr     nats.Header
 	data    []byte
+	// time is when the stream stored it.
+	time time.Time
 }
 
 func (r raw) epoch() string { return r.hdr.Get(hdrEpoch) }
@@ -130,7 +133,8 @@ func (s *Sessions) directRange(ctx context.Context, stream, subj string, from, t
 					return false, n, nil
 				}
 				n++
-				ok, err := fn(raw{seq: seq, subject: m.Header.Get(nats.JSSubject), hdr: m.Header, data: m.Data})
+				at, _ := time.Parse(time.RFC3339Nano, m.Header.Get(nats.JSTimeStamp))
+				ok, err := fn(raw{seq: seq, subject: m.Header.Get(nats.JSSubject), hdr: m.Header, data: m.Data, time: at})
 				last, from = seq, seq+1
 				if err != nil || !ok {
 					return false, n, err
@@ -165,10 +169,11 @@ func leaderMsg(ctx context.Context, nc *nats.Conn, stream string, req map[string
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Subject string `json:"subject"`
-			Seq     uint64 `json:"seq"`
-			Header  []byte `json:"hdrs"`
-			Data    []byte `json:"data"`
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(reply.Data, &resp); err != nil {
@@ -183,7 +188,7 @@ func leaderMsg(ctx context.Context, nc *nats.Conn, stream string, req map[string
 	if resp.Message == nil {
 		return raw{}, unavailable(ctx, what, jetstream.ErrInvalidJetStreamResponse)
 	}
-	r := raw{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data, hdr: nats.Header{}}
+	r := raw{seq: resp.Message.Seq, subject: resp.Message.Subject, data: resp.Message.Data, hdr: nats.Header{}, time: resp.Message.Time}
 	if len(resp.Message.Header) > 0 {
 		if r.hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
 			return raw{}, fmt.Errorf("%s: headers: %w", what, err)

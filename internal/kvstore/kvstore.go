@@ -181,6 +181,8 @@ type Sessions struct {
 	// decided on a record read from the leader.
 	cacheMu sync.Mutex
 	cache   map[string]record
+	// checkpointAge overrides checkpointAge (SetCheckpointAge).
+	checkpointAge time.Duration
 	// failWrite, in tests, fails a write (by its subject) before it is
 	// sent.
 	failWrite func(subject string) error
@@ -299,3 +301,9 @@ func (s *Sessions) remember(w where, rec *record) {
 	}
 	s.cache[k] = *rec
 }
+
+// SetCheckpointAge sets how old a session's stored record may grow while
+// it is appended to (one minute by default): the idle sweep reads when a
+// session was last written from it, so a deployment that deletes sessions
+// idle for less than a few minutes sets it to a fraction of that.
+func (s *Sessions) SetCheckpointAge(d time.Duration) { s.checkpointAge = d }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/compactor/compactor/internal/session"
 )
@@ -28,6 +29,15 @@ const idHashLen = 8
 type record struct {
 	session.Record
 	Log logState `json:"log"`
+	// stored is what the stored record says of the head, and when it was
+	// written: the log may be ahead of it (appends write the record only
+	// as a checkpoint).
+	stored checkpoint
+}
+
+type checkpoint struct {
+	head int64
+	at   time.Time
 }
 
 // logState says where a session's data is.

@@ -35,6 +35,7 @@ func decodeRecord(sid string, r raw) (record, error) {
 		return record{}, fmt.Errorf("session %s: %w: the record's log state does not match its %d messages", sid, session.ErrCorrupt, rec.HeadSeq)
 	}
 	rec.Revision = r.seq
+	rec.stored = checkpoint{head: rec.HeadSeq, at: rec.UpdatedAt}
 	return rec, nil
 }
 
@@ -46,6 +47,52 @@ func (s *Sessions) record(ctx context.Context, w where) (record, error) {
 		return record{}, notFound("session " + w.sid)
 	}
 	return r, err
+}
+
+// current reads a visible record from the leader and rolls it forward
+// over the log entries written after it: the session as it is now.
+func (s *Sessions) current(ctx context.Context, w where) (record, error) {
+	rec, err := s.record(ctx, w)
+	if err != nil {
+		return rec, err
+	}
+	if err := s.rollForward(ctx, w, &rec); err != nil {
+		return record{}, err
+	}
+	return rec, nil
+}
+
+// rollForward adds to rec the log entries after its log.seq: appends
+// write the record only now and then (a checkpoint), so the log is the
+// truth past it. Batched direct gets read them, and the leader says where
+// the log ends (what a lagging replica lacked is read from it). The
+// record's updated_at becomes the last entry's time.
+func (s *Sessions) rollForward(ctx context.Context, w where, rec *record) error {
+	err := s.rangeAll(ctx, w.dataStream(), w.subject("log"), rec.Log.Seq+1, 0, func(r raw) (bool, error) {
+		if r.epoch() != rec.Epoch {
+			return false, errStale
+		}
+		e, err := decodeEntry(r)
+		if err != nil {
+			return false, err
+		}
+		if e.First != rec.HeadSeq+1 {
+			return false, errStale
+		}
+		msgs := make([]session.Message, len(e.Msgs))
+		for i := range e.Msgs {
+			msgs[i] = e.Msgs[i].Message
+		}
+		rec.add(r.seq, msgs)
+		if r.time.After(rec.UpdatedAt) {
+			rec.UpdatedAt = r.time.UTC()
+		}
+		return true, nil
+	})
+	if errors.Is(err, session.ErrCorrupt) {
+		return s.lost(ctx, w, rec, fmt.Sprintf("the log after entry %d (%v)", rec.Log.Seq, err))
+	}
+	return err
 }
 
 func seqRange(from, to int64) []int64 {
@@ -72,7 +119,7 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 	if err != nil {
 		return nil, notFound("session " + sid)
 	}
-	rec, err := s.record(ctx, w)
+	rec, err := s.current(ctx, w)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +254,7 @@ func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, erro
 	if err != nil {
 		return session.Record{}, notFound("session " + sid)
 	}
-	rec, err := s.record(ctx, w)
+	rec, err := s.current(ctx, w)
 	return rec.Record, err
 }
 
@@ -217,7 +264,7 @@ func (s *Sessions) Message(ctx context.Context, sid string, seq int64) (session.
 	if err != nil {
 		return session.Message{}, notFound("session " + sid)
 	}
-	rec, err := s.record(ctx, w)
+	rec, err := s.current(ctx, w)
 	if err != nil {
 		return session.Message{}, err
 	}
@@ -240,7 +287,7 @@ func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, 
 	if err != nil {
 		return nil, nil, notFound("session " + sid)
 	}
-	rec, err := s.record(ctx, w)
+	rec, err := s.current(ctx, w)
 	if err != nil {
 		return nil, nil, err
 	}

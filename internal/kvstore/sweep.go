@@ -85,7 +85,17 @@ func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]string, erro
 			if err != nil {
 				return deleted, err
 			}
-			if !rec.UpdatedAt.Before(cutoff) && !rec.Deleted {
+			if rec.Visible() {
+				// Appends write the record now and then: the log says
+				// when the session was last written.
+				last := rec
+				if err := s.rollForward(ctx, w, &last); err != nil && !errors.Is(err, session.ErrNotFound) {
+					return deleted, err
+				}
+				if !last.UpdatedAt.Before(cutoff) {
+					continue
+				}
+			} else if !rec.UpdatedAt.Before(cutoff) && !rec.Deleted {
 				continue
 			}
 			switch err := s.deleteAt(ctx, w, rec); {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
@@ -390,18 +391,18 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 	if err != nil {
 		return session.Appended{}, err
 	}
-	// A cached record may be behind: the guarded writes below find out,
+	// A cached record may be behind: the guarded write below finds out,
 	// but what is answered without writing is decided on a fresh one.
 	rec, hit := s.cached(w)
 	fresh := false
 	if !hit || !rec.Visible() {
-		if rec, err = s.record(ctx, w); err != nil {
+		if rec, err = s.current(ctx, w); err != nil {
 			return session.Appended{}, err
 		}
 		fresh = true
 	}
 	reread := func() error {
-		r, err := s.record(ctx, w)
+		r, err := s.current(ctx, w)
 		if err != nil {
 			s.remember(w, nil)
 			return err
@@ -452,12 +453,8 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		}
 		seq, err := s.writeEntry(ctx, w, rec.Epoch, rec.Log.Seq, add)
 		if errors.Is(err, session.ErrConflict) {
-			// Another append came first (its record may not be written
-			// yet): take the log as it is, and look again.
+			// Another append came first: look again.
 			if err := reread(); err != nil {
-				return session.Appended{}, err
-			}
-			if err := s.adopt(ctx, w, &rec); err != nil {
 				return session.Appended{}, err
 			}
 			continue
@@ -466,51 +463,59 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 			s.remember(w, nil)
 			return session.Appended{}, err
 		}
+		// The entry is the append: it is in the log, where every reader
+		// rolls forward to. The record follows now and then.
 		next := rec
 		next.add(seq, add)
 		next.UpdatedAt = s.now().UTC()
-		if err := s.commitEntry(ctx, w, next, rec.Revision, seq); err != nil {
+		if err := s.checkpoint(ctx, w, &next); err != nil {
 			s.remember(w, nil)
 			return session.Appended{}, err
 		}
+		s.remember(w, &next)
 		out.HeadSeq = head
 		return out, nil
 	}
 	return session.Appended{}, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
 }
 
-// commitEntry writes the record next, which adds the entry at stream
-// sequence seq, with compare-and-set on base; when the record moved
-// meanwhile (a commit, or an append that adopted the entry) it is read
-// again and the entry added to it, unless it has it already.
-func (s *Sessions) commitEntry(ctx context.Context, w where, next record, base, seq uint64) error {
-	for range casRetries {
-		rev, err := s.putRecord(ctx, w, &next, base)
-		if err == nil {
-			next.Revision = rev
-			s.remember(w, &next)
-		}
-		if !errors.Is(err, session.ErrConflict) {
-			return err
-		}
-		cur, err := s.record(ctx, w)
-		if err != nil {
-			return err
-		}
-		if cur.Log.Seq >= seq {
-			s.remember(w, &cur)
-			return nil // adopted by another writer
-		}
-		if err := s.adopt(ctx, w, &cur); err != nil {
-			return err
-		}
-		if cur.Log.Seq < seq {
-			return fmt.Errorf("session %s: %w: log entry %d is not in the log", w.sid, session.ErrCorrupt, seq)
-		}
-		base, next = cur.Revision, cur
-		next.UpdatedAt = s.now().UTC()
+// checkpointEvery is how many messages the log may run ahead of the
+// stored record before an append writes it, and checkpointAge how old the
+// stored record may be (the sweep reads updated_at from it).
+const (
+	checkpointEvery = indexEvery
+	checkpointAge   = time.Minute
+)
+
+// checkpoint writes rec (rolled forward over an append just written) as
+// the stored record when it is due: the session's first messages (so a
+// delete racing them is seen), every checkpointEvery messages, or when the
+// stored one is older than the checkpoint age. A record that moved
+// meanwhile (a commit, another checkpoint) is left as it is: the log
+// holds the append, and readers roll forward; one deleted meanwhile is
+// session.ErrNotFound.
+func (s *Sessions) checkpoint(ctx context.Context, w where, rec *record) error {
+	age := s.checkpointAge
+	if age <= 0 {
+		age = checkpointAge
 	}
-	return fmt.Errorf("append to %s: %w after %d tries", w.sid, session.ErrConflict, casRetries)
+	if rec.stored.head > 0 && rec.HeadSeq-rec.stored.head < checkpointEvery && s.now().Sub(rec.stored.at) < age {
+		return nil
+	}
+	rev, err := s.putRecord(ctx, w, rec, rec.Revision)
+	if err == nil {
+		rec.Revision, rec.stored = rev, checkpoint{head: rec.HeadSeq, at: rec.UpdatedAt}
+		return nil
+	}
+	if !errors.Is(err, session.ErrConflict) {
+		return err
+	}
+	cur, err := s.record(ctx, w)
+	if err != nil {
+		return err
+	}
+	rec.Revision, rec.stored = cur.Revision, cur.stored
+	return nil
 }
 
 // checkRepeats compares each message of an append whose id the session
@@ -561,7 +566,7 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 	id := c.Compaction.ID
 	var at uint64 // the compaction message's stream sequence
 	for attempt := 0; attempt < casRetries; attempt++ {
-		rec, err := s.record(ctx, w)
+		rec, err := s.current(ctx, w)
 		if err != nil {
 			if at > 0 && errors.Is(err, session.ErrNotFound) {
 				// Deleted meanwhile: the delete purged, or purges, it.
@@ -594,7 +599,7 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 		rec.Log.Compaction = at
 		rev, err := s.putRecord(ctx, w, &rec, base)
 		if err == nil {
-			rec.Revision = rev
+			rec.Revision, rec.stored = rev, checkpoint{head: rec.HeadSeq, at: rec.UpdatedAt}
 			s.remember(w, &rec)
 			return existed, nil
 		}

@@ -107,6 +107,11 @@ func (s *summariser) runWithin(ctx context.Context, msgs []session.Message, maxT
 
 // run summarises msgs into one summary.
 func (s *summariser) run(ctx context.Context, msgs []session.Message) (string, error) {
+	for i := range msgs {
+		// Stored messages may come uncounted (appends are not counted on
+		// their path): packing and estimates need every count.
+		s.counter.Ensure(&msgs[i])
+	}
 	chunks := s.pack(msgs, s.budget)
 	s.chunks = len(chunks)
 	if len(chunks) == 1 {

@@ -119,9 +119,16 @@ func (p *Preparer) Stats() Stats {
 	return Stats{Triggers: p.triggers.Load(), Queued: p.queued.Load(), Dropped: p.dropped.Load(), Skipped: p.skipped.Load(), Waiting: waiting}
 }
 
+// EstimateTokens is what an append of this many bytes of text adds to a
+// context, erring high (a third of the bytes, where English text is about
+// a quarter, plus a message's framing): appends are not counted on their
+// path, and an estimate that runs ahead only starts a preparation's read
+// of the exact count sooner.
+func EstimateTokens(bytes int) int { return bytes/3 + 4 }
+
 // Appended is told of an append that went through the service: the
 // session's head after it, the seq of its first message and the tokens it
-// added. It never blocks.
+// added (EstimateTokens). It never blocks.
 func (p *Preparer) Appended(sessionID string, head, firstSeq int64, tokens int) {
 	p.triggers.Add(1)
 	if p.svc.Config().PrepareAt == 0 {

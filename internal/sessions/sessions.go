@@ -21,7 +21,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -76,7 +75,6 @@ type Service struct {
 	breakers Breakers
 	table    *models.Table
 	retryFor time.Duration
-	models   modelCache
 }
 
 // Option tunes a Service.
@@ -179,7 +177,6 @@ func (s *Service) Create(ctx context.Context, rec session.Record, msgs []session
 	if err != nil {
 		return Created{}, err
 	}
-	s.models.put(stored.SessionID, stored.Model)
 	return Created{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: s.LimitOf(rec), Messages: len(msgs),
 		HeadSeq: stored.HeadSeq, Tokens: total}, nil
 }
@@ -198,8 +195,11 @@ type Appended struct {
 	IDs      []string `json:"ids"`
 	FirstSeq int64    `json:"first_seq"`
 	LastSeq  int64    `json:"last_seq"`
-	// Tokens counts the messages applied.
-	Tokens int `json:"tokens"`
+	// Bytes is the size of the text of the messages applied (content,
+	// tool calls, names): what a runtime may estimate their tokens from.
+	// The service counts tokens when a compaction needs them, not at the
+	// append.
+	Bytes int `json:"bytes"`
 }
 
 // AppendedMessage says where one message of an append is.
@@ -215,83 +215,39 @@ const (
 	StatusAlreadyApplied = "already_applied"
 )
 
-// modelOf returns the session's model: a session's model is set when it
-// is created and never changes, so it is read once per session and
-// process (an append needs it to count, and reads nothing else).
-func (s *Service) modelOf(ctx context.Context, sid string) (string, error) {
-	if m, ok := s.models.get(sid); ok {
-		return m, nil
+// textBytes is the size of what a message says: its text and content
+// parts, name, tool calls.
+func textBytes(m *session.Message) int {
+	n := len(m.Content.Text) + len(m.Name) + len(m.Role)
+	for _, p := range m.Content.Parts {
+		n += len(p)
 	}
-	var rec session.Record
-	err := s.retry(ctx, func() (err error) {
-		rec, err = s.store.Record(ctx, sid)
-		return err
-	})
-	if err != nil {
-		return "", err
+	for _, tc := range m.ToolCalls {
+		n += len(tc.Function.Name) + len(tc.Function.Arguments)
 	}
-	s.models.put(sid, rec.Model)
-	return rec.Model, nil
+	return n
 }
 
-// modelCache maps session ids to their models, bounded (a full one starts
-// again empty).
-type modelCache struct {
-	mu sync.Mutex
-	m  map[string]string
-}
-
-const maxModels = 100_000
-
-func (c *modelCache) get(sid string) (string, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	m, ok := c.m[sid]
-	return m, ok
-}
-
-func (c *modelCache) drop(sid string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, sid)
-}
-
-func (c *modelCache) put(sid, model string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxModels {
-		c.m = map[string]string{}
-	}
-	c.m[sid] = model
-}
-
-// Append adds msgs at the session's head, counted with the session model's
-// encoding. A message whose id the session holds is not written again
-// (give ids to make a retried append safe: one without gets a new UUID).
+// Append adds msgs at the session's head, uncounted (see Appended.Bytes).
+// A message whose id the session holds is not written again (give ids to
+// make a retried append safe: one without gets a new UUID).
 // With opt.ExpectedHeadSeq set it applies only at that head, else it
 // returns a *session.HeadMovedError.
 func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message, opt session.AppendOptions) (Appended, error) {
 	if len(msgs) == 0 {
 		return Appended{}, fmt.Errorf("%w: messages is required", session.ErrInvalid)
 	}
-	model, err := s.modelOf(ctx, sid)
-	if err != nil {
-		return Appended{}, err
-	}
-	c, err := s.counter(model)
-	if err != nil {
-		return Appended{}, err
-	}
 	msgs = slices.Clone(msgs)
 	for i := range msgs {
 		if msgs[i].ID == "" {
 			msgs[i].ID = uuid.NewString() // once: every retry below writes the same id
 		}
+		// Not counted here: the compaction that needs the count counts
+		// it (once per process, tokens' cache), off the append's path.
 		msgs[i].Tokens = 0
-		c.Ensure(&msgs[i])
 	}
 	var a session.Appended
-	err = s.retry(ctx, func() (err error) {
+	err := s.retry(ctx, func() (err error) {
 		a, err = s.store.AppendWith(ctx, sid, msgs, opt)
 		return err
 	})
@@ -304,7 +260,7 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 		out.IDs = append(out.IDs, m.ID)
 		if a.New[i] {
 			out.Status = StatusApplied
-			out.Tokens += m.Tokens
+			out.Bytes += textBytes(&m)
 		}
 	}
 	out.FirstSeq, out.LastSeq = a.Messages[0].Seq, a.Messages[len(a.Messages)-1].Seq
@@ -413,7 +369,6 @@ type Deleted struct {
 // Delete removes every trace of the session: its record, messages (large
 // ones' chunks too), id index, compactions and breaker.
 func (s *Service) Delete(ctx context.Context, sid string) (Deleted, error) {
-	s.models.drop(sid)
 	err := s.retry(ctx, func() error {
 		if err := s.store.Delete(ctx, sid); err != nil {
 			return err

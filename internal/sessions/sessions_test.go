@@ -41,13 +41,13 @@ func TestUseCasesOverMemory(t *testing.T) {
 	turn := msgs("where is my bag?")
 	turn[0].ID = "u1"
 	a, err := svc.Append(ctx, "s", turn, session.AppendOptions{})
-	if err != nil || a.Status != sessions.StatusApplied || a.Tokens == 0 || a.HeadSeq != 4 {
+	if err != nil || a.Status != sessions.StatusApplied || a.Bytes == 0 || a.HeadSeq != 4 {
 		t.Fatalf("append: %+v %v", a, err)
 	}
 	if turn[0].Tokens != 0 {
 		t.Fatal("Append changed the caller's messages")
 	}
-	if a2, err := svc.Append(ctx, "s", turn, session.AppendOptions{}); err != nil || a2.Status != sessions.StatusAlreadyApplied || a2.Tokens != 0 {
+	if a2, err := svc.Append(ctx, "s", turn, session.AppendOptions{}); err != nil || a2.Status != sessions.StatusAlreadyApplied || a2.Bytes != 0 {
 		t.Fatalf("the same append: %+v %v", a2, err)
 	}
 	v, err := svc.Context(ctx, "s")

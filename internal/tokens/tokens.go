@@ -3,12 +3,16 @@
 //
 // Building an encoding takes tens of milliseconds and tens of megabytes, so
 // each encoding is built once per process and shared; a Counter is safe for
-// concurrent use. Messages are counted once: Ensure stores the count on the
-// message and later calls reuse it.
+// concurrent use. A text is encoded once per process: counts are cached by
+// the text's 128-bit hash (the latest few hundred thousand texts), so
+// counting moved off the append path (issue 24) costs the compaction that
+// needs it once, not at every compaction and context read. Ensure also
+// stores the count on the message.
 package tokens
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,12 +50,53 @@ var (
 )
 
 type encodingOnce struct {
-	once sync.Once
-	enc  *tiktoken.Tiktoken
-	err  error
+	once  sync.Once
+	enc   *tiktoken.Tiktoken
+	err   error
+	cache countCache
 }
 
-func encoding(name string) (*tiktoken.Tiktoken, error) {
+// countCache maps texts (by a 128-bit hash) to their counts: two
+// generations, the current one moved to old when full, so the texts used
+// lately stay and memory is bounded (cacheSize entries a generation).
+type countCache struct {
+	mu       sync.Mutex
+	cur, old map[[2]uint64]int32
+}
+
+const cacheSize = 200_000
+
+// minCached is the shortest text worth a cache entry (a role, a name).
+const minCached = 32
+
+var seeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+func textKey(text string) [2]uint64 {
+	return [2]uint64{maphash.String(seeds[0], text), maphash.String(seeds[1], text)}
+}
+
+func (c *countCache) get(k [2]uint64) (int, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n, ok := c.cur[k]; ok {
+		return int(n), true
+	}
+	if n, ok := c.old[k]; ok {
+		c.put(k, int(n))
+		return int(n), true
+	}
+	return 0, false
+}
+
+// put needs c.mu held.
+func (c *countCache) put(k [2]uint64, n int) {
+	if c.cur == nil || len(c.cur) >= cacheSize {
+		c.old, c.cur = c.cur, make(map[[2]uint64]int32, 1024)
+	}
+	c.cur[k] = int32(n)
+}
+
+func encoding(name string) (*encodingOnce, error) {
 	loaderOnce.Do(func() { tiktoken.SetBpeLoader(tiktoken_loader.NewOfflineLoader()) })
 	mu.Lock()
 	e, ok := encodings[name]
@@ -61,7 +106,7 @@ func encoding(name string) (*tiktoken.Tiktoken, error) {
 	}
 	mu.Unlock()
 	e.once.Do(func() { e.enc, e.err = tiktoken.GetEncoding(name) })
-	return e.enc, e.err
+	return e, e.err
 }
 
 // encoded counts the bytes handed to the encoder, process-wide: the metric
@@ -74,8 +119,9 @@ func EncodedBytes() int64 { return encoded.Load() }
 
 // Counter counts tokens for one encoding.
 type Counter struct {
-	name string
-	enc  *tiktoken.Tiktoken
+	name  string
+	enc   *tiktoken.Tiktoken
+	cache *countCache
 }
 
 // ForEncoding returns a counter for a tiktoken encoding name such as
@@ -84,11 +130,11 @@ func ForEncoding(name string) (*Counter, error) {
 	if !models.SupportedEncoding(name) {
 		return nil, fmt.Errorf("tokens: unsupported encoding %q", name)
 	}
-	enc, err := encoding(name)
+	e, err := encoding(name)
 	if err != nil {
 		return nil, fmt.Errorf("tokens: load %s: %w", name, err)
 	}
-	return &Counter{name: name, enc: enc}, nil
+	return &Counter{name: name, enc: e.enc, cache: &e.cache}, nil
 }
 
 // Encoding returns the encoding's name.
@@ -98,6 +144,22 @@ func (c *Counter) Encoding() string { return c.name }
 // "<|endoftext|>" is counted as ordinary text, as the chat APIs treat user
 // content.
 func (c *Counter) Count(text string) int {
+	if len(text) < minCached {
+		return c.encode(text)
+	}
+	k := textKey(text)
+	if n, ok := c.cache.get(k); ok {
+		return n
+	}
+	n := c.encode(text)
+	c.cache.mu.Lock()
+	c.cache.put(k, n)
+	c.cache.mu.Unlock()
+	return n
+}
+
+// encode counts text with the encoder, in pieces.
+func (c *Counter) encode(text string) int {
 	encoded.Add(int64(len(text)))
 	n := 0
 	for len(text) > 0 {
