@@ -186,7 +186,9 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		return nil, err
 	}
 
-	setup, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+	// Provisioning a cluster (R3, a bucket and a stream per shard) takes
+	// tens of seconds on a loaded machine.
+	setup, cancelSetup := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancelSetup()
 	if cfg.Provision {
 		if err := ProvisionAll(setup, nc, a.JS, Provisioning{Replicas: cfg.Replicas, Shards: cfg.Shards, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver}); err != nil {
