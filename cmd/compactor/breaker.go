@@ -15,7 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 )
 
-const breakerUsage = `  compactor breaker list
+const breakerUsage = `  compactor breaker list [--limit N] [--after CURSOR]
   compactor breaker show ID
   compactor breaker reset ID | --all`
 
@@ -28,6 +28,8 @@ func runBreaker(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func breakerList(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("breaker list", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
+	limit := fs.Int("limit", 0, fmt.Sprintf("print one page of at most `N` breakers (at most %d) and the cursor of the next: {\"breakers\", \"next\"} (default: every breaker, as an array)", session.MaxPageSize))
+	after := fs.String("after", "", "print the page after `CURSOR` (a previous page's \"next\")")
 	pos, err := parseFlags(fs, args, stdout, "breaker list")
 	if err != nil {
 		return err
@@ -35,7 +37,17 @@ func breakerList(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := noArgs(pos); err != nil {
 		return err
 	}
+	if *limit < 0 || *limit > session.MaxPageSize {
+		return fmt.Errorf("%w: --limit %d: 1 to %d", errUsage, *limit, session.MaxPageSize)
+	}
 	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		if *limit > 0 || *after != "" {
+			page, err := st.breakers.Page(ctx, *after, *limit)
+			if err != nil {
+				return err
+			}
+			return printJSON(stdout, page)
+		}
 		list, err := st.breakers.List(ctx)
 		if err != nil {
 			return err

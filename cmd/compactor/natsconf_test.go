@@ -213,6 +213,7 @@ func TestNATSConfRoles(t *testing.T) {
 	if code != 1 || !strings.Contains(stderr, `NATS user "runtime"`) || !strings.Contains(stderr, "compactor or admin") {
 		t.Fatalf("breaker list as a runtime: exit %d: %s", code, stderr)
 	}
+	runtime.deniedPublish(t, api.SubjectList)
 	observer.deniedPublish(t, events.OverBudgetPrefix+"r1")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions_0.$KV.sessions_0._.r1")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.SESSIONS_0")

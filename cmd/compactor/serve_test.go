@@ -25,6 +25,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
+	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/schemas"
 )
@@ -234,6 +235,17 @@ func TestServeWalkthrough(t *testing.T) {
 	var list []map[string]any
 	if cli(t, url, &list, "breaker", "list") != 0 || len(list) != 0 {
 		t.Fatalf("breakers: %v", list)
+	}
+	var page session.SessionPage
+	if cli(t, url, &page, "session", "list", "--compacted", "true", "--limit", "10") != 0 || len(page.Sessions) != 1 ||
+		page.Sessions[0].SessionID != "tau2" || page.Sessions[0].Messages != 62 || page.Sessions[0].Compactions != 1 || page.Next != "" {
+		t.Fatalf("session list: %+v", page)
+	}
+	if cli(t, url, &page, "session", "list", "--idle-for", "1h") != 0 || len(page.Sessions) != 0 {
+		t.Fatalf("session list of sessions idle for an hour: %+v", page)
+	}
+	if code, _, stderr := runCLI(t, "session", "list", "--limit", "5000", "--nats-url", url); code != 2 || !strings.Contains(stderr, "at most 1000") {
+		t.Fatalf("a page over the maximum: exit %d: %s", code, stderr)
 	}
 	if code, _, stderr := runCLI(t, "session", "context", "nope", "--nats-url", url); code != 1 || !strings.Contains(stderr, "not found") {
 		t.Fatalf("unknown session: exit %d: %s", code, stderr)
@@ -463,6 +475,10 @@ func TestServeBreakerOverCLI(t *testing.T) {
 	var list []map[string]any
 	if cli(t, url, &list, "breaker", "list") != 0 || len(list) != 1 || list[0]["session_id"] != "b1" {
 		t.Fatalf("breaker list: %v", list)
+	}
+	var bpage session.BreakerPage
+	if cli(t, url, &bpage, "breaker", "list", "--limit", "1") != 0 || len(bpage.Breakers) != 1 || bpage.Breakers[0].SessionID != "b1" {
+		t.Fatalf("breaker list --limit 1: %+v", bpage)
 	}
 	var reset api.ResetAnswer
 	if cli(t, url, &reset, "breaker", "reset", "b1") != 0 || !reset.WasOpen || reset.Previous.Failures != 3 {

@@ -41,11 +41,12 @@ const sessionUsage = `  compactor session import FILE [--session-id ID] [--model
   compactor session show ID
   compactor session context ID
   compactor session message ID SEQ
-  compactor session delete ID`
+  compactor session delete ID
+  compactor session list [--limit N] [--after CURSOR] [--prefix P] [--model M] [--idle-for D] [--compacted true|false]`
 
 func runSession(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return subcommand("session", map[string]func(context.Context, []string, io.Writer) error{
-		"import": sessionImport, "show": sessionShow, "context": sessionContext, "message": sessionMessage, "delete": sessionDelete,
+		"import": sessionImport, "show": sessionShow, "context": sessionContext, "message": sessionMessage, "delete": sessionDelete, "list": sessionList,
 	}, sessionUsage)(ctx, args, stdout, stderr)
 }
 
@@ -199,5 +200,43 @@ func sessionDelete(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		return printJSON(stdout, out)
+	})
+}
+
+// sessionList prints a page of the stored sessions and the cursor of the
+// next ({"sessions", "next"}); --after that cursor prints the next page.
+func sessionList(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("session list", flag.ContinueOnError)
+	nf := addNATSFlags(fs, defaultNATSURL)
+	var opt session.ListOptions
+	fs.IntVar(&opt.Limit, "limit", session.DefaultPageSize, fmt.Sprintf("sessions in the page, at most %d", session.MaxPageSize))
+	fs.StringVar(&opt.After, "after", "", "the `CURSOR` a previous page answered as \"next\"")
+	fs.StringVar(&opt.Prefix, "prefix", "", "only sessions whose id starts with `P`")
+	fs.StringVar(&opt.Model, "model", "", "only sessions of `MODEL`")
+	fs.DurationVar(&opt.IdleFor, "idle-for", 0, "only sessions nobody wrote to for at least `D` (e.g. 24h)")
+	compacted := fs.String("compacted", "", "only sessions compacted at least once (true) or never (false)")
+	pos, err := parseFlags(fs, args, stdout, "session list")
+	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if *compacted != "" {
+		b, err := strconv.ParseBool(*compacted)
+		if err != nil {
+			return fmt.Errorf("%w: --compacted %q: true or false", errUsage, *compacted)
+		}
+		opt.Compacted = &b
+	}
+	if err := opt.Check(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
+		page, err := st.sessions.List(ctx, opt)
+		if err != nil {
+			return err
+		}
+		return printJSON(stdout, page)
 	})
 }

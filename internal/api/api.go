@@ -46,6 +46,7 @@ const (
 	SubjectHistory  = "compactor.session.history"
 	SubjectDelete   = "compactor.session.delete"
 	SubjectUpload   = "compactor.session.upload"
+	SubjectList     = "compactor.session.list"
 	defaultTimeout  = 5 * time.Minute
 	defaultWorkers  = 64
 )
@@ -54,6 +55,7 @@ const (
 type BreakerLister interface {
 	Breaker(ctx context.Context, sessionID string) (session.Breaker, error)
 	List(ctx context.Context) ([]session.Breaker, error)
+	Page(ctx context.Context, after string, limit int) (session.BreakerPage, error)
 }
 
 // Deps are what the endpoints use.
@@ -156,13 +158,14 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		{"compact", SubjectCompact, "compact a session now and answer its result (the data of CompactionCompleted, or an error carrying CompactionFailed's); the result event is published too", s.compact},
 		{"breaker_get", SubjectBreaker, "a session's circuit breaker: {\"session_id\"}", s.breakerGet},
 		{"breaker_reset", SubjectReset, "close a session's breaker ({\"session_id\"}) or every open one ({\"all\": true}); publishes CompactionCircuitClosed for each that was open", s.breakerReset},
-		{"breaker_list", SubjectBreakers, "every stored breaker", s.breakerList},
+		{"breaker_list", SubjectBreakers, "every stored breaker, ordered by session id; with {\"limit\", \"after\"}, one page of them: {\"breakers\", \"next\"}", s.breakerList},
 		{"session_create", SubjectCreate, "store a new session, all or nothing: {\"session_id\", \"model\", \"context_limit\", \"messages\"}; the same create again succeeds", s.sessionCreate},
 		{"session_append", SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\", \"expected_head_seq\"}; a message whose id is stored already is not appended again", s.sessionAppend},
 		{"session_context", SubjectContext, "what the model sees now: pinned + summary + raw tail, with tokens", s.sessionContext},
 		{"session_message", SubjectMessage, "one stored message, summarised or not: {\"session_id\", \"seq\"}; with \"part\", that part of its JSON (base64), for a message over one answer", s.sessionMessage},
 		{"session_history", SubjectHistory, "the record, every message and every compaction", s.sessionHistory},
 		{"session_upload", SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
+		{"session_list", SubjectList, "a page of the stored sessions: {\"limit\" (default 100, at most 1000), \"after\" (the previous page's \"next\"), \"prefix\", \"model\", \"idle_for\" (a duration, e.g. \"24h\"), \"compacted\" (true or false)}; answers {\"sessions\", \"next\"}", s.sessionList},
 		{"session_delete", SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	} {
 		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject),
@@ -565,14 +568,60 @@ func ResetAll(ctx context.Context, svc *pipeline.Service, pub *events.Publisher,
 	return out, err
 }
 
+// PageBody asks for one page of a list.
+type PageBody struct {
+	Limit int    `json:"limit,omitempty"`
+	After string `json:"after,omitempty"`
+}
+
 func (s *Server) breakerList(r micro.Request) {
+	var b PageBody
+	if len(r.Data()) > 0 {
+		if err := decode(r, &b); err != nil {
+			s.fail(r, err)
+			return
+		}
+	}
 	s.answer(r, func(ctx context.Context) (any, error) {
+		if b != (PageBody{}) {
+			return s.d.Breakers.Page(ctx, b.After, b.Limit)
+		}
 		list, err := s.d.Breakers.List(ctx)
 		if list == nil {
 			list = []session.Breaker{}
 		}
 		return list, err
 	})
+}
+
+// ListBody is the body of session.list.
+type ListBody struct {
+	PageBody
+	Prefix string `json:"prefix,omitempty"`
+	Model  string `json:"model,omitempty"`
+	// IdleFor is a Go duration ("90m", "24h").
+	IdleFor   string `json:"idle_for,omitempty"`
+	Compacted *bool  `json:"compacted,omitempty"`
+}
+
+func (s *Server) sessionList(r micro.Request) {
+	var b ListBody
+	if len(r.Data()) > 0 {
+		if err := decode(r, &b); err != nil {
+			s.fail(r, err)
+			return
+		}
+	}
+	opt := session.ListOptions{After: b.After, Limit: b.Limit, Prefix: b.Prefix, Model: b.Model, Compacted: b.Compacted}
+	if b.IdleFor != "" {
+		d, err := time.ParseDuration(b.IdleFor)
+		if err != nil {
+			s.fail(r, fmt.Errorf("%w: idle_for %q is not a duration (e.g. \"24h\")", errBadRequest, b.IdleFor))
+			return
+		}
+		opt.IdleFor = d
+	}
+	s.answer(r, func(ctx context.Context) (any, error) { return s.d.Sessions.List(ctx, opt) })
 }
 
 // CreateBody is the body of session.create.

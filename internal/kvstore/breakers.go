@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,8 +22,9 @@ import (
 // breaker is read from the stream leader: whether it is open decides
 // whether a request calls a model.
 type Breakers struct {
-	nc *nats.Conn
-	kv jetstream.KeyValue
+	nc  *nats.Conn
+	kv  jetstream.KeyValue
+	mux *batchMux
 }
 
 // NewBreakers binds the provisioned breakers bucket.
@@ -30,7 +33,11 @@ func NewBreakers(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*B
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", BreakersBucket, err)
 	}
-	return &Breakers{nc: nc, kv: kv}, nil
+	mux, err := newBatchMux(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &Breakers{nc: nc, kv: kv, mux: mux}, nil
 }
 
 func closed(sid string) session.Breaker {
@@ -142,25 +149,64 @@ func (b *Breakers) Delete(ctx context.Context, sid string) error {
 	return nil
 }
 
-// List returns every stored breaker.
+// List returns every stored breaker, ordered by session id, read a page
+// at a time.
 func (b *Breakers) List(ctx context.Context) ([]session.Breaker, error) {
-	lister, err := b.kv.ListKeys(ctx)
-	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
-		return nil, unavailable(ctx, "list breakers", err)
-	}
 	var out []session.Breaker
-	for k := range lister.Keys() {
-		br, err := b.get(ctx, k)
+	for after := ""; ; {
+		page, err := b.Page(ctx, after, session.MaxPageSize)
 		if err != nil {
 			return nil, err
 		}
-		if br.Revision != 0 {
-			out = append(out, br)
+		out = append(out, page.Breakers...)
+		if page.Next == "" {
+			break
 		}
+		after = page.Next
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].SessionID < out[j].SessionID })
 	return out, nil
+}
+
+// Page returns up to limit breakers (0: session.DefaultPageSize) in the
+// order they were last written, after the cursor a previous page answered
+// ("" for the first), read in batches: a direct get of many keys at once,
+// which any replica may answer. Next is empty on the last page.
+func (b *Breakers) Page(ctx context.Context, after string, limit int) (session.BreakerPage, error) {
+	page := session.BreakerPage{Breakers: []session.Breaker{}}
+	opt := session.ListOptions{Limit: limit}
+	if err := opt.Check(); err != nil {
+		return page, err
+	}
+	from := uint64(1)
+	if after != "" {
+		seq, err := strconv.ParseUint(after, 10, 64)
+		if err != nil || seq == 0 {
+			return page, fmt.Errorf("%w: cursor %q is not one a list answered", session.ErrInvalid, after)
+		}
+		from = seq
+	}
+	prefix := "$KV." + BreakersBucket + "."
+	full := false
+	last, err := b.mux.directRange(ctx, "KV_"+BreakersBucket, prefix+">", from, 0, func(r raw) (bool, error) {
+		if r.hdr.Get(hdrKVOperation) != "" {
+			return true, nil // reset or deleted
+		}
+		sid := strings.TrimPrefix(r.subject, prefix)
+		var br session.Breaker
+		if err := json.Unmarshal(r.data, &br); err != nil {
+			return false, fmt.Errorf("breaker %s: %w: %v", sid, session.ErrCorrupt, err)
+		}
+		br.Revision = r.seq
+		page.Breakers = append(page.Breakers, br)
+		full = len(page.Breakers) >= opt.Limit
+		return !full, nil
+	})
+	if err != nil {
+		return session.BreakerPage{Breakers: []session.Breaker{}}, unavailable(ctx, "list breakers", err)
+	}
+	if full {
+		page.Next = strconv.FormatUint(last+1, 10)
+	}
+	return page, nil
 }

@@ -97,11 +97,15 @@ const (
 // each; it stops the read by returning false. directRange returns the
 // sequence of the last message it passed to fn (0: none).
 func (s *Sessions) directRange(ctx context.Context, stream, subj string, from, to uint64, fn func(raw) (bool, error)) (uint64, error) {
+	return s.mux.directRange(ctx, stream, subj, from, to, fn)
+}
+
+func (m *batchMux) directRange(ctx context.Context, stream, subj string, from, to uint64, fn func(raw) (bool, error)) (uint64, error) {
 	var last uint64
 	for {
 		ctx, cancel := withTimeout(ctx)
 		req, _ := json.Marshal(map[string]any{"seq": from, "next_by_subj": subj, "batch": batchSize, "max_bytes": maxBatchBytes})
-		ch, done, err := s.mux.request("$JS.API.DIRECT.GET."+stream, req, batchSize+2)
+		ch, done, err := m.request("$JS.API.DIRECT.GET."+stream, req, batchSize+2)
 		if err != nil {
 			cancel()
 			return last, unavailable(ctx, "read "+subj, err)

@@ -495,3 +495,71 @@ func clonePrepared(p session.PreparedCompaction) session.PreparedCompaction {
 	c.Revision = p.Revision
 	return c
 }
+
+// List returns a page of the sessions, ordered by id; the cursor is the
+// last id of the previous page.
+func (s *Store) List(_ context.Context, opt session.ListOptions) (session.SessionPage, error) {
+	page := session.SessionPage{Sessions: []session.Listed{}}
+	if err := opt.Check(); err != nil {
+		return page, err
+	}
+	if err := checkCursor(opt.After); err != nil {
+		return page, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	now := s.now()
+	ids := make([]string, 0, len(s.sessions))
+	for id := range s.sessions {
+		if id > opt.After {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for i, id := range ids {
+		if len(page.Sessions) == opt.Limit {
+			page.Next = ids[i-1]
+			break
+		}
+		if l := session.ListedOf(s.sessions[id].rec); opt.Keep(l, now) {
+			page.Sessions = append(page.Sessions, l)
+		}
+	}
+	return page, nil
+}
+
+// Page returns up to limit breakers (0: session.DefaultPageSize) ordered
+// by session id, after the cursor: the last id of the previous page.
+func (b *Breakers) Page(_ context.Context, after string, limit int) (session.BreakerPage, error) {
+	page := session.BreakerPage{Breakers: []session.Breaker{}}
+	opt := session.ListOptions{Limit: limit}
+	if err := opt.Check(); err != nil {
+		return page, err
+	}
+	if err := checkCursor(after); err != nil {
+		return page, err
+	}
+	all, _ := b.List(context.Background())
+	for _, br := range all {
+		if br.SessionID <= after {
+			continue
+		}
+		if len(page.Breakers) == opt.Limit {
+			page.Next = page.Breakers[len(page.Breakers)-1].SessionID
+			break
+		}
+		page.Breakers = append(page.Breakers, br)
+	}
+	return page, nil
+}
+
+// checkCursor refuses a cursor no list answered: a list's cursor is a
+// session id.
+func checkCursor(c string) error {
+	for _, r := range c {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return fmt.Errorf("%w: cursor %q is not one a list answered", session.ErrInvalid, c)
+		}
+	}
+	return nil
+}

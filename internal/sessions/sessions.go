@@ -45,6 +45,8 @@ type Store interface {
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	// Delete removes every value of the session; none is not an error.
 	Delete(ctx context.Context, sessionID string) error
+	// List answers a page of sessions (session.ListOptions).
+	List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error)
 	// PutUploadPart, UploadParts and DeleteUpload keep a large message's
 	// parts until an append names it (see Upload).
 	PutUploadPart(ctx context.Context, sessionID, uploadID string, part, parts int, data []byte) error
@@ -382,6 +384,17 @@ func (s *Service) Delete(ctx context.Context, sid string) (Deleted, error) {
 		return Deleted{}, err
 	}
 	return Deleted{SessionID: sid, Deleted: true}, nil
+}
+
+// List answers a page of the stored sessions that pass opt's filters;
+// the page's Next is the cursor of the next.
+func (s *Service) List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error) {
+	var page session.SessionPage
+	err := s.retry(ctx, func() (err error) {
+		page, err = s.store.List(ctx, opt)
+		return err
+	})
+	return page, err
 }
 
 // Sweeper is a store that can delete idle sessions itself.

@@ -28,12 +28,14 @@ type Store interface {
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
 	Delete(ctx context.Context, sessionID string) error
+	List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error)
 }
 
 // Breakers is a breaker store as the suite drives it.
 type Breakers interface {
 	pipeline.BreakerStore
 	List(ctx context.Context) ([]session.Breaker, error)
+	Page(ctx context.Context, after string, limit int) (session.BreakerPage, error)
 	Delete(ctx context.Context, sessionID string) error
 }
 
@@ -107,6 +109,7 @@ var SessionCases = []StoreCase{
 	{"empty content is kept as sent", caseStoreEmptyContentIsKeptAsSent},
 	{"delete removes everything and repeats", caseStoreDeleteRemovesEverythingAndRepeats},
 	{"prepared compactions", caseStorePreparedCompactions},
+	{"a list pages through every session once, with filters", caseStoreList},
 }
 
 func caseStoreCreateLoadAppend(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
@@ -589,6 +592,7 @@ var BreakerCases = []BreakersCase{
 	{"concurrent failures count once each", caseBreakersConcurrentFailuresCountOnceEach},
 	{"a request's failure counts once", caseBreakersARequestsFailureCountsOnce},
 	{"one outage counts once", caseBreakersOneOutageCountsOnce},
+	{"a list pages through every breaker once", caseBreakersList},
 }
 
 func caseBreakersCountOpenReset(t *testing.T, newStore func(t *testing.T) Breakers) {
@@ -777,5 +781,159 @@ func caseStoreIDWindow(t *testing.T, f Features, newStore func(t *testing.T) Sto
 	}
 	if after, _ := s.Record(ctx, "w"); after.HeadSeq != rec.HeadSeq {
 		t.Fatalf("head %d -> %d", rec.HeadSeq, after.HeadSeq)
+	}
+}
+
+// listAll pages through a store's sessions with opt, limit a page, and
+// returns what it listed and how many pages it read.
+func listAll(t *testing.T, s Store, opt session.ListOptions) (map[string]session.Listed, int) {
+	t.Helper()
+	got := map[string]session.Listed{}
+	pages := 0
+	for {
+		page, err := s.List(context.Background(), opt)
+		if err != nil {
+			t.Fatalf("List %+v: %v", opt, err)
+		}
+		pages++
+		if len(page.Sessions) > opt.Limit {
+			t.Fatalf("a page of %d sessions, limit %d", len(page.Sessions), opt.Limit)
+		}
+		for _, l := range page.Sessions {
+			if _, twice := got[l.SessionID]; twice {
+				t.Fatalf("session %s listed twice (nothing was written meanwhile)", l.SessionID)
+			}
+			got[l.SessionID] = l
+		}
+		if page.Next == "" {
+			return got, pages
+		}
+		if pages > 100 {
+			t.Fatalf("no end to the list after %d pages", pages)
+		}
+		opt.After = page.Next
+	}
+}
+
+func caseStoreList(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
+	ctx := context.Background()
+	s := newStore(t)
+	if page, err := s.List(ctx, session.ListOptions{}); err != nil || len(page.Sessions) != 0 || page.Next != "" {
+		t.Fatalf("an empty store listed %+v %v", page, err)
+	}
+	for i := range 25 {
+		model := "gpt-4o"
+		if i%2 == 1 {
+			model = "claude-sonnet-4"
+		}
+		if _, err := s.Create(ctx, session.Record{SessionID: fmt.Sprintf("s%02d", i), Model: model}, conversation(1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "gone", Model: "gpt-4o"}, conversation(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	// Appends after the create: a list counts them (a store that writes
+	// its record now and then reads past it).
+	for i := range 4 {
+		if _, err := s.Append(ctx, "s03", session.Message{ID: fmt.Sprint("more-", i), Role: session.RoleUser, Content: text("more")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _ := s.Create(ctx, session.Record{SessionID: "s07", Model: "claude-sonnet-4"}, conversation(1))
+	sess, _ := s.Load(ctx, "s07", false)
+	if _, err := s.Commit(ctx, compactionFor(rec, sess.Messages, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+
+	all, pages := listAll(t, s, session.ListOptions{Limit: 7})
+	if len(all) != 25 {
+		t.Fatalf("listed %d sessions, want 25: %v", len(all), all)
+	}
+	if pages > 25/7+2 {
+		t.Fatalf("%d pages of 7 for 25 sessions", pages)
+	}
+	if _, ok := all["gone"]; ok {
+		t.Fatal("a deleted session was listed")
+	}
+	if l := all["s03"]; l.Messages != 7 || l.Model != "claude-sonnet-4" || l.CreatedAt.IsZero() || l.UpdatedAt.Before(l.CreatedAt) {
+		t.Fatalf("s03 listed as %+v, want 7 messages (3 created, 4 appended)", l)
+	}
+	if l := all["s07"]; l.Compactions != 1 {
+		t.Fatalf("s07 listed as %+v, want one compaction", l)
+	}
+	if got, _ := listAll(t, s, session.ListOptions{Limit: 3, Prefix: "s1"}); len(got) != 10 {
+		t.Fatalf("prefix s1: %d sessions, want 10", len(got))
+	}
+	if got, _ := listAll(t, s, session.ListOptions{Limit: 100, Model: "gpt-4o"}); len(got) != 13 {
+		t.Fatalf("model gpt-4o: %d sessions, want 13", len(got))
+	}
+	yes, no := true, false
+	if got, _ := listAll(t, s, session.ListOptions{Limit: 100, Compacted: &yes}); len(got) != 1 || got["s07"].SessionID == "" {
+		t.Fatalf("compacted: %v, want s07", got)
+	}
+	if got, _ := listAll(t, s, session.ListOptions{Limit: 100, Compacted: &no}); len(got) != 24 {
+		t.Fatalf("never compacted: %d sessions, want 24", len(got))
+	}
+	if got, _ := listAll(t, s, session.ListOptions{Limit: 100, IdleFor: time.Hour}); len(got) != 0 {
+		t.Fatalf("idle for an hour: %v, want none (all were just written)", got)
+	}
+	for _, bad := range []session.ListOptions{{Limit: session.MaxPageSize + 1}, {Limit: -1}, {After: "not a cursor"}, {IdleFor: -time.Second}} {
+		if _, err := s.List(ctx, bad); !errors.Is(err, session.ErrInvalid) {
+			t.Fatalf("List %+v: %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func caseBreakersList(t *testing.T, newStore func(t *testing.T) Breakers) {
+	ctx := context.Background()
+	b := newStore(t)
+	if page, err := b.Page(ctx, "", 0); err != nil || len(page.Breakers) != 0 || page.Next != "" {
+		t.Fatalf("no breakers, a page of %+v %v", page, err)
+	}
+	for i := range 12 {
+		if _, _, err := b.RecordFailure(ctx, fmt.Sprintf("b%02d", i), session.Failure{RequestID: "r", Error: "x", MaxFailures: 3}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Reset(ctx, "b05", now); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	pages := 0
+	for after := ""; ; pages++ {
+		page, err := b.Page(ctx, after, 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Breakers) > 5 {
+			t.Fatalf("a page of %d, limit 5", len(page.Breakers))
+		}
+		for _, br := range page.Breakers {
+			if got[br.SessionID] || br.Failures != 1 {
+				t.Fatalf("breaker %+v listed twice or wrong", br)
+			}
+			got[br.SessionID] = true
+		}
+		if page.Next == "" {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("no end to the pages")
+		}
+		after = page.Next
+	}
+	if len(got) != 11 || got["b05"] {
+		t.Fatalf("paged through %v, want the 11 not reset", got)
+	}
+	list, err := b.List(ctx)
+	if err != nil || len(list) != 11 || list[0].SessionID != "b00" || list[10].SessionID != "b11" {
+		t.Fatalf("List: %v %+v", err, list)
+	}
+	if _, err := b.Page(ctx, "", session.MaxPageSize+1); !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("a page over the maximum: %v", err)
 	}
 }

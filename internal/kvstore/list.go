@@ -1,0 +1,99 @@
+package kvstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// hdrKVOperation marks a KV delete or purge (its message has no value).
+const hdrKVOperation = "KV-Operation"
+
+// A list's cursor: where the next page starts, the shard and the stream
+// sequence in its records bucket.
+func listCursor(sh int, seq uint64) string { return fmt.Sprintf("%d.%d", sh, seq) }
+
+func parseListCursor(c string, shards int) (int, uint64, error) {
+	if c == "" {
+		return 0, 1, nil
+	}
+	a, b, ok := strings.Cut(c, ".")
+	sh, err1 := strconv.Atoi(a)
+	seq, err2 := strconv.ParseUint(b, 10, 64)
+	if !ok || err1 != nil || err2 != nil || sh < 0 || sh >= shards || seq == 0 {
+		return 0, 0, fmt.Errorf("%w: cursor %q is not one a list answered", session.ErrInvalid, c)
+	}
+	return sh, seq, nil
+}
+
+// List returns a page of sessions: each shard's records in the order they
+// were last written, read in batches (a direct get of many records at
+// once, which any replica may answer), the page's sessions rolled forward
+// over their logs so that their counts and times are current. A page may
+// hold fewer sessions than asked when the filters drop some; Next is
+// empty on the last.
+func (s *Sessions) List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error) {
+	page := session.SessionPage{Sessions: []session.Listed{}}
+	if err := opt.Check(); err != nil {
+		return page, err
+	}
+	sh, from, err := parseListCursor(opt.After, len(s.shards))
+	if err != nil {
+		return page, err
+	}
+	now := s.now()
+	for sh < len(s.shards) && len(page.Sessions) < opt.Limit {
+		bucket := RecordsBucket(sh)
+		prefix := "$KV." + bucket + "."
+		var found []record
+		var wheres []where
+		full := false
+		last, err := s.directRange(ctx, "KV_"+bucket, prefix+DefaultTenant+".*", from, 0, func(r raw) (bool, error) {
+			if r.hdr.Get(hdrKVOperation) != "" {
+				return true, nil // a deleted record
+			}
+			tenant, sid, _ := strings.Cut(strings.TrimPrefix(r.subject, prefix), ".")
+			rec, err := decodeRecord(sid, r)
+			if err != nil || !rec.Visible() || !opt.Keep(session.ListedOf(rec.Record), now) {
+				// The record's updated_at is never later than the
+				// session's: one the idle filter drops now, it drops
+				// after rolling forward too. An undecodable record is the
+				// sweep's and the operator's, not a list's.
+				return true, nil
+			}
+			found = append(found, rec)
+			wheres = append(wheres, where{sh: s.shards[sh], tenant: tenant, sid: sid})
+			full = len(page.Sessions)+len(found) >= opt.Limit
+			return !full, nil
+		})
+		if err != nil {
+			return session.SessionPage{Sessions: []session.Listed{}}, err
+		}
+		for i := range found {
+			rec := found[i]
+			switch err := s.rollForward(ctx, wheres[i], &rec); {
+			case err == nil:
+			case errors.Is(err, errStale), errors.Is(err, session.ErrNotFound):
+				rec = found[i] // recreated or deleted meanwhile: as the record says
+			default:
+				return session.SessionPage{Sessions: []session.Listed{}}, err
+			}
+			if l := session.ListedOf(rec.Record); opt.Keep(l, now) {
+				page.Sessions = append(page.Sessions, l)
+			}
+		}
+		if full {
+			from = last + 1
+		} else {
+			sh, from = sh+1, 1
+		}
+	}
+	if sh < len(s.shards) {
+		page.Next = listCursor(sh, from)
+	}
+	return page, nil
+}
