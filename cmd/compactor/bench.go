@@ -4,14 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/compactor/compactor/internal/bench"
@@ -164,16 +170,34 @@ func startNATSProcess(ctx context.Context, self, dir string) (*bench.Server, err
 	stop := func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait() }
 	lines := bufio.NewScanner(stdout)
 	urlc := make(chan string, 1)
+	heaps := make(chan int64, 1)
 	go func() {
 		for lines.Scan() {
 			if u, ok := strings.CutPrefix(lines.Text(), "ready "); ok {
 				urlc <- u
 			}
+			if h, ok := strings.CutPrefix(lines.Text(), "heap "); ok {
+				n, _ := strconv.ParseInt(h, 10, 64)
+				heaps <- n
+			}
 		}
 	}()
+	heap := func(ctx context.Context) (int64, error) {
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			return 0, err
+		}
+		select {
+		case n := <-heaps:
+			return n, nil
+		case <-time.After(30 * time.Second):
+			return 0, errors.New("the server did not say its heap")
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	select {
 	case u := <-urlc:
-		return &bench.Server{URL: u, PID: cmd.Process.Pid, Stop: stop}, nil
+		return &bench.Server{URL: u, PID: cmd.Process.Pid, Stop: stop, Heap: heap}, nil
 	case <-time.After(30 * time.Second):
 	case <-ctx.Done():
 	}
@@ -200,7 +224,26 @@ func runNATS(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return err
 	}
 	defer embedded.Stop(srv)
+	// SIGUSR1 asks for the live heap after a full collection (what the
+	// server holds, its garbage aside): the scale benchmark's measure of
+	// memory per message.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	fmt.Fprintf(stdout, "ready %s\n", srv.ClientURL())
-	<-ctx.Done()
-	return nil
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-usr1:
+			// Two collections: buffers the server pools (sync.Pool) are
+			// dropped only at the second.
+			runtime.GC()
+			runtime.GC()
+			debug.FreeOSMemory()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			fmt.Fprintf(stdout, "heap %d\n", ms.HeapAlloc)
+		}
+	}
 }

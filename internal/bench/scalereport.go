@@ -62,9 +62,13 @@ func (r *ScaleReport) Markdown() string {
 	w("| stream subjects | %.3f | %.3f |", p.Subjects, p.FloorSubjects)
 	w("| stream bytes | %.0f | %.0f |", p.Bytes, p.FloorBytes)
 	if p.MemoryMeasurable {
-		w("| nats-server memory growth | %.0f B | %.0f B |", p.ServerMemory, p.FloorMemory)
+		w("| nats-server memory (live heap) | %.0f B | %.0f B |", p.ServerMemory, p.FloorMemory)
 	}
 	w("")
+	if p.MemoryMeasurable {
+		w("Memory is measured apart, on a fresh server: its live heap after a full collection, before the writes, after the KV values and after the sessions, each once the block caches of the writes have expired (11 s), divided by the messages. It is what the server keeps for the data (chiefly its index of subjects), not the garbage or the caches of the writes.")
+		w("")
+	}
 	w("A session holds %.1f subjects (its record, its log, its compactions and preparation when it has them); its record is %.0f bytes.", p.SubjectsPerSess, p.RecordBytes)
 	w("")
 	w("## The idle sweep")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/compactor/compactor/internal/session"
@@ -308,7 +309,7 @@ func (s *Sessions) blob(ctx context.Context, w where, rec *record, seq int64, re
 // chunks to write before it: a message over one value is stored in
 // chunks, and, while the entry is still over one value, so is the largest
 // of the others.
-func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, error) {
+func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, [][]byte, error) {
 	e := entry{First: msgs[0].Seq, Msgs: make([]storedMsg, len(msgs))}
 	sizes := make([]int, len(msgs))
 	whole := make([][]byte, len(msgs))
@@ -316,10 +317,10 @@ func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, error
 	for i := range msgs {
 		b, err := json.Marshal(&msgs[i])
 		if err != nil {
-			return entry{}, nil, fmt.Errorf("%w: message %s: %v", session.ErrInvalid, msgs[i].ID, err)
+			return entry{}, nil, nil, fmt.Errorf("%w: message %s: %v", session.ErrInvalid, msgs[i].ID, err)
 		}
 		if len(b) > MaxMessageBytes {
-			return entry{}, nil, fmt.Errorf("%w: message %s is %d bytes as JSON, over %d", session.ErrInvalid, msgs[i].ID, len(b), MaxMessageBytes)
+			return entry{}, nil, nil, fmt.Errorf("%w: message %s is %d bytes as JSON, over %d", session.ErrInvalid, msgs[i].ID, len(b), MaxMessageBytes)
 		}
 		e.Msgs[i] = storedMsg{Message: msgs[i]}
 		whole[i], sizes[i] = b, len(b)
@@ -335,7 +336,7 @@ func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, error
 			}
 		}
 		if big < 0 {
-			return entry{}, nil, fmt.Errorf("%w: %d messages are over one value even as stubs: send fewer at once", session.ErrInvalid, len(msgs))
+			return entry{}, nil, nil, fmt.Errorf("%w: %d messages are over one value even as stubs: send fewer at once", session.ErrInvalid, len(msgs))
 		}
 		b := whole[big]
 		for len(b) > 0 {
@@ -351,5 +352,31 @@ func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, error
 		total += len(stub) - sizes[big]
 		sizes[big] = len(stub)
 	}
-	return e, chunks, nil
+	return e, chunks, whole, nil
+}
+
+// marshalEntry is the JSON of e, whose messages without a blob are
+// whole[i] already (a storedMsg without a blob encodes as its message
+// does): each message is encoded once.
+func marshalEntry(e entry, whole [][]byte) []byte {
+	n := 32
+	for i := range e.Msgs {
+		n += len(whole[i]) + 1
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"first":`...)
+	b = strconv.AppendInt(b, e.First, 10)
+	b = append(b, `,"msgs":[`...)
+	for i := range e.Msgs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if e.Msgs[i].Blob != nil {
+			stub, _ := json.Marshal(e.Msgs[i])
+			b = append(b, stub...)
+		} else {
+			b = append(b, whole[i]...)
+		}
+	}
+	return append(b, "]}"...)
 }

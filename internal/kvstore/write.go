@@ -102,7 +102,7 @@ func (s *Sessions) putRecord(ctx context.Context, w where, rec *record, base uin
 // last. It returns the entry's stream sequence; session.ErrConflict when
 // the log has moved past after.
 func (s *Sessions) writeEntry(ctx context.Context, w where, epoch string, after uint64, msgs []session.Message) (uint64, error) {
-	e, chunks, err := s.encodeEntry(msgs)
+	e, chunks, whole, err := s.encodeEntry(msgs)
 	if err != nil {
 		return 0, err
 	}
@@ -115,7 +115,7 @@ func (s *Sessions) writeEntry(ctx context.Context, w where, epoch string, after 
 			e.Msgs[i].Blob.Seqs = append(e.Msgs[i].Blob.Seqs, seq)
 		}
 	}
-	b, _ := json.Marshal(e)
+	b := marshalEntry(e, whole)
 	seq, _, err := s.publish(ctx, write{subject: w.subject("log"), data: b, epoch: epoch, expect: expect(after)})
 	return seq, err
 }
