@@ -93,6 +93,8 @@ type Consumer struct {
 	held     map[*delivery]struct{} // pulled and not yet answered
 	stopping bool
 	freed    chan struct{} // a held delivery was answered
+	// work answers one delivery (c.handle; tests replace it).
+	work func(context.Context, *delivery)
 
 	wg sync.WaitGroup
 
@@ -129,9 +131,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, svc *pipeline.Service, opt Optio
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Consumer{js: js, svc: svc, pub: &events.Publisher{JS: js, Source: opt.Source, Stream: ResultStream}, opt: opt, log: log,
+	c := &Consumer{js: js, svc: svc, pub: &events.Publisher{JS: js, Source: opt.Source, Stream: ResultStream}, opt: opt, log: log,
 		maxNC: int(nc.MaxPayload()), queues: map[string][]*delivery{}, held: map[*delivery]struct{}{}, deadBy: map[string]int64{},
 		freed: make(chan struct{}, 1)}
+	c.work = c.handle
+	return c
 }
 
 // DefaultWorkers is how many requests a process holds at once by default.
@@ -274,7 +278,8 @@ func (c *Consumer) hold(work context.Context, msg jetstream.Msg) {
 	c.queues[sid] = append(q, d)
 	c.held[d] = struct{}{}
 	c.mu.Unlock()
-	if len(q) == 0 {
+	if len(q) == 0 { // no queue: no runner
+
 		c.wg.Add(1)
 		go c.runSession(work, sid)
 	}
@@ -289,32 +294,37 @@ func (c *Consumer) release(msg jetstream.Msg) {
 }
 
 // runSession works through one session's queue, one delivery at a time.
+// A session has a queue in c.queues exactly while its runner runs: the
+// runner removes the queue in the same lock as it takes its last
+// delivery off, so that hold, finding none, starts the only next runner.
 func (c *Consumer) runSession(work context.Context, sid string) {
 	defer c.wg.Done()
 	for {
 		c.mu.Lock()
-		q := c.queues[sid]
-		if len(q) == 0 {
-			delete(c.queues, sid)
-			c.mu.Unlock()
-			return
-		}
-		d, stopping := q[0], c.stopping
+		d, stopping := c.queues[sid][0], c.stopping
 		c.mu.Unlock()
 		if stopping || work.Err() != nil {
 			c.release(d.msg)
 		} else {
 			c.inflight.Add(1)
-			c.handle(work, d)
+			c.work(work, d)
 			c.inflight.Add(-1)
 		}
 		c.mu.Lock()
-		c.queues[sid] = c.queues[sid][1:]
+		rest := c.queues[sid][1:]
+		if len(rest) == 0 {
+			delete(c.queues, sid)
+		} else {
+			c.queues[sid] = rest
+		}
 		delete(c.held, d)
 		c.mu.Unlock()
 		select {
 		case c.freed <- struct{}{}:
 		default:
+		}
+		if len(rest) == 0 {
+			return
 		}
 	}
 }
