@@ -22,11 +22,12 @@ import (
 
 	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/transcript"
 )
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	data := fs.String("data", "../shared/data", "data `DIR` with locomo/ for the model-cost replay (skipped when absent)")
+	data := fs.String("data", "../shared/data", "data `DIR` with locomo/ for the model-cost replay, and (with --scale) the conversations eval replays (skipped when absent)")
 	out := fs.String("out", "docs/BENCHMARKS.md", "write the report to this Markdown `FILE` and its chart beside it (empty: print JSON only)")
 	iters := fs.Int("iterations", 40, "compactions per session length for the overhead percentiles")
 	requests := fs.Int("requests", 128, "compactions per concurrency level for the throughput")
@@ -34,7 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	scale := fs.Bool("scale", false, "the scale benchmark instead: appends, storage per message, sweeps, compactions, three nodes; --out docs/SCALE.md (and scale.json beside it)")
-	pos, err := parseFlags(fs, args, stdout, "bench [--data DIR] [--out FILE] | bench --scale [--quick] [--out FILE]")
+	pos, err := parseFlags(fs, args, stdout, "bench [--data DIR] [--out FILE] | bench --scale [--data DIR] [--quick] [--out FILE]")
 	if err != nil {
 		return err
 	}
@@ -42,7 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *scale {
-		return runScale(ctx, args, *out, *quick, *asJSON, stdout, stderr)
+		return runScale(ctx, args, *data, *out, *quick, *asJSON, stdout, stderr)
 	}
 	if *out != "" {
 		if err := checkWritable(*out); err != nil {
@@ -110,7 +111,7 @@ func checkWritable(path string) error {
 
 // runScale is `compactor bench --scale`: the store's scale benchmark
 // against a nats-server in its own process (this binary's `nats`).
-func runScale(ctx context.Context, args []string, out string, quick, asJSON bool, stdout, stderr io.Writer) error {
+func runScale(ctx context.Context, args []string, data, out string, quick, asJSON bool, stdout, stderr io.Writer) error {
 	if out != "" {
 		if err := checkWritable(out); err != nil {
 			return fmt.Errorf("%w: --out: %v", errUsage, err)
@@ -122,8 +123,19 @@ func runScale(ctx context.Context, args []string, out string, quick, asJSON bool
 	}
 	opt := bench.ScaleOptions{Progress: stderr, Compactions: 128, Cluster: true,
 		StartServer: func(ctx context.Context, dir string) (*bench.Server, error) { return startNATSProcess(ctx, self, dir) }}
+	// eval's replay through the service against in process, on the
+	// shared data when it is there.
+	convs, err := transcript.LoadDataDir(data)
+	if err != nil {
+		return err
+	}
+	if len(convs) == 0 {
+		fmt.Fprintf(stderr, "no conversations under %s: eval through the service is not measured\n", data)
+	}
+	opt.Conversations = convs
 	if quick {
 		opt.AppendFor, opt.Fill, opt.Sweeps, opt.Compactions = time.Second, 2000, []int{1000, 5000}, 32
+		opt.Conversations = convs[:min(len(convs), 20)]
 	}
 	rep, err := bench.RunScale(ctx, opt)
 	if err != nil {

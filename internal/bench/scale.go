@@ -24,6 +24,7 @@ import (
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/transcript"
 )
 
 // Server is a nats-server the scale benchmark runs against.
@@ -59,8 +60,12 @@ type ScaleOptions struct {
 	// 128 requests, 16 at once; 0 requests: skipped).
 	Compactions int
 	// Cluster runs the three-node comparison.
-	Cluster  bool
-	Progress io.Writer
+	Cluster bool
+	// Conversations, when set, are replayed by eval in process and
+	// through the service at EvalLimit (default 4,000 tokens).
+	Conversations []transcript.Conversation
+	EvalLimit     int
+	Progress      io.Writer
 }
 
 func (o *ScaleOptions) defaults() {
@@ -84,6 +89,9 @@ func (o *ScaleOptions) defaults() {
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
+	}
+	if o.EvalLimit <= 0 {
+		o.EvalLimit = 4000
 	}
 }
 
@@ -110,6 +118,7 @@ type ScaleReport struct {
 	Sweeps    []SweepRow     `json:"sweeps"`
 	Compact   *ThroughputRow `json:"compactions,omitempty"`
 	Cluster   *ClusterRow    `json:"cluster,omitempty"`
+	Eval      *EvalRow       `json:"eval,omitempty"`
 	Sizing    []SizingRow    `json:"sizing"`
 	Goals     []Goal         `json:"goals"`
 	SizingFor string         `json:"sizing_assumptions"`
@@ -162,13 +171,27 @@ type SweepRow struct {
 
 // ClusterRow compares appends on a three-node cluster (R3) with one node.
 type ClusterRow struct {
-	Runtimes   int            `json:"runtimes"`
-	OneNode    float64        `json:"one_node_appends_per_s"`
-	ThreeNodes float64        `json:"three_nodes_appends_per_s"`
-	Ratio      float64        `json:"ratio"`
-	Leaders    map[string]int `json:"leaders"` // stream -> node (1-based)
-	Nodes      int            `json:"nodes_leading"`
-	PerNode    map[int]int    `json:"appends_per_leader_node"`
+	Runtimes int     `json:"runtimes"`
+	OneNode  float64 `json:"one_node_appends_per_s"`
+	// Replicated is R3 on three nodes.
+	Replicated NodesRun `json:"r3"`
+}
+
+// NodesRun is appends on a three-node cluster.
+type NodesRun struct {
+	Replicas int     `json:"replicas"`
+	Appends  float64 `json:"appends_per_s"`
+	Ratio    float64 `json:"ratio"` // against one node
+	// Floor is raw KV puts on the same cluster (a bucket of as many
+	// replicas, its leader on one node).
+	Floor   float64        `json:"kv_puts_per_s"`
+	Leaders map[string]int `json:"leaders"` // stream -> node (1-based)
+	Nodes   int            `json:"nodes_leading"`
+	PerNode map[int]int    `json:"appends_per_leader_node"`
+	// Busiest is the most appends a leader node took; Imbalance that
+	// against an even third.
+	Busiest   int     `json:"busiest_leader_node_appends"`
+	Imbalance float64 `json:"busiest_over_even_share"`
 }
 
 // SizingRow is the sizing model's answer for a number of live sessions.
@@ -734,17 +757,27 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 			return nil, fmt.Errorf("cluster: %w", err)
 		}
 	}
+	if len(opt.Conversations) > 0 {
+		if rep.Eval, err = evalRun(ctx, opt.Conversations, opt.EvalLimit); err != nil {
+			return nil, fmt.Errorf("eval: %w", err)
+		}
+		p("eval of %d sessions at %d tokens: %.1f s through the service against %.1f s in process: %.2f; compactions %d and %d",
+			rep.Eval.Sessions, rep.Eval.Limit, rep.Eval.ServiceS, rep.Eval.InProcessS, rep.Eval.Ratio, rep.Eval.ServiceCompactions, rep.Eval.InProcessCompactions)
+	}
 	rep.Sizing, rep.SizingFor = sizing(rep)
 	rep.Goals = scaleGoals(rep)
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil
 }
 
-// clusterRun measures 64 runtimes appending on one node and on a three-node
-// cluster (R3, leaders spread), both with the same shards, in this process.
+// clusterRun measures 64 runtimes appending on one node and on a
+// three-node cluster (R3, leaders balanced), both with the same shards,
+// in this process. (R1 on three nodes is not measured: the meta leader
+// placed every R1 stream on one node, and a stream's placement takes
+// server tags, not a server.)
 func clusterRun(ctx context.Context, dir string, opt ScaleOptions, pool []session.Message, raws []json.RawMessage, p func(string, ...any)) (*ClusterRow, error) {
 	const c = 64
-	row := &ClusterRow{Runtimes: c, Leaders: map[string]int{}, PerNode: map[int]int{}}
+	row := &ClusterRow{Runtimes: c}
 	one, err := inProcessServer(ctx, filepath.Join(dir, "one"))
 	if err != nil {
 		return nil, err
@@ -761,15 +794,38 @@ func clusterRun(ctx context.Context, dir string, opt ScaleOptions, pool []sessio
 		return nil, err
 	}
 	row.OneNode = r1.Appends
-	cl, err := embedded.StartCluster(3, filepath.Join(dir, "three"))
+	run, err := threeNodes(ctx, filepath.Join(dir, "three"), opt, 3, c, pool, raws)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("three nodes: %w", err)
+	}
+	run.Ratio = run.Appends / row.OneNode
+	total := 0
+	for _, n := range run.PerNode {
+		total += n
+		run.Busiest = max(run.Busiest, n)
+	}
+	if total > 0 {
+		run.Imbalance = float64(run.Busiest) / (float64(total) / 3)
+	}
+	row.Replicated = run
+	p("cluster x%d: one node %.0f appends/s, three nodes (R3) %.0f/s: %.2f; leaders on %d nodes %v; appends per leader node %v (busiest %.2fx its share)",
+		c, row.OneNode, run.Appends, run.Ratio, run.Nodes, run.Leaders, run.PerNode, run.Imbalance)
+	return row, nil
+}
+
+// threeNodes measures c runtimes appending on a new three-node cluster
+// whose shards have replicas copies, their leaders balanced.
+func threeNodes(ctx context.Context, dir string, opt ScaleOptions, replicas, c int, pool []session.Message, raws []json.RawMessage) (NodesRun, error) {
+	run := NodesRun{Replicas: replicas, Leaders: map[string]int{}, PerNode: map[int]int{}}
+	cl, err := embedded.StartCluster(3, dir)
+	if err != nil {
+		return run, err
 	}
 	defer cl.Shutdown()
-	var e3 *scaleEnv
+	var e *scaleEnv
 	for try := 0; ; try++ { // a new cluster may still be placing its first assets
 		pctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		e3, err = newScaleEnv(pctx, &Server{URL: cl.URLs()}, opt.Shards, 3)
+		e, err = newScaleEnv(pctx, &Server{URL: cl.URLs()}, opt.Shards, replicas)
 		cancel()
 		if err == nil || try == 10 {
 			break
@@ -777,31 +833,28 @@ func clusterRun(ctx context.Context, dir string, opt ScaleOptions, pool []sessio
 		time.Sleep(time.Second)
 	}
 	if err != nil {
-		return nil, err
+		return run, err
 	}
-	defer e3.nc.Close()
+	defer e.nc.Close()
 	time.Sleep(2 * time.Second) // leaders settle after the stepdowns
 	nodes := map[int]bool{}
 	for n := range opt.Shards {
 		for _, name := range []string{kvstore.DataStream(n), "KV_" + kvstore.RecordsBucket(n)} {
 			l := cl.StreamLeader(name)
-			row.Leaders[name] = l + 1
+			run.Leaders[name] = l + 1
 			nodes[l] = true
 		}
 	}
-	row.Nodes = len(nodes)
-	r3, err := e3.appendRun(ctx, "three", c, opt.AppendFor, pool, raws)
+	run.Nodes = len(nodes)
+	r, err := e.appendRun(ctx, fmt.Sprintf("r%d", replicas), c, opt.AppendFor, pool, raws)
 	if err != nil {
-		return nil, err
+		return run, err
 	}
-	row.ThreeNodes = r3.Appends
-	row.Ratio = row.ThreeNodes / row.OneNode
-	for n, count := range r3.PerShardAppends {
-		row.PerNode[row.Leaders[kvstore.DataStream(n)]] += count
+	run.Appends, run.Floor = r.Appends, r.Floor
+	for n, count := range r.PerShardAppends {
+		run.PerNode[run.Leaders[kvstore.DataStream(n)]] += count
 	}
-	p("cluster x%d: one node %.0f appends/s, three nodes (R3) %.0f/s: %.2f; leaders on %d nodes %v; appends per leader node %v",
-		c, row.OneNode, row.ThreeNodes, row.Ratio, row.Nodes, row.Leaders, row.PerNode)
-	return row, nil
+	return run, nil
 }
 
 // sizing applies the measured per-unit figures to 10^4, 10^5 and 10^6
@@ -895,8 +948,20 @@ func scaleGoals(rep *ScaleReport) []Goal {
 		add("compactions per second against the floor, instant model", ">= 0.8x", fmt.Sprintf("%.2fx", rep.Compact.InstantRatio), rep.Compact.InstantRatio >= 0.8)
 	}
 	if c := rep.Cluster; c != nil {
-		add("three nodes: leaders on every node", "3 nodes", fmt.Sprintf("%d nodes", c.Nodes), c.Nodes == 3)
-		add("three nodes' appends against one node's", ">= 1x", fmt.Sprintf("%.2fx", c.Ratio), c.Ratio >= 1)
+		r := c.Replicated
+		add("three nodes: leaders on every node", "3 nodes", fmt.Sprintf("%d nodes", r.Nodes), r.Nodes == 3)
+		if rep.Machine.Cores >= 6 {
+			add("three nodes' appends against one node's", ">= 1x", fmt.Sprintf("%.2fx", r.Ratio), r.Ratio >= 1)
+		} else {
+			// The issue's terms: with the nodes sharing fewer cores than
+			// two each, the leader spread and the per-leader load show
+			// whether the cluster would scale, not its throughput here.
+			add(fmt.Sprintf("three nodes on %d cores: appends per leader node, the busiest against an even third", rep.Machine.Cores), "<= 1.5x", fmt.Sprintf("%.2fx (%s; throughput %.2fx one node's, the nodes sharing the cores)", r.Imbalance, perNodeText(r.PerNode), r.Ratio), r.Imbalance <= 1.5)
+		}
+	}
+	if ev := rep.Eval; ev != nil {
+		add("eval through the service against in process", "<= 2x", fmt.Sprintf("%.2fx (%.1f s against %.1f s, %d sessions)", ev.Ratio, ev.ServiceS, ev.InProcessS, ev.Sessions), ev.Ratio <= 2)
+		add("eval through the service asks for the compactions in process does", "the same", fmt.Sprintf("%d and %d", ev.ServiceCompactions, ev.InProcessCompactions), ev.ServiceCompactions == ev.InProcessCompactions)
 	}
 	return goals
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/compactor/compactor/internal/transcript"
 )
 
 // A short scale run against a server in this process: every section is
@@ -15,8 +17,13 @@ func TestScaleRunsShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the store under load")
 	}
+	msgs, err := sessionOf(120)
+	if err != nil {
+		t.Fatal(err)
+	}
+	convs := []transcript.Conversation{{Name: "tau-a", Source: "tau-bench", Messages: msgs}, {Name: "tau-b", Source: "tau-bench", Messages: msgs[:80]}}
 	rep, err := RunScale(context.Background(), ScaleOptions{Runtimes: []int{1, 8}, AppendFor: 300 * time.Millisecond,
-		Fill: 600, Sweeps: []int{100, 300}, Shards: 2, Compactions: 8})
+		Fill: 600, Sweeps: []int{100, 300}, Shards: 2, Compactions: 8, Conversations: convs, EvalLimit: 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +38,11 @@ func TestScaleRunsShort(t *testing.T) {
 	}
 	if rep.Compact == nil || rep.Compact.InstantRatio <= 0 {
 		t.Fatalf("compactions %+v", rep.Compact)
+	}
+	// The same replay asks for the same compactions, in process and
+	// through the service.
+	if ev := rep.Eval; ev == nil || ev.Sessions != 2 || ev.InProcessCompactions < 2 || ev.ServiceCompactions != ev.InProcessCompactions || ev.ServiceS <= 0 {
+		t.Fatalf("eval %+v", rep.Eval)
 	}
 	if len(rep.Sizing) != 3 || len(rep.Goals) < 5 {
 		t.Fatalf("sizing %+v goals %+v", rep.Sizing, rep.Goals)

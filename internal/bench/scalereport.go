@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -88,16 +90,28 @@ func (r *ScaleReport) Markdown() string {
 		w("")
 	}
 	if c := r.Cluster; c != nil {
+		t := c.Replicated
 		w("## Three nodes against one")
 		w("")
-		w("%d runtimes appending, on one node (R1) and on a three-node cluster in this process (R3: every write replicated twice more), each with %d shards. On this machine the three nodes share its %d cores, so the three-node figure cannot be higher for capacity; what shows that the cluster would scale is where the leaders are and how the appends spread over them.", c.Runtimes, r.Shards, r.Machine.Cores)
+		w("%d runtimes appending, on one node (R1) and on a three-node cluster in this process (R3: every write replicated twice more, the leaders balanced over the nodes), each with %d shards. On this machine the three nodes share its %d cores, so the three-node figure cannot be higher for capacity; what shows that the cluster would scale is where the leaders are and how the appends spread over them.", c.Runtimes, r.Shards, r.Machine.Cores)
 		w("")
-		w("| | appends/s |")
-		w("| --- | ---: |")
-		w("| one node | %.0f |", c.OneNode)
-		w("| three nodes, R3 | %.0f (%.2fx) |", c.ThreeNodes, c.Ratio)
+		w("| | appends/s | KV puts/s on the same servers |")
+		w("| --- | ---: | ---: |")
+		w("| one node | %.0f | |", c.OneNode)
+		w("| three nodes, R3 | %.0f (%.2fx) | %.0f |", t.Appends, t.Ratio, t.Floor)
 		w("")
-		w("Leaders (node of each stream): %v, on %d nodes. Appends per leader node (of the data streams): %v.", c.Leaders, c.Nodes, c.PerNode)
+		w("Leaders (node of each stream): %s, on %d nodes. Appends per leader node (of the data streams): %s; the busiest took %.2fx an even third.", leadersText(t.Leaders), t.Nodes, perNodeText(t.PerNode), t.Imbalance)
+		w("")
+	}
+	if ev := r.Eval; ev != nil {
+		w("## eval through the service")
+		w("")
+		w("`compactor eval` replays %d conversations (the LoCoMo conversations and agent trajectories of the shared data) at a %d-token limit, incrementally, with the extractive summariser: in process, and through the service as a runtime uses it (an embedded server, sessions in the store, requests and results as CloudEvents). The replays alone are timed.", ev.Sessions, ev.Limit)
+		w("")
+		w("| | seconds | compactions |")
+		w("| --- | ---: | ---: |")
+		w("| in process | %.1f | %d |", ev.InProcessS, ev.InProcessCompactions)
+		w("| through the service | %.1f (%.2fx) | %d |", ev.ServiceS, ev.Ratio, ev.ServiceCompactions)
 		w("")
 	}
 	w("## Sizing")
@@ -111,4 +125,22 @@ func (r *ScaleReport) Markdown() string {
 	}
 	w("")
 	return b.String()
+}
+
+// leadersText lists each stream's leader node, by stream.
+func leadersText(m map[string]int) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s on node %d", k, m[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// perNodeText lists a figure per node, by node.
+func perNodeText(m map[int]int) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("node %d: %d", k, m[k]))
+	}
+	return strings.Join(out, ", ")
 }
