@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/kvstore"
+	"github.com/compactor/compactor/internal/natstest"
 )
 
 // cluster starts three JetStream servers routed to each other in process
@@ -41,18 +43,15 @@ func cluster(t *testing.T) []*server.Server {
 			t.Fatal("cluster node not ready")
 		}
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	natstest.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
 		for _, s := range servers {
 			if s.JetStreamIsLeader() {
-				return servers
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no JetStream meta leader within 60s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return errors.New("no JetStream meta leader")
+	})
+	return servers
 }
 
 // TestReplicasOnCluster: on a three-node cluster, provision --replicas 3
@@ -85,19 +84,14 @@ func TestReplicasOnCluster(t *testing.T) {
 	// unanswered: each read is tried again, for a minute in all.
 	retry := func(what string, f func(ctx context.Context) error) {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
+		natstest.Eventually(t, time.Minute, 500*time.Millisecond, func() error {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := f(ctx)
-			cancel()
-			if err == nil {
-				return
+			defer cancel()
+			if err := f(ctx); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %v", what, err)
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	for _, name := range []string{consumer.RequestStream, consumer.ResultStream, consumer.DLQStream, "KV_" + kvstore.MetaBucket, "KV_" + kvstore.BreakersBucket, kvstore.DataStream(0), "KV_" + kvstore.RecordsBucket(0)} {
 		var info *jetstream.StreamInfo

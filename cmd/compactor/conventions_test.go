@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"flag"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -127,16 +128,14 @@ func TestTLS(t *testing.T) {
 		done <- run(ctx, append([]string{"serve", "--metrics-addr", "", "--nats-url", url}, tlsArgs...), io.Discard, logs)
 	}()
 	defer func() { cancel(); <-done }()
-	var res map[string]any
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	natstest.Eventually(t, 20*time.Second, 100*time.Millisecond, func() error {
+		var res map[string]any
 		code, out, stderr := runCLI(t, append([]string{"compact", "t1", "--context-limit", "3000", "--timeout", "20s", "--nats-url", url}, tlsArgs...)...)
 		if code == 0 && json.Unmarshal([]byte(out), &res) == nil && res["outcome"] == "compacted" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("compact through the service over TLS: exit %d %s %s\n%s", code, out, stderr, logs.String())
-		}
-	}
+		return fmt.Errorf("compact through the service over TLS: exit %d %s %s\n%s", code, out, stderr, logs.String())
+	})
 }
 
 func itoa(n int) string { return big.NewInt(int64(n)).String() }

@@ -63,7 +63,7 @@ func (r *roleConn) deniedSubscribe(t *testing.T, subject string) {
 func (r *roleConn) expectViolation(t *testing.T, kind, subject string) {
 	t.Helper()
 	r.nc.Flush()
-	deadline := time.After(3 * time.Second)
+	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case err := <-r.errs:

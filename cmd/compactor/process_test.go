@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -59,22 +60,19 @@ func startProcess(t *testing.T, url string, args ...string) *process {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if strings.Contains(p.logs.String(), `msg=serving`) {
-			if _, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond); err == nil {
-				return p
-			}
-		}
+	natstest.Eventually(t, 60*time.Second, 50*time.Millisecond, func() error {
 		select {
 		case <-p.done:
 			t.Fatalf("compactor serve exited before serving:\n%s", p.logs.String())
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("compactor serve not serving within 60s:\n%s", p.logs.String())
+		if !strings.Contains(p.logs.String(), `msg=serving`) {
+			return fmt.Errorf("compactor serve not serving:\n%s", p.logs.String())
 		}
-	}
+		_, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond)
+		return err
+	})
+	return p
 }
 
 // signal sends sig and waits for the exit; it returns the exit code.
@@ -119,13 +117,12 @@ func waitResults(t *testing.T, js jetstream.JetStream, id string, n int, within 
 		}
 		return out
 	}
-	deadline := time.Now().Add(within)
-	for len(find()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d result events for %s within %v, want %d", len(find()), id, within, n)
+	natstest.Eventually(t, within, 50*time.Millisecond, func() error {
+		if got := len(find()); got < n {
+			return fmt.Errorf("%d result events for %s, want %d", got, id, n)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(500 * time.Millisecond) // a duplicate would show by now
 	return find()
 }

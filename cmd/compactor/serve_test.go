@@ -71,31 +71,25 @@ func startServeAt(t *testing.T, url string, args ...string) *served {
 	args = append([]string{"serve", "--metrics-addr", ""}, args...)
 	go func() { s.done <- run(ctx, args, io.Discard, s.logs) }()
 	var nc *nats.Conn
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	natstest.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
 		var err error
-		if nc, err = nats.Connect(url); err == nil {
-			break
+		if nc, err = nats.Connect(url); err != nil {
+			return fmt.Errorf("no server at %s: %w\n%s", url, err, s.logs.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no server at %s: %v\n%s", url, err, s.logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 	defer nc.Close()
-	for {
-		if _, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond); err == nil {
-			break
-		}
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case code := <-s.done:
 			t.Fatalf("serve exited %d before serving:\n%s", code, s.logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve did not answer pings within 20s:\n%s", s.logs.String())
+		if _, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond); err != nil {
+			return fmt.Errorf("serve does not answer pings: %w\n%s", err, s.logs.String())
 		}
-	}
+		return nil
+	})
 	t.Cleanup(func() { s.stop(t) })
 	return s
 }

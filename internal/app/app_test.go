@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -155,13 +156,12 @@ func TestInterruptedSyncCompactionPublishesNothing(t *testing.T) {
 		}
 		reply <- m
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for _, _, hung, _ := fp.Stats(); hung == 0; _, _, hung, _ = fp.Stats() {
-		if time.Now().After(deadline) {
-			t.Fatal("the model was not called")
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if _, _, hung, _ := fp.Stats(); hung == 0 {
+			return errors.New("the model was not called")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := first.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -262,12 +262,12 @@ func TestAppendsThroughLeaderFailover(t *testing.T) {
 	// The data stream of f1's shard (three shards, as many as replicas).
 	f1Data := kvstore.DataStream(kvstore.ShardOf(kvstore.DefaultTenant, "f1", 3))
 	leader := -1
-	for deadline := time.Now().Add(30 * time.Second); leader < 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		leader = c.StreamLeader(f1Data)
-	}
-	if leader < 0 {
-		t.Fatal("no leader for " + f1Data)
-	}
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		if leader = c.StreamLeader(f1Data); leader < 0 {
+			return errors.New("no leader for " + f1Data)
+		}
+		return nil
+	})
 	nc, _ := natstest.ConnectURL(t, c.URL((leader+1)%3))
 	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "f1", "messages": chatJSON(1)}, nil); code != "" {
 		t.Fatalf("create: %s", code)
@@ -357,29 +357,25 @@ func TestIdleSessionsExpire(t *testing.T) {
 	if _, _, err := breakers.RecordFailure(context.Background(), "idle", session.Failure{RequestID: "r1", Error: "summary_failed: x", MaxFailures: 3}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for turn := 0; ; turn++ {
+	turn := 0
+	natstest.Eventually(t, 10*time.Second, 300*time.Millisecond, func() error {
+		turn++
 		body := map[string]any{"session_id": "busy", "messages": []map[string]any{{"id": fmt.Sprint("t", turn), "role": "user", "content": "still here"}}}
 		if code := call(t, nc, api.SubjectAppend, body, nil); code != "" {
 			t.Fatalf("busy was swept while in use: %s", code)
 		}
-		if call(t, nc, api.SubjectContext, map[string]any{"session_id": "idle"}, nil) == "404" {
-			for wait := time.Now().Add(2 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				b, err := breakers.Breaker(context.Background(), "idle")
-				if err == nil && b.Failures == 0 {
-					break
-				}
-				if time.Now().After(wait) {
-					t.Fatalf("the swept session's breaker: %+v %v", b, err)
-				}
-			}
-			break
+		if call(t, nc, api.SubjectContext, map[string]any{"session_id": "idle"}, nil) != "404" {
+			return errors.New("an idle session was not swept")
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("an idle session was not swept within 10s")
+		return nil
+	})
+	natstest.Eventually(t, 2*time.Second, 50*time.Millisecond, func() error {
+		b, err := breakers.Breaker(context.Background(), "idle")
+		if err == nil && b.Failures != 0 {
+			err = fmt.Errorf("the swept session's breaker: %+v", b)
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // A tool result of 600 KB (over one stored value: it is kept in chunks)
@@ -514,11 +510,12 @@ func TestReadiness(t *testing.T) {
 	}
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: healthz %d, readyz %d", what, status("/healthz"), status("/readyz"))
+		natstest.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+			if !cond() {
+				return fmt.Errorf("%s: healthz %d, readyz %d", what, status("/healthz"), status("/readyz"))
 			}
-		}
+			return nil
+		})
 	}
 	wait("started", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 })
 	srv.Shutdown()

@@ -441,8 +441,7 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 	}
 
 	types := map[string]int{}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
 		mu.Lock()
 		types = map[string]int{}
 		for _, m := range seen {
@@ -455,13 +454,10 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 		mu.Unlock()
 		if types["DeadLetter"] >= 1 && types[events.TypeCompactionCompleted] >= 3 && types[events.TypeCompactionFailed] >= 2 &&
 			types[events.TypeCompactionCircuitOpened] >= 1 && types[events.TypeCompactionCircuitClosed] >= 1 {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events seen %v", types)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("events seen %v", types)
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	for _, m := range seen {

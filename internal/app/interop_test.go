@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -93,7 +94,7 @@ func TestOfficialGoBinding(t *testing.T) {
 	send("st", "req-structured", true)
 
 	want := map[string]string{events.RequestResultID("req-binary"): "bin", events.RequestResultID("req-structured"): "st"}
-	for deadline := time.Now().Add(45 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	natstest.Eventually(t, 45*time.Second, 50*time.Millisecond, func() error {
 		mu.Lock()
 		n := 0
 		for id := range want {
@@ -102,13 +103,11 @@ func TestOfficialGoBinding(t *testing.T) {
 			}
 		}
 		mu.Unlock()
-		if n == len(want) {
-			break
+		if n < len(want) {
+			return fmt.Errorf("results through the official binding: %d of %d (dead letters: %d)", n, len(want), dlqCount(t, nc))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("results through the official binding: %d of %d (dead letters: %d)", n, len(want), dlqCount(t, nc))
-		}
-	}
+		return nil
+	})
 	stop()
 	<-done
 	mu.Lock()

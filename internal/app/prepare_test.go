@@ -105,17 +105,15 @@ func waitPrepared(t *testing.T, url, sid, state string) session.PreparedCompacti
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		p, err := store.Prepared(context.Background(), sid)
-		if err == nil && p.State == state {
-			return p
+	var p session.PreparedCompaction
+	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+		var err error
+		if p, err = store.Prepared(context.Background(), sid); err == nil && p.State != state {
+			err = fmt.Errorf("preparation of %s is %s, want %s", sid, p.State, state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s preparation of %s: %+v %v", state, sid, p, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err
+	})
+	return p
 }
 
 func (r *runtime) compact(id string) *client.Completed {

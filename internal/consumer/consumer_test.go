@@ -99,14 +99,7 @@ func TestDuplicatesAndReplicasLeaveOneCompaction(t *testing.T) {
 		e.request(id, events.TypeContextOverBudget, "s1", true)
 	}
 	// Let both replicas reach the model before either answers.
-	deadline := time.After(10 * time.Second)
-	for g1.calls.Load() == 0 || g2.calls.Load() == 0 {
-		select {
-		case <-deadline:
-			t.Fatalf("replicas did not both start: %d %d calls", g1.calls.Load(), g2.calls.Load())
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
+	e.waitFor("both replicas to call the model", 10*time.Second, func() bool { return g1.calls.Load() > 0 && g2.calls.Load() > 0 })
 	g1.open()
 	g2.open()
 	e.waitFor("all requests answered", 20*time.Second, func() bool { return e.pendingRequests() == 0 })

@@ -237,13 +237,12 @@ func (e *env) results() []event {
 // waitFor polls cond until it holds or the time is up.
 func (e *env) waitFor(what string, within time.Duration, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out after %v waiting for %s", within, what)
+	natstest.Eventually(e.t, within, 20*time.Millisecond, func() error {
+		if !cond() {
+			return fmt.Errorf("waiting for %s", what)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // resultsFor waits until n events of the given types exist for the
