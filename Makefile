@@ -32,11 +32,11 @@ bench: build
 # The store at scale (under 10 minutes on 2 cores): appends at 1/8/64
 # runtimes against raw KV puts, subjects, bytes and server memory per
 # message, idle sweeps of 1k/10k/100k sessions against reading records only,
-# compactions per second against the floor, three nodes against one, and a
-# sizing model; writes docs/SCALE.md and docs/scale.json. Exit 1 when a goal
-# is missed, naming it.
+# compactions per second against the floor, three nodes against one, eval
+# through the service against in process, and a sizing model; writes
+# docs/SCALE.md and docs/scale.json. Exit 1 when a goal is missed, naming it.
 scale: build
-	$(BIN) bench --scale --out docs/SCALE.md
+	$(BIN) bench --scale --data ../shared/data --out docs/SCALE.md
 
 # Faults under load (about 3 minutes on 2 cores): a three-node cluster, two
 # serve replicas, 50 runtimes for a minute; the meta leader and the

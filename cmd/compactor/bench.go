@@ -121,7 +121,7 @@ func runScale(ctx context.Context, args []string, data, out string, quick, asJSO
 	if err != nil {
 		return err
 	}
-	opt := bench.ScaleOptions{Progress: stderr, Compactions: 128, Cluster: true,
+	opt := bench.ScaleOptions{Progress: stderr, Compactions: 768, Cluster: true,
 		StartServer: func(ctx context.Context, dir string) (*bench.Server, error) { return startNATSProcess(ctx, self, dir) }}
 	// eval's replay through the service against in process, on the
 	// shared data when it is there.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,7 +58,7 @@ type ScaleOptions struct {
 	// Shards of the store (default 3).
 	Shards int
 	// Compactions run the compactions-per-second comparison (default
-	// 128 requests, 16 at once; 0 requests: skipped).
+	// the requests, 16 at once, in rounds; 0 requests: skipped).
 	Compactions int
 	// Cluster runs the three-node comparison.
 	Cluster bool
@@ -865,9 +866,19 @@ func sizing(rep *ScaleReport) ([]SizingRow, string) {
 		appendsPerS    = 1.0 / 15 // a live session appends a message every 15 s
 		coresPerNode   = 16
 		memPerNodeGB   = 64
+		diskPerNodeGB  = 2000
+		replicas       = 3
 		sweepEvery     = 300.0 // seconds
 	)
-	assume := "each live session holds 10^3 messages and appends one every 15 s; nodes of 16 cores and 64 GB; R3 (every figure per replica); the sweep every 5 minutes"
+	// What an R3 append costs the cluster against an R1 one: one node's
+	// appends against three nodes' on the same cores (both CPU-bound
+	// here); 3 (every replica doing a leader's work) when not measured.
+	r3, r3From := 3.0, "assumed 3x an R1 append's server CPU"
+	if c := rep.Cluster; c != nil && c.Replicated.Appends > 0 {
+		r3 = max(1, c.OneNode/c.Replicated.Appends)
+		r3From = fmt.Sprintf("%.2fx an R1 append's server CPU, from the three-node run", r3)
+	}
+	assume := fmt.Sprintf("each live session holds 10^3 messages and appends one every 15 s; nodes of %d cores, %d GB of memory and %d GB of disk; R3, each node holding 3/N of the data; an R3 append %s; the sweep every 5 minutes", coresPerNode, memPerNodeGB, diskPerNodeGB, r3From)
 	last := rep.Appends[len(rep.Appends)-1]
 	serverMS := last.ServerMS
 	if serverMS == 0 { // the server shared this process: the whole
@@ -882,25 +893,31 @@ func sizing(rep *ScaleReport) ([]SizingRow, string) {
 	if mem <= 0 {
 		mem = rep.PerMsg.Bytes // no separate process: at least the bytes
 	}
+	ceil := func(f float64) int { return int(math.Ceil(f)) }
 	var out []SizingRow
 	for _, s := range []int{10_000, 100_000, 1_000_000} {
 		r := SizingRow{Sessions: s, Messages: float64(s) * msgsPerSession, AppendsPerS: float64(s) * appendsPerS}
 		r.DiskGB = r.Messages * rep.PerMsg.Bytes / 1e9
 		r.MemoryGB = r.Messages * mem / 1e9
-		r.ServerCores = r.AppendsPerS * serverMS / 1000
+		r.ServerCores = r.AppendsPerS * serverMS / 1000 * r3
 		r.ServiceCores = r.AppendsPerS * last.ServiceMS / 1000
-		r.Shards = max(3, int(r.AppendsPerS/max(perShard/float64(rep.Shards), 1))+1)
-		byCPU := int(r.ServerCores/coresPerNode) + 1
-		byMem := int(r.MemoryGB/memPerNodeGB) + 1
-		r.Nodes = max(3, byCPU, byMem)
+		byCPU := ceil(r.ServerCores / coresPerNode)
+		byMem := ceil(replicas * r.MemoryGB / memPerNodeGB)
+		byDisk := ceil(replicas * r.DiskGB / diskPerNodeGB)
+		r.Nodes = max(replicas, byCPU, byMem, byDisk)
+		// Enough shards for the appends, and at least one leader a node.
+		r.Shards = max(r.Nodes, int(r.AppendsPerS/max(perShard/float64(rep.Shards), 1))+1)
 		r.SweepS = float64(s) * perSessSweepUS / 1e6
 		switch {
-		case byMem >= byCPU && byMem > 3:
+		case r.Nodes == replicas:
+			r.Limit = fmt.Sprintf("none: the 3-node minimum for R3 holds it (each node at %.0f%% of its disk, %.0f%% of its memory)",
+				100*r.DiskGB/diskPerNodeGB, 100*r.MemoryGB/memPerNodeGB)
+		case r.Nodes == byDisk:
+			r.Limit = "disk"
+		case r.Nodes == byMem:
 			r.Limit = "server memory"
-		case byCPU > 3:
-			r.Limit = "server CPU for appends"
 		default:
-			r.Limit = "none: the 3-node minimum for R3 holds it"
+			r.Limit = "server CPU for appends"
 		}
 		if r.SweepS > sweepEvery/2 {
 			r.Limit += fmt.Sprintf("; the sweep takes %.0f s of its %.0f s period", r.SweepS, sweepEvery)

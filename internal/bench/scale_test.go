@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,5 +51,31 @@ func TestScaleRunsShort(t *testing.T) {
 	}
 	if md := rep.Markdown(); len(md) < 1000 {
 		t.Fatalf("report:\n%s", md)
+	}
+}
+
+// The sizing model adds nodes for what runs out first: with 10 KB a
+// message on disk, 10^6 sessions of 10^3 messages (10 TB a replica) need
+// 15 nodes of 2 TB, and the limit says disk; an R3 append costs what the
+// three-node run measured.
+func TestSizingNamesWhatLimits(t *testing.T) {
+	rep := &ScaleReport{Shards: 3,
+		Appends: []AppendRow{{Runtimes: 64, Appends: 30000, ServerMS: 0.02, ServiceMS: 0.03}},
+		PerMsg:  PerMessage{Bytes: 10_000, ServerMemory: 50},
+		Sweeps:  []SweepRow{{Sessions: 100000, PerSessionUS: 6}},
+		Cluster: &ClusterRow{OneNode: 40000, Replicated: NodesRun{Appends: 20000}}}
+	rows, assume := sizing(rep)
+	if len(rows) != 3 || !strings.Contains(assume, "2.00x") {
+		t.Fatalf("%+v %s", rows, assume)
+	}
+	big := rows[2]
+	if big.Nodes != 15 || big.Limit != "disk" || big.Shards < big.Nodes {
+		t.Fatalf("10^6 sessions: %+v", big)
+	}
+	if want := 66666.67 * 0.02 / 1000 * 2; math.Abs(big.ServerCores-want) > 0.01 {
+		t.Fatalf("server cores %.3f, want %.3f", big.ServerCores, want)
+	}
+	if small := rows[0]; small.Nodes != 3 || !strings.HasPrefix(small.Limit, "none") {
+		t.Fatalf("10^4 sessions: %+v", small)
 	}
 }

@@ -116,9 +116,9 @@ func (r *ScaleReport) Markdown() string {
 	}
 	w("## Sizing")
 	w("")
-	w("From the figures above (%s). Memory is the server's growth per message measured above; disk is stream bytes per message.", r.SizingFor)
+	w("From the figures above (%s). Memory is the server's live heap per message and disk the stream bytes per message measured above, both per replica; server cores are the whole cluster's.", r.SizingFor)
 	w("")
-	w("| live sessions | messages | appends/s | disk per replica | server memory per replica | server cores | service cores | shards | nodes | sweep | what limits it |")
+	w("| live sessions | messages | appends/s | disk per replica | server memory per replica | server cores, all nodes | service cores | shards | nodes | sweep | what limits it |")
 	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
 	for _, s := range r.Sizing {
 		w("| %d | %.0e | %.0f | %.1f GB | %.1f GB | %.1f | %.1f | %d | %d | %.0f s | %s |", s.Sessions, s.Messages, s.AppendsPerS, s.DiskGB, s.MemoryGB, s.ServerCores, s.ServiceCores, s.Shards, s.Nodes, s.SweepS, s.Limit)

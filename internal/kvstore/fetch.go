@@ -219,8 +219,9 @@ func kvLeaderGet(ctx context.Context, nc *nats.Conn, bucket, key string) (raw, e
 
 // rangeAll reads the messages on subj from from to to, like directRange,
 // and then what a lagging replica lacked from the leader, one at a time:
-// every message up to to (or, with to 0, up to the leader's last on subj)
-// reaches fn. fn may stop the read by returning false.
+// every message up to to (or, with to 0, up to the leader's last on subj,
+// and any appended while it reads) reaches fn. fn may stop the read by
+// returning false.
 func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to uint64, fn func(raw) (bool, error)) error {
 	stopped := false
 	stale := uint64(0)
@@ -239,17 +240,12 @@ func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to u
 	if stale > 0 {
 		last = stale - 1
 	}
-	if to == 0 {
-		end, err := s.leaderMsg(ctx, stream, map[string]any{"last_by_subj": subj})
-		if errorsIsNotFound(err) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		to = end.seq
-	}
-	for next := max(last+1, from); next <= to; {
+	// With to 0, the leader answers what follows the last message read,
+	// until it has nothing more: one request and a short "not found"
+	// when the replica was current (asking the leader for the subject's
+	// last message first would carry that message, often a large one,
+	// only for its sequence).
+	for next := max(last+1, from); to == 0 || next <= to; {
 		r, err := s.leaderMsg(ctx, stream, map[string]any{"seq": next, "next_by_subj": subj})
 		if errorsIsNotFound(err) {
 			return nil
@@ -257,7 +253,7 @@ func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to u
 		if err != nil {
 			return err
 		}
-		if r.seq > to {
+		if to > 0 && r.seq > to {
 			return nil
 		}
 		ok, err := fn(r)
