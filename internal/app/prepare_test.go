@@ -144,9 +144,13 @@ func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
 	if p.LLMCalls == 0 || p.Compaction == nil || p.Trigger != pipeline.PrepareAppend {
 		t.Fatalf("preparation %+v", p)
 	}
-	if st := a.Pipeline.PrepareStats(); st.Ready != 1 {
-		t.Fatalf("stats %+v", st)
-	}
+	// The stats count the preparation once it is stored.
+	natstest.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if st := a.Pipeline.PrepareStats(); st.Ready != 1 {
+			return fmt.Errorf("stats %+v", st)
+		}
+		return nil
+	})
 	// The context is unchanged until a request commits it; the history
 	// (session show) lists the preparation.
 	if v, _ := rt.c.Context(context.Background(), rt.sid); v.CompactionID != "" {

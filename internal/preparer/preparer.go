@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,6 +68,11 @@ type Preparer struct {
 	mu      sync.Mutex
 	queue   []job
 	pending map[string]bool
+	// running is the sessions a worker prepares now; again, the trigger
+	// that came for one meanwhile, queued when it ends (a preparation
+	// running may have read the session before that trigger's append).
+	running map[string]bool
+	again   map[string]job
 	est     map[string]*estimate
 	wake    chan struct{}
 
@@ -108,7 +114,7 @@ func New(svc *pipeline.Service, opt Options) *Preparer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Preparer{svc: svc, opt: opt, log: log, pending: map[string]bool{}, est: map[string]*estimate{}, wake: make(chan struct{}, 1)}
+	return &Preparer{svc: svc, opt: opt, log: log, pending: map[string]bool{}, running: map[string]bool{}, again: map[string]job{}, est: map[string]*estimate{}, wake: make(chan struct{}, 1)}
 }
 
 // Stats returns the counters.
@@ -172,6 +178,13 @@ func (p *Preparer) Compacted(sessionID string) {
 func (p *Preparer) enqueue(j job) {
 	p.mu.Lock()
 	switch {
+	case p.running[j.sessionID]:
+		// After the running one (a runtime's word wins over an append's).
+		if prev, ok := p.again[j.sessionID]; !ok || prev.trigger != pipeline.PrepareNearBudget || j.trigger == pipeline.PrepareNearBudget {
+			p.again[j.sessionID] = j
+		}
+		p.mu.Unlock()
+		return
 	case p.pending[j.sessionID]:
 		if j.trigger == pipeline.PrepareNearBudget {
 			// A runtime's word wins over an append's.
@@ -205,10 +218,29 @@ func (p *Preparer) next() (job, bool) {
 	if len(p.queue) == 0 {
 		return job{}, false
 	}
-	j := p.queue[0]
-	p.queue = p.queue[1:]
-	delete(p.pending, j.sessionID)
-	return j, true
+	for i, j := range p.queue {
+		if p.running[j.sessionID] {
+			continue // one preparation of a session at a time
+		}
+		p.queue = slices.Delete(p.queue, i, i+1)
+		delete(p.pending, j.sessionID)
+		p.running[j.sessionID] = true
+		return j, true
+	}
+	return job{}, false
+}
+
+// done ends a session's preparation, queueing the trigger that came for
+// it meanwhile.
+func (p *Preparer) done(sid string) {
+	p.mu.Lock()
+	delete(p.running, sid)
+	j, ok := p.again[sid]
+	delete(p.again, sid)
+	p.mu.Unlock()
+	if ok {
+		p.enqueue(j)
+	}
 }
 
 // Run runs the workers until ctx ends; preparations running then are
@@ -250,6 +282,7 @@ func (p *Preparer) work(ctx context.Context) {
 		out, err := p.svc.Prepare(ctx, pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
 			Model: j.model, ContextLimit: j.limit})
 		p.learn(j.sessionID, out, err)
+		p.done(j.sessionID)
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) { // (a request cancelled it: it took its own path)
 			p.log.Warn("preparation failed", slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
 		}

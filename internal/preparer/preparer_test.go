@@ -2,12 +2,15 @@ package preparer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/session"
@@ -101,5 +104,68 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	}
 	if st := p.Stats(); st.Queued != 3 || st.Dropped != 0 {
 		t.Fatalf("stats %+v (runs %+v)", st, runs)
+	}
+}
+
+// A trigger that comes while its session is being prepared runs after
+// that preparation, never beside it (beside it, it was answered "in
+// flight" and lost: the running one may have read the session before the
+// trigger's append, and no later append came to try again).
+func TestATriggerDuringAPreparationRunsAfterIt(t *testing.T) {
+	counter, _ := tokens.ForEncoding("o200k_base")
+	store := memstore.New()
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	svc, err := pipeline.New(store, memstore.NewBreakers(), extractive.New(counter), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var msgs []session.Message
+	for i := range 40 {
+		msgs = append(msgs,
+			session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is bag BAG-%04d, with my laptop in it?", i, i))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and reaches you on day %d by courier", i, i%28+1))})
+	}
+	if _, err := store.Create(ctx, session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: 3000}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	var held atomic.Int32
+	done := make(chan pipeline.Preparation, 10)
+	p := preparer.New(svc, preparer.Options{Workers: 2,
+		// Every worker that took a job waits here until released.
+		Busy: func() bool {
+			select {
+			case <-hold:
+				return false
+			default:
+				held.Add(1)
+				return true
+			}
+		},
+		Observe: func(out pipeline.Preparation, _ error) { done <- out }})
+	go func() { _ = p.Run(ctx) }()
+	req := pipeline.Request{SessionID: "s", Model: "gpt-4o", ContextLimit: 3000}
+	p.NearBudget(req)
+	natstest.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error { // the first is taken
+		if held.Load() == 0 {
+			return errors.New("no worker took the first trigger")
+		}
+		return nil
+	})
+	p.NearBudget(req)                  // comes while it runs
+	time.Sleep(100 * time.Millisecond) // a second worker would take it now
+	close(hold)
+	for range 2 {
+		select {
+		case out := <-done:
+			if out.Outcome == pipeline.PrepareInFlight {
+				t.Fatalf("the second trigger ran beside the first: %+v", out)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a trigger was lost")
+		}
 	}
 }
