@@ -494,7 +494,7 @@ func (e *scaleEnv) fill(ctx context.Context, m, per int, pool []session.Message,
 	out.Subjects = float64(s1-s0) / written
 	out.Bytes = float64(b1-b0) / written
 	out.SubjectsPerSess = float64(s1-s0) / float64(sessionsN)
-	bucket, key, _ := e.store.RecordKey("fill-0")
+	bucket, key, _ := e.store.RecordKey(ctx, "fill-0")
 	if kv, err := e.js.KeyValue(ctx, bucket); err == nil {
 		if v, err := kv.Get(ctx, key); err == nil {
 			out.RecordBytes = float64(len(v.Value()))
@@ -712,7 +712,7 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 	}
 	p("per message: %.3f subjects (KV %.0f), %.0f bytes (KV %.0f), server memory %.0f B (KV %.0f B)",
 		rep.PerMsg.Subjects, rep.PerMsg.FloorSubjects, rep.PerMsg.Bytes, rep.PerMsg.FloorBytes, rep.PerMsg.ServerMemory, rep.PerMsg.FloorMemory)
-	recBucket, recKey, _ := e.store.RecordKey("fill-0")
+	recBucket, recKey, _ := e.store.RecordKey(ctx, "fill-0")
 	recKV, err := e.js.KeyValue(ctx, recBucket)
 	if err != nil {
 		return nil, err

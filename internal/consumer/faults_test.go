@@ -93,7 +93,7 @@ func TestHangingCallsDoNotStallOtherSessions(t *testing.T) {
 // and a dead letter; no redelivery (it used to be retried for minutes).
 func TestCorruptSessionFailsAtOnce(t *testing.T) {
 	e := newEnv(t)
-	bucket, key, err := e.store.RecordKey("s1")
+	bucket, key, err := e.store.RecordKey(context.Background(), "s1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Breakers is the breaker store on the compaction_breakers bucket, one key
@@ -44,11 +45,25 @@ func closed(sid string) session.Breaker {
 	return session.Breaker{SessionID: sid, State: session.BreakerClosed}
 }
 
-func (b *Breakers) get(ctx context.Context, sid string) (session.Breaker, error) {
+// breakerKey is the key of a breaker of ctx's tenant: the session id for
+// the default tenant (where breakers always were), <tenant>.<id> for
+// another (a session id has no '.').
+func breakerKey(ctx context.Context, sid string) (string, error) {
 	if err := checkID(sid); err != nil {
+		return "", err
+	}
+	if t := tenant.From(ctx); t != tenant.Default {
+		return t + "." + sid, nil
+	}
+	return sid, nil
+}
+
+func (b *Breakers) get(ctx context.Context, sid string) (session.Breaker, error) {
+	key, err := breakerKey(ctx, sid)
+	if err != nil {
 		return session.Breaker{}, err
 	}
-	v, err := kvLeaderGet(ctx, b.nc, BreakersBucket, sid)
+	v, err := kvLeaderGet(ctx, b.nc, BreakersBucket, key)
 	if errors.Is(err, session.ErrNotFound) {
 		return closed(sid), nil
 	}
@@ -75,10 +90,11 @@ func (b *Breakers) update(ctx context.Context, sid string, change func(*session.
 			return br, false, nil
 		}
 		v, _ := json.Marshal(next)
+		key, _ := breakerKey(ctx, sid) // (checked by get)
 		if br.Revision == 0 {
-			_, err = b.kv.Create(ctx, sid, v) // (over a reset's delete marker too)
+			_, err = b.kv.Create(ctx, key, v) // (over a reset's delete marker too)
 		} else {
-			_, err = b.kv.Update(ctx, sid, v, br.Revision)
+			_, err = b.kv.Update(ctx, key, v, br.Revision)
 		}
 		if err == nil {
 			return next, true, nil
@@ -126,7 +142,8 @@ func (b *Breakers) Reset(ctx context.Context, sid string, _ time.Time) (session.
 		if err != nil || br.Revision == 0 {
 			return br, err
 		}
-		err = b.kv.Delete(ctx, sid, jetstream.LastRevision(br.Revision))
+		key, _ := breakerKey(ctx, sid)
+		err = b.kv.Delete(ctx, key, jetstream.LastRevision(br.Revision))
 		if err == nil {
 			return br, nil
 		}
@@ -140,10 +157,11 @@ func (b *Breakers) Reset(ctx context.Context, sid string, _ time.Time) (session.
 // Delete removes the session's breaker and its history (a session deleted
 // on request leaves nothing); deleting none is not an error.
 func (b *Breakers) Delete(ctx context.Context, sid string) error {
-	if err := checkID(sid); err != nil {
+	key, err := breakerKey(ctx, sid)
+	if err != nil {
 		return err
 	}
-	if err := b.kv.Purge(ctx, sid); err != nil {
+	if err := b.kv.Purge(ctx, key); err != nil {
 		return unavailable(ctx, "delete breaker "+sid, err)
 	}
 	return nil
@@ -186,9 +204,13 @@ func (b *Breakers) Page(ctx context.Context, after string, limit int) (session.B
 		}
 		from = seq
 	}
+	// ctx's tenant's: the default tenant's keys are session ids alone.
 	prefix := "$KV." + BreakersBucket + "."
+	if t := tenant.From(ctx); t != tenant.Default {
+		prefix += t + "."
+	}
 	full := false
-	last, err := b.mux.directRange(ctx, "KV_"+BreakersBucket, prefix+">", from, 0, func(r raw) (bool, error) {
+	last, err := b.mux.directRange(ctx, "KV_"+BreakersBucket, prefix+"*", from, 0, func(r raw) (bool, error) {
 		if r.hdr.Get(hdrKVOperation) != "" {
 			return true, nil // reset or deleted
 		}

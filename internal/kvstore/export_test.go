@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"context"
 	"strings"
 	"time"
 )
@@ -21,7 +22,12 @@ func IsRecord(subject string) bool { return strings.HasPrefix(subject, "$KV."+Re
 // Place returns the shard, records bucket and key, and data subject prefix
 // of a session of the default tenant.
 func (s *Sessions) Place(sid string) (shard int, bucket, key, data string) {
-	w, err := s.where(sid)
+	return s.PlaceOf(context.Background(), sid)
+}
+
+// PlaceOf is Place for a session of ctx's tenant.
+func (s *Sessions) PlaceOf(ctx context.Context, sid string) (shard int, bucket, key, data string) {
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		panic(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,6 +19,7 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -207,33 +209,46 @@ func TestCorruptRecord(t *testing.T) {
 	}
 }
 
-// Sweep deletes the sessions nobody wrote to within the TTL, keeps the
-// others, and a session written to after it was read as idle is kept.
+// Sweep deletes the sessions nobody wrote to within the TTL, of every
+// tenant, keeps the others, and a session written to after it was read as
+// idle is kept.
 func TestSweepDeletesIdleSessions(t *testing.T) {
 	nc, js := jetStream(t)
 	ctx := context.Background()
+	tenantA := tenant.With(ctx, "A")
 	s, _ := kvstore.NewSessions(ctx, nc, js)
 	now := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
 	s.SetClock(func() time.Time { return now })
-	for _, sid := range []string{"idle", "busy"} {
-		if _, err := s.Create(ctx, session.Record{SessionID: sid}, chatOf(2)); err != nil {
-			t.Fatal(err)
+	for _, c := range []context.Context{ctx, tenantA} {
+		for _, sid := range []string{"idle", "busy"} {
+			if _, err := s.Create(c, session.Record{SessionID: sid}, chatOf(2)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	now = now.Add(50 * time.Minute)
-	if _, err := s.Append(ctx, "busy", session.Message{Role: session.RoleUser, Content: session.TextContent("still here")}); err != nil {
-		t.Fatal(err)
+	for _, c := range []context.Context{ctx, tenantA} {
+		if _, err := s.Append(c, "busy", session.Message{Role: session.RoleUser, Content: session.TextContent("still here")}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	now = now.Add(20 * time.Minute) // idle for 70 min, busy for 20
 	deleted, err := s.Sweep(ctx, time.Hour)
-	if err != nil || len(deleted) != 1 || deleted[0] != "idle" {
-		t.Fatalf("swept %v (%v), want [idle]", deleted, err)
+	slices.SortFunc(deleted, func(a, b tenant.Session) int { return strings.Compare(a.Tenant, b.Tenant) })
+	want := []tenant.Session{{Tenant: "A", ID: "idle"}, {Tenant: tenant.Default, ID: "idle"}}
+	if err != nil || !slices.Equal(deleted, want) {
+		t.Fatalf("swept %v (%v), want %v", deleted, err, want)
 	}
 	if keys := keysOf(t, s, js, "idle"); len(keys) != 0 {
 		t.Fatalf("sweep left %v", keys)
 	}
-	if _, err := s.Record(ctx, "busy"); err != nil {
-		t.Fatalf("a session in use was swept: %v", err)
+	for _, c := range []context.Context{ctx, tenantA} {
+		if _, err := s.Record(c, "busy"); err != nil {
+			t.Fatalf("a session in use was swept: %v", err)
+		}
+		if _, err := s.Record(c, "idle"); !errors.Is(err, session.ErrNotFound) {
+			t.Fatalf("an idle session was kept: %v", err)
+		}
 	}
 	if again, _ := s.Sweep(ctx, time.Hour); len(again) != 0 {
 		t.Fatalf("second sweep deleted %v", again)

@@ -45,6 +45,7 @@ import (
 
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Names of the store's buckets and streams.
@@ -59,9 +60,10 @@ const (
 	// MetaBucket holds the layout (its shard count) and the leases of the
 	// work one replica does for the deployment (the idle sweep).
 	MetaBucket = "compactor_meta"
-	// DefaultTenant is the tenant of a deployment without tenants: the
-	// level of the key that names a session's tenant.
-	DefaultTenant = "_"
+	// DefaultTenant is the tenant of a deployment without tenants
+	// (tenant.Default): the level of the key that names a session's
+	// tenant.
+	DefaultTenant = tenant.Default
 	// LayoutVersion is the layout this package writes (the first, one KV
 	// bucket with a key per message, is legacystore's).
 	LayoutVersion = 2
@@ -229,12 +231,14 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 // Shards returns the store's shard count.
 func (s *Sessions) Shards() int { return len(s.shards) }
 
-// where places a session of the default tenant.
-func (s *Sessions) where(sid string) (where, error) {
+// where places a session of ctx's tenant (the default tenant's where the
+// store always kept them).
+func (s *Sessions) where(ctx context.Context, sid string) (where, error) {
 	if err := checkID(sid); err != nil {
 		return where{}, err
 	}
-	return where{sh: s.shards[ShardOf(DefaultTenant, sid, len(s.shards))], tenant: DefaultTenant, sid: sid}, nil
+	t := tenant.From(ctx)
+	return where{sh: s.shards[ShardOf(t, sid, len(s.shards))], tenant: t, sid: sid}, nil
 }
 
 // withTimeout bounds one backend request to opTimeout (or ctx's earlier
@@ -267,10 +271,10 @@ func unavailable(ctx context.Context, what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// RecordKey says where a session's record is: its shard's bucket and the
-// key in it.
-func (s *Sessions) RecordKey(sid string) (bucket, key string, err error) {
-	w, err := s.where(sid)
+// RecordKey says where a session of ctx's tenant has its record: its
+// shard's bucket and the key in it.
+func (s *Sessions) RecordKey(ctx context.Context, sid string) (bucket, key string, err error) {
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return "", "", err
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // hdrKVOperation marks a KV delete or purge (its message has no value).
@@ -52,11 +53,11 @@ func (s *Sessions) List(ctx context.Context, opt session.ListOptions) (session.S
 		var found []record
 		var wheres []where
 		full := false
-		last, err := s.directRange(ctx, "KV_"+bucket, prefix+DefaultTenant+".*", from, 0, func(r raw) (bool, error) {
+		last, err := s.directRange(ctx, "KV_"+bucket, prefix+tenant.From(ctx)+".*", from, 0, func(r raw) (bool, error) {
 			if r.hdr.Get(hdrKVOperation) != "" {
 				return true, nil // a deleted record
 			}
-			tenant, sid, _ := strings.Cut(strings.TrimPrefix(r.subject, prefix), ".")
+			tn, sid, _ := strings.Cut(strings.TrimPrefix(r.subject, prefix), ".")
 			rec, err := decodeRecord(sid, r)
 			if err != nil || !rec.Visible() || !opt.Keep(session.ListedOf(rec.Record), now) {
 				// The record's updated_at is never later than the
@@ -66,7 +67,7 @@ func (s *Sessions) List(ctx context.Context, opt session.ListOptions) (session.S
 				return true, nil
 			}
 			found = append(found, rec)
-			wheres = append(wheres, where{sh: s.shards[sh], tenant: tenant, sid: sid})
+			wheres = append(wheres, where{sh: s.shards[sh], tenant: tn, sid: sid})
 			full = len(page.Sessions)+len(found) >= opt.Limit
 			return !full, nil
 		})

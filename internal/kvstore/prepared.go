@@ -21,7 +21,7 @@ var _ pipeline.PreparedStore = (*Sessions)(nil)
 // incarnation of the session is returned with its epoch (not Usable), so
 // that the next preparation can replace it.
 func (s *Sessions) Prepared(ctx context.Context, sid string) (session.PreparedCompaction, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return session.PreparedCompaction{}, err
 	}
@@ -51,7 +51,7 @@ func (s *Sessions) Prepared(ctx context.Context, sid string) (session.PreparedCo
 // another writer moved it first, session.ErrNotFound when the session does
 // not exist. p is tagged with the session's epoch.
 func (s *Sessions) PutPrepared(ctx context.Context, p session.PreparedCompaction) (session.PreparedCompaction, error) {
-	w, err := s.where(p.SessionID)
+	w, err := s.where(ctx, p.SessionID)
 	if err != nil {
 		return p, err
 	}

@@ -115,7 +115,7 @@ func (s *Sessions) messages(ctx context.Context, w where, rec *record, seqs []in
 // leader), the pinned messages and the tail (and, with history, the
 // summarised messages).
 func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session.Session, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return nil, notFound("session " + sid)
 	}
@@ -210,7 +210,7 @@ func (s *Sessions) compactions(ctx context.Context, w where, rec *record, from u
 // committed or not. The one sought is almost always the record's or one
 // written after it (an interrupted commit): those are read first.
 func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Message, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil || !validID.MatchString(id) {
 		return nil, notFound("compaction " + id)
 	}
@@ -250,7 +250,7 @@ func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Mes
 
 // Record returns the session's record.
 func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return session.Record{}, notFound("session " + sid)
 	}
@@ -260,7 +260,7 @@ func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, erro
 
 // Message returns the session's message with seq, summarised or not.
 func (s *Sessions) Message(ctx context.Context, sid string, seq int64) (session.Message, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return session.Message{}, notFound("session " + sid)
 	}
@@ -283,7 +283,7 @@ func (s *Sessions) Message(ctx context.Context, sid string, seq int64) (session.
 // covers has summarised_by set to it; a compaction message written by a
 // writer that then lost its commit is neither listed nor marks anything.
 func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, []session.Message, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return nil, nil, notFound("session " + sid)
 	}

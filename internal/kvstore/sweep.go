@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // lease is a piece of work one replica does for the deployment, held
@@ -53,14 +54,15 @@ func (s *Sessions) takeLease(ctx context.Context, name string, d time.Duration) 
 }
 
 // Sweep deletes the sessions nobody wrote to within ttl (their record's
-// updated_at; a create left pending that long too) and returns their ids.
+// updated_at; a create left pending that long too), of every tenant, and
+// returns them.
 // It reads only the records (one pass over each shard's bucket), and one
 // replica of a deployment sweeps: the one holding the sweep lease (taken
 // for a fifth of ttl, 2 s to 10 min, and renewed by each sweep of its
 // holder); the others sweep nothing. A session written to meanwhile is
 // kept: the delete is a compare-and-set on the record read from the
 // leader.
-func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]string, error) {
+func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]tenant.Session, error) {
 	if ttl <= 0 {
 		return nil, nil
 	}
@@ -69,15 +71,15 @@ func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]string, erro
 		return nil, err
 	}
 	cutoff := s.now().Add(-ttl)
-	var deleted []string
+	var deleted []tenant.Session
 	for _, sh := range s.shards {
 		idle, err := s.idle(ctx, sh, cutoff)
 		if err != nil {
 			return deleted, err
 		}
 		for _, key := range idle {
-			tenant, sid, _ := strings.Cut(key, ".")
-			w := where{sh: sh, tenant: tenant, sid: sid}
+			tn, sid, _ := strings.Cut(key, ".")
+			w := where{sh: sh, tenant: tn, sid: sid}
 			rec, err := s.rawRecord(ctx, w) // the latest, from the leader
 			if errors.Is(err, session.ErrNotFound) {
 				continue
@@ -100,7 +102,7 @@ func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]string, erro
 			}
 			switch err := s.deleteAt(ctx, w, rec); {
 			case err == nil:
-				deleted = append(deleted, sid)
+				deleted = append(deleted, tenant.Session{Tenant: tn, ID: sid})
 			case errors.Is(err, session.ErrConflict): // written to meanwhile
 			default:
 				return deleted, err

@@ -29,7 +29,7 @@ func uploadKind(id string) string {
 // PutUploadPart stores part of parts of upload id for the session; the
 // same part again replaces it.
 func (s *Sessions) PutUploadPart(ctx context.Context, sid, id string, part, parts int, data []byte) error {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return err
 	}
@@ -45,7 +45,7 @@ func (s *Sessions) PutUploadPart(ctx context.Context, sid, id string, part, part
 // UploadParts returns upload id's parts joined; an upload with a part
 // missing is session.ErrInvalid, one never started session.ErrNotFound.
 func (s *Sessions) UploadParts(ctx context.Context, sid, id string) ([]byte, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (s *Sessions) UploadParts(ctx context.Context, sid, id string) ([]byte, err
 
 // DeleteUpload removes upload id's parts.
 func (s *Sessions) DeleteUpload(ctx context.Context, sid, id string) error {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return err
 	}

@@ -169,7 +169,7 @@ func (s *Sessions) adopt(ctx context.Context, w where, rec *record) error {
 // an id get one derived from the content, so a repeated create writes the
 // same ids. session.ErrInvalid is returned for a bad id or message.
 func (s *Sessions) Create(ctx context.Context, in session.Record, msgs []session.Message) (session.Record, error) {
-	w, err := s.where(in.SessionID)
+	w, err := s.where(ctx, in.SessionID)
 	if err != nil {
 		return session.Record{}, err
 	}
@@ -292,7 +292,7 @@ func (s *Sessions) writeAll(ctx context.Context, w where, rec *record, msgs []se
 // one whose import stopped half-way is taken back and written again. A
 // session of the same id and another epoch is session.ErrExists.
 func (s *Sessions) Import(ctx context.Context, in session.Record, msgs, comps []session.Message) (bool, error) {
-	w, err := s.where(in.SessionID)
+	w, err := s.where(ctx, in.SessionID)
 	if err != nil {
 		return false, err
 	}
@@ -376,7 +376,7 @@ func (s *Sessions) Append(ctx context.Context, sid string, msgs ...session.Messa
 // content the whole append is refused (*session.IDTakenError). With
 // opt.ExpectedHeadSeq set, the append applies only at that head.
 func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error) {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return session.Appended{}, err
 	}
@@ -559,7 +559,7 @@ func (s *Sessions) checkRepeats(ctx context.Context, w where, rec *record, a ses
 // crash between the message and the record leaves a compaction the
 // pipeline finishes on the next request for the same key.
 func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, err error) {
-	w, err := s.where(c.SessionID)
+	w, err := s.where(ctx, c.SessionID)
 	if err != nil {
 		return false, err
 	}
@@ -616,7 +616,7 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 // is first marked deleted (compare-and-set), so no write racing the delete
 // applies after it; then the session's subjects are purged.
 func (s *Sessions) Delete(ctx context.Context, sid string) error {
-	w, err := s.where(sid)
+	w, err := s.where(ctx, sid)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 var (
@@ -28,7 +29,7 @@ var (
 // handed in and out are copies, so callers never share state with it.
 type Store struct {
 	mu       sync.RWMutex
-	sessions map[string]*entry
+	sessions map[tenant.Session]*entry
 	now      func() time.Time
 }
 
@@ -44,13 +45,13 @@ type entry struct {
 }
 
 // New returns an empty store.
-func New() *Store { return &Store{sessions: map[string]*entry{}, now: time.Now} }
+func New() *Store { return &Store{sessions: map[tenant.Session]*entry{}, now: time.Now} }
 
 // Create stores a new session with its first messages, assigning ids (one
 // derived from the content for a message without) and seqs from 1. A create
 // repeated with the same content succeeds; with other content it returns
 // session.ErrExists. A bad message is an error wrapping session.ErrInvalid.
-func (s *Store) Create(_ context.Context, rec session.Record, msgs []session.Message) (session.Record, error) {
+func (s *Store) Create(ctx context.Context, rec session.Record, msgs []session.Message) (session.Record, error) {
 	if rec.SessionID == "" {
 		return session.Record{}, fmt.Errorf("%w: session id is required", session.ErrInvalid)
 	}
@@ -67,7 +68,7 @@ func (s *Store) Create(_ context.Context, rec session.Record, msgs []session.Mes
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.sessions[rec.SessionID]; ok {
+	if e, ok := s.sessions[keyOf(ctx, rec.SessionID)]; ok {
 		if e.rec.CreateDigest == digest {
 			return cloneRecord(e.rec), nil
 		}
@@ -83,7 +84,7 @@ func (s *Store) Create(_ context.Context, rec session.Record, msgs []session.Mes
 	for _, m := range prepared {
 		e.ids[m.ID] = m.Seq
 	}
-	s.sessions[rec.SessionID] = e
+	s.sessions[keyOf(ctx, rec.SessionID)] = e
 	return cloneRecord(rec), nil
 }
 
@@ -99,7 +100,7 @@ func (s *Store) Append(ctx context.Context, sessionID string, msgs ...session.Me
 // answered); with opt.ExpectedHeadSeq set, the append applies only at that
 // head. It never conflicts with a compaction: the compaction's commit keeps
 // the new head.
-func (s *Store) AppendWith(_ context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error) {
+func (s *Store) AppendWith(ctx context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error) {
 	if len(msgs) == 0 {
 		return session.Appended{}, fmt.Errorf("%w: an append needs messages", session.ErrInvalid)
 	}
@@ -109,7 +110,7 @@ func (s *Store) AppendWith(_ context.Context, sessionID string, msgs []session.M
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return session.Appended{}, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -156,10 +157,10 @@ func (s *Store) AppendWith(_ context.Context, sessionID string, msgs []session.M
 }
 
 // Message returns the session's message with seq.
-func (s *Store) Message(_ context.Context, sessionID string, seq int64) (session.Message, error) {
+func (s *Store) Message(ctx context.Context, sessionID string, seq int64) (session.Message, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return session.Message{}, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -171,18 +172,18 @@ func (s *Store) Message(_ context.Context, sessionID string, seq int64) (session
 
 // Delete removes the session; deleting one that does not exist is not an
 // error.
-func (s *Store) Delete(_ context.Context, sessionID string) error {
+func (s *Store) Delete(ctx context.Context, sessionID string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.sessions, sessionID)
+	delete(s.sessions, keyOf(ctx, sessionID))
 	return nil
 }
 
 // Load implements pipeline.SessionStore.
-func (s *Store) Load(_ context.Context, sessionID string, history bool) (*session.Session, error) {
+func (s *Store) Load(ctx context.Context, sessionID string, history bool) (*session.Session, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -212,10 +213,10 @@ func (s *Store) Load(_ context.Context, sessionID string, history bool) (*sessio
 }
 
 // Compaction implements pipeline.SessionStore.
-func (s *Store) Compaction(_ context.Context, sessionID, compactionID string) (*session.Message, error) {
+func (s *Store) Compaction(ctx context.Context, sessionID, compactionID string) (*session.Message, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -229,10 +230,10 @@ func (s *Store) Compaction(_ context.Context, sessionID, compactionID string) (*
 // Commit implements pipeline.SessionStore. A commit whose compaction the
 // record already points to returns session.ErrConflict like any lost race;
 // the caller tells the cases apart by reading the record.
-func (s *Store) Commit(_ context.Context, c session.Commit) (existed bool, err error) {
+func (s *Store) Commit(ctx context.Context, c session.Commit) (existed bool, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.sessions[c.SessionID]
+	e, ok := s.sessions[keyOf(ctx, c.SessionID)]
 	if !ok {
 		return false, fmt.Errorf("session %s: %w", c.SessionID, session.ErrNotFound)
 	}
@@ -263,10 +264,10 @@ func (s *Store) Commit(_ context.Context, c session.Commit) (existed bool, err e
 }
 
 // Record returns the session's record.
-func (s *Store) Record(_ context.Context, sessionID string) (session.Record, error) {
+func (s *Store) Record(ctx context.Context, sessionID string) (session.Record, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return session.Record{}, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -276,10 +277,10 @@ func (s *Store) Record(_ context.Context, sessionID string) (session.Record, err
 // History returns every message of the session in seq order, and its
 // committed compactions, oldest first: nothing a compaction summarised is
 // ever lost.
-func (s *Store) History(_ context.Context, sessionID string) ([]session.Message, []session.Message, error) {
+func (s *Store) History(ctx context.Context, sessionID string) ([]session.Message, []session.Message, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return nil, nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -298,51 +299,51 @@ func cloneRecord(r session.Record) session.Record {
 // Breakers is an in-memory breaker store, safe for concurrent use.
 type Breakers struct {
 	mu sync.Mutex
-	m  map[string]session.Breaker
+	m  map[tenant.Session]session.Breaker
 }
 
 // NewBreakers returns an empty breaker store.
-func NewBreakers() *Breakers { return &Breakers{m: map[string]session.Breaker{}} }
+func NewBreakers() *Breakers { return &Breakers{m: map[tenant.Session]session.Breaker{}} }
 
 // Breaker implements pipeline.BreakerStore.
-func (b *Breakers) Breaker(_ context.Context, sessionID string) (session.Breaker, error) {
+func (b *Breakers) Breaker(ctx context.Context, sessionID string) (session.Breaker, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if br, ok := b.m[sessionID]; ok {
+	if br, ok := b.m[keyOf(ctx, sessionID)]; ok {
 		return br, nil
 	}
 	return session.Breaker{SessionID: sessionID, State: session.BreakerClosed}, nil
 }
 
 // RecordFailure implements pipeline.BreakerStore.
-func (b *Breakers) RecordFailure(_ context.Context, sessionID string, f session.Failure, now time.Time) (session.Breaker, bool, error) {
+func (b *Breakers) RecordFailure(ctx context.Context, sessionID string, f session.Failure, now time.Time) (session.Breaker, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	br, ok := b.m[sessionID]
+	br, ok := b.m[keyOf(ctx, sessionID)]
 	if !ok {
 		br = session.Breaker{SessionID: sessionID, State: session.BreakerClosed}
 	}
 	counted, opened := br.Fail(f, now)
 	if counted {
 		br.Revision++
-		b.m[sessionID] = br
+		b.m[keyOf(ctx, sessionID)] = br
 	}
 	return br, opened, nil
 }
 
 // Delete removes the session's breaker.
-func (b *Breakers) Delete(_ context.Context, sessionID string) error {
+func (b *Breakers) Delete(ctx context.Context, sessionID string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.m, sessionID)
+	delete(b.m, keyOf(ctx, sessionID))
 	return nil
 }
 
 // Probe implements pipeline.BreakerStore.
-func (b *Breakers) Probe(_ context.Context, sessionID string, cooldown time.Duration, now time.Time) (session.Breaker, bool, error) {
+func (b *Breakers) Probe(ctx context.Context, sessionID string, cooldown time.Duration, now time.Time) (session.Breaker, bool, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	br, ok := b.m[sessionID]
+	br, ok := b.m[keyOf(ctx, sessionID)]
 	if !ok || !br.Open() {
 		return session.Breaker{SessionID: sessionID, State: session.BreakerClosed}, false, nil
 	}
@@ -352,29 +353,32 @@ func (b *Breakers) Probe(_ context.Context, sessionID string, cooldown time.Dura
 	t := now.UTC()
 	br.ProbeAt = &t
 	br.Revision++
-	b.m[sessionID] = br
+	b.m[keyOf(ctx, sessionID)] = br
 	return br, true, nil
 }
 
 // Reset implements pipeline.BreakerStore.
-func (b *Breakers) Reset(_ context.Context, sessionID string, _ time.Time) (session.Breaker, error) {
+func (b *Breakers) Reset(ctx context.Context, sessionID string, _ time.Time) (session.Breaker, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	prev, ok := b.m[sessionID]
+	prev, ok := b.m[keyOf(ctx, sessionID)]
 	if !ok {
 		prev = session.Breaker{SessionID: sessionID, State: session.BreakerClosed}
 	}
-	delete(b.m, sessionID)
+	delete(b.m, keyOf(ctx, sessionID))
 	return prev, nil
 }
 
 // List returns every stored breaker.
-func (b *Breakers) List(_ context.Context) ([]session.Breaker, error) {
+func (b *Breakers) List(ctx context.Context) ([]session.Breaker, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]session.Breaker, 0, len(b.m))
-	for _, br := range b.m {
-		out = append(out, br)
+	t := tenant.From(ctx)
+	for k, br := range b.m {
+		if k.Tenant == t {
+			out = append(out, br)
+		}
 	}
 	slices.SortFunc(out, func(a, c session.Breaker) int {
 		if a.SessionID < c.SessionID {
@@ -389,10 +393,10 @@ func (b *Breakers) List(_ context.Context) ([]session.Breaker, error) {
 }
 
 // PutUploadPart stores part of parts of upload id for the session.
-func (s *Store) PutUploadPart(_ context.Context, sessionID, id string, part, parts int, data []byte) error {
+func (s *Store) PutUploadPart(ctx context.Context, sessionID, id string, part, parts int, data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -407,10 +411,10 @@ func (s *Store) PutUploadPart(_ context.Context, sessionID, id string, part, par
 }
 
 // UploadParts returns upload id's parts joined.
-func (s *Store) UploadParts(_ context.Context, sessionID, id string) ([]byte, error) {
+func (s *Store) UploadParts(ctx context.Context, sessionID, id string) ([]byte, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
@@ -434,10 +438,10 @@ func (s *Store) UploadParts(_ context.Context, sessionID, id string) ([]byte, er
 }
 
 // DeleteUpload removes upload id's parts.
-func (s *Store) DeleteUpload(_ context.Context, sessionID, id string) error {
+func (s *Store) DeleteUpload(ctx context.Context, sessionID, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.sessions[sessionID]; ok {
+	if e, ok := s.sessions[keyOf(ctx, sessionID)]; ok {
 		delete(e.uploads, id)
 	}
 	return nil
@@ -449,10 +453,10 @@ type uploadPart struct {
 }
 
 // Prepared implements pipeline.PreparedStore.
-func (s *Store) Prepared(_ context.Context, sessionID string) (session.PreparedCompaction, error) {
+func (s *Store) Prepared(ctx context.Context, sessionID string) (session.PreparedCompaction, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	e, ok := s.sessions[sessionID]
+	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok || !e.rec.Visible() || e.prepared == nil {
 		return session.PreparedCompaction{}, session.ErrNotFound
 	}
@@ -463,10 +467,10 @@ func (s *Store) Prepared(_ context.Context, sessionID string) (session.PreparedC
 
 // PutPrepared implements pipeline.PreparedStore: compare-and-set on
 // p.Revision (0: none stored).
-func (s *Store) PutPrepared(_ context.Context, p session.PreparedCompaction) (session.PreparedCompaction, error) {
+func (s *Store) PutPrepared(ctx context.Context, p session.PreparedCompaction) (session.PreparedCompaction, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.sessions[p.SessionID]
+	e, ok := s.sessions[keyOf(ctx, p.SessionID)]
 	if !ok || !e.rec.Visible() {
 		return p, session.ErrNotFound
 	}
@@ -498,7 +502,7 @@ func clonePrepared(p session.PreparedCompaction) session.PreparedCompaction {
 
 // List returns a page of the sessions, ordered by id; the cursor is the
 // last id of the previous page.
-func (s *Store) List(_ context.Context, opt session.ListOptions) (session.SessionPage, error) {
+func (s *Store) List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error) {
 	page := session.SessionPage{Sessions: []session.Listed{}}
 	if err := opt.Check(); err != nil {
 		return page, err
@@ -510,9 +514,10 @@ func (s *Store) List(_ context.Context, opt session.ListOptions) (session.Sessio
 	defer s.mu.RUnlock()
 	now := s.now()
 	ids := make([]string, 0, len(s.sessions))
-	for id := range s.sessions {
-		if id > opt.After {
-			ids = append(ids, id)
+	t := tenant.From(ctx)
+	for k := range s.sessions {
+		if k.Tenant == t && k.ID > opt.After {
+			ids = append(ids, k.ID)
 		}
 	}
 	slices.Sort(ids)
@@ -521,7 +526,7 @@ func (s *Store) List(_ context.Context, opt session.ListOptions) (session.Sessio
 			page.Next = ids[i-1]
 			break
 		}
-		if l := session.ListedOf(s.sessions[id].rec); opt.Keep(l, now) {
+		if l := session.ListedOf(s.sessions[tenant.Session{Tenant: t, ID: id}].rec); opt.Keep(l, now) {
 			page.Sessions = append(page.Sessions, l)
 		}
 	}
@@ -530,7 +535,7 @@ func (s *Store) List(_ context.Context, opt session.ListOptions) (session.Sessio
 
 // Page returns up to limit breakers (0: session.DefaultPageSize) ordered
 // by session id, after the cursor: the last id of the previous page.
-func (b *Breakers) Page(_ context.Context, after string, limit int) (session.BreakerPage, error) {
+func (b *Breakers) Page(ctx context.Context, after string, limit int) (session.BreakerPage, error) {
 	page := session.BreakerPage{Breakers: []session.Breaker{}}
 	opt := session.ListOptions{Limit: limit}
 	if err := opt.Check(); err != nil {
@@ -539,7 +544,7 @@ func (b *Breakers) Page(_ context.Context, after string, limit int) (session.Bre
 	if err := checkCursor(after); err != nil {
 		return page, err
 	}
-	all, _ := b.List(context.Background())
+	all, _ := b.List(ctx)
 	for _, br := range all {
 		if br.SessionID <= after {
 			continue
@@ -562,4 +567,9 @@ func checkCursor(c string) error {
 		}
 	}
 	return nil
+}
+
+// keyOf is a session of ctx's tenant.
+func keyOf(ctx context.Context, sid string) tenant.Session {
+	return tenant.Session{Tenant: tenant.From(ctx), ID: sid}
 }

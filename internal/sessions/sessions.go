@@ -28,6 +28,7 @@ import (
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -399,9 +400,9 @@ func (s *Service) List(ctx context.Context, opt session.ListOptions) (session.Se
 
 // Sweeper is a store that can delete idle sessions itself.
 type Sweeper interface {
-	// Sweep deletes the sessions nobody wrote to within ttl and returns
-	// their ids.
-	Sweep(ctx context.Context, ttl time.Duration) ([]string, error)
+	// Sweep deletes the sessions nobody wrote to within ttl, of every
+	// tenant, and returns them.
+	Sweep(ctx context.Context, ttl time.Duration) ([]tenant.Session, error)
 }
 
 // Sweep deletes the sessions nobody wrote to within ttl, with their
@@ -412,9 +413,9 @@ func (s *Service) Sweep(ctx context.Context, ttl time.Duration) (int, error) {
 		return 0, nil
 	}
 	ids, err := sw.Sweep(ctx, ttl)
-	for _, sid := range ids {
+	for _, ts := range ids {
 		if s.breakers != nil {
-			if berr := s.breakers.Delete(ctx, sid); berr != nil && err == nil {
+			if berr := s.breakers.Delete(tenant.With(ctx, ts.Tenant), ts.ID); berr != nil && err == nil {
 				err = berr
 			}
 		}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Store is a session store as the suite drives it: the pipeline's interface
@@ -110,6 +111,7 @@ var SessionCases = []StoreCase{
 	{"delete removes everything and repeats", caseStoreDeleteRemovesEverythingAndRepeats},
 	{"prepared compactions", caseStorePreparedCompactions},
 	{"a list pages through every session once, with filters", caseStoreList},
+	{"two tenants with one session id do not meet", caseStoreTenantsDoNotMeet},
 }
 
 func caseStoreCreateLoadAppend(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
@@ -593,6 +595,7 @@ var BreakerCases = []BreakersCase{
 	{"a request's failure counts once", caseBreakersARequestsFailureCountsOnce},
 	{"one outage counts once", caseBreakersOneOutageCountsOnce},
 	{"a list pages through every breaker once", caseBreakersList},
+	{"two tenants' breakers of one session id do not meet", caseBreakersTenantsDoNotMeet},
 }
 
 func caseBreakersCountOpenReset(t *testing.T, newStore func(t *testing.T) Breakers) {
@@ -935,5 +938,93 @@ func caseBreakersList(t *testing.T, newStore func(t *testing.T) Breakers) {
 	}
 	if _, err := b.Page(ctx, "", session.MaxPageSize+1); !errors.Is(err, session.ErrInvalid) {
 		t.Fatalf("a page over the maximum: %v", err)
+	}
+}
+
+// caseStoreTenantsDoNotMeet: two tenants use the same session id; each
+// sees, appends to, compacts, lists and deletes its own session only.
+func caseStoreTenantsDoNotMeet(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
+	s := newStore(t)
+	a, b := tenant.With(context.Background(), "A"), tenant.With(context.Background(), "B")
+	for i, ctx := range []context.Context{a, b} {
+		if _, err := s.Create(ctx, session.Record{SessionID: "same", Model: fmt.Sprint("model-", i)}, conversation(i+1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Append(a, "same", session.Message{Role: session.RoleUser, Content: text("only A says this"), Tokens: 5}); err != nil {
+		t.Fatal(err)
+	}
+	// Each reads its own: A's three turns and its append, B's one turn.
+	for ctx, want := range map[context.Context]int{a: 1 + 2*1 + 1, b: 1 + 2*2} {
+		sess, err := s.Load(ctx, "same", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sess.Messages) != want {
+			t.Fatalf("%s reads %d messages, want %d", tenant.From(ctx), len(sess.Messages), want)
+		}
+	}
+	// The default tenant has no such session; B's is not listed for A.
+	if _, err := s.Record(context.Background(), "same"); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("the default tenant reads another tenant's session: %v", err)
+	}
+	page, err := s.List(a, session.ListOptions{})
+	if err != nil || len(page.Sessions) != 1 || page.Sessions[0].Model != "model-0" {
+		t.Fatalf("A lists %+v (%v)", page.Sessions, err)
+	}
+	// A compacts and deletes its own; B's stays as it was.
+	sess, _ := s.Load(a, "same", false)
+	if _, err := s.Commit(a, compactionFor(sess.Record, sess.Messages, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	if rec, _ := s.Record(b, "same"); rec.CompactionID != "" {
+		t.Fatalf("A's compaction reached B's session: %+v", rec)
+	}
+	if err := s.Delete(a, "same"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Record(a, "same"); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("A's session after its delete: %v", err)
+	}
+	if sess, err := s.Load(b, "same", false); err != nil || len(sess.Messages) != 5 {
+		t.Fatalf("B's session after A's delete: %v", err)
+	}
+}
+
+// caseBreakersTenantsDoNotMeet: two tenants' breakers of the same session
+// id are apart: counted, listed, reset and deleted apart.
+func caseBreakersTenantsDoNotMeet(t *testing.T, newStore func(t *testing.T) Breakers) {
+	s := newStore(t)
+	a, b := tenant.With(context.Background(), "A"), tenant.With(context.Background(), "B")
+	for i := range 3 {
+		if _, _, err := s.RecordFailure(a, "same", session.Failure{RequestID: fmt.Sprint("r", i), Error: "x", MaxFailures: 3}, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if br, _ := s.Breaker(a, "same"); !br.Open() {
+		t.Fatalf("A's breaker %+v", br)
+	}
+	for _, ctx := range []context.Context{b, context.Background()} {
+		if br, _ := s.Breaker(ctx, "same"); br.Open() || br.Failures != 0 {
+			t.Fatalf("%s sees A's breaker: %+v", tenant.From(ctx), br)
+		}
+		if all, err := s.List(ctx); err != nil || len(all) != 0 {
+			t.Fatalf("%s lists %+v (%v)", tenant.From(ctx), all, err)
+		}
+		if page, err := s.Page(ctx, "", 10); err != nil || len(page.Breakers) != 0 {
+			t.Fatalf("%s pages %+v (%v)", tenant.From(ctx), page, err)
+		}
+		if _, err := s.Reset(ctx, "same", now); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Delete(ctx, "same"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if br, _ := s.Breaker(a, "same"); !br.Open() {
+		t.Fatalf("another tenant's reset or delete reached A's breaker: %+v", br)
+	}
+	if all, err := s.List(a); err != nil || len(all) != 1 || all[0].SessionID != "same" {
+		t.Fatalf("A lists %+v (%v)", all, err)
 	}
 }
