@@ -27,6 +27,7 @@ import (
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/transcript"
 	"github.com/compactor/compactor/schemas"
 )
@@ -84,7 +85,7 @@ type Deps struct {
 	// Appended, when set, is told of every append applied (the session,
 	// its head after it, the seq of the first message, the tokens it
 	// added), for the preparer; it must not block.
-	Appended func(sessionID string, head, firstSeq int64, tokens int)
+	Appended func(ctx context.Context, sessionID string, head, firstSeq int64, tokens int)
 }
 
 // Server answers the endpoints.
@@ -151,7 +152,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		return nil, fmt.Errorf("api: add service: %w", err)
 	}
 	s.micro = svc
-	for _, e := range []struct {
+	endpoints := []struct {
 		name, subject, desc string
 		h                   micro.HandlerFunc
 	}{
@@ -167,11 +168,20 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		{"session_upload", SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
 		{"session_list", SubjectList, "a page of the stored sessions: {\"limit\" (default 100, at most 1000), \"after\" (the previous page's \"next\"), \"prefix\", \"model\", \"idle_for\" (a duration, e.g. \"24h\"), \"compacted\" (true or false)}; answers {\"sessions\", \"next\"}", s.sessionList},
 		{"session_delete", SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
-	} {
-		if err := svc.AddEndpoint(e.name, e.h, micro.WithEndpointSubject(e.subject),
-			micro.WithEndpointMetadata(map[string]string{"description": e.desc})); err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("api: endpoint %s: %w", e.name, err)
+	}
+	for _, e := range endpoints {
+		// Each endpoint twice: the default tenant's subject, and every
+		// tenant's (tenant.<account>.<subject>, as an account's import of
+		// the service's export writes it).
+		for _, ep := range []struct{ name, subject, desc string }{
+			{e.name, e.subject, e.desc},
+			{"tenant_" + e.name, tenant.Wildcard(e.subject), "a tenant's " + e.subject + ": " + e.desc},
+		} {
+			if err := svc.AddEndpoint(ep.name, s.tenanted(e.h), micro.WithEndpointSubject(ep.subject),
+				micro.WithEndpointMetadata(map[string]string{"description": ep.desc})); err != nil {
+				_ = svc.Stop()
+				return nil, fmt.Errorf("api: endpoint %s: %w", ep.name, err)
+			}
 		}
 	}
 	go func() {
@@ -179,6 +189,32 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		_ = svc.Stop()
 	}()
 	return s, nil
+}
+
+// tenanted answers a request for the tenant its subject names, once the
+// server's word on the caller agrees (a request through an account's
+// import carries the importing account in Nats-Request-Info, set by the
+// server; one from within the service's account carries none).
+func (s *Server) tenanted(h micro.HandlerFunc) micro.HandlerFunc {
+	return func(r micro.Request) {
+		t, _, ok := tenant.Split(r.Subject())
+		if !ok {
+			s.fail(r, fmt.Errorf("%w: subject %q names no valid tenant", errBadRequest, r.Subject()))
+			return
+		}
+		if err := tenant.Verify(t, r.Headers().Get(tenant.RequestInfoHeader)); err != nil {
+			s.log.Warn("request refused", slog.String("tenant", t), slog.String("subject", r.Subject()), slog.String("error", err.Error()))
+			s.fail(r, fmt.Errorf("%w: %v", errForbidden, err))
+			return
+		}
+		h(r)
+	}
+}
+
+// tenantOf is the tenant of a request tenanted let through.
+func tenantOf(r micro.Request) string {
+	t, _, _ := tenant.Split(r.Subject())
+	return t
 }
 
 // Stop stops answering (drains the endpoints), then lets the synchronous
@@ -291,6 +327,8 @@ func errorCode(err error) (int, string) {
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, session.ErrInvalid), errors.Is(err, pipeline.ErrInvalidRequest), errors.Is(err, transcript.ErrFormat):
 		return 400, StatusNotApplied
+	case errors.Is(err, errForbidden):
+		return 403, StatusNotApplied
 	case errors.Is(err, session.ErrNotFound):
 		return 404, StatusNotApplied
 	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrHeadMoved):
@@ -308,6 +346,10 @@ func errorCode(err error) (int, string) {
 }
 
 var errBadRequest = errors.New("bad request")
+
+// errForbidden refuses a request whose caller the server names as another
+// account than its subject's tenant.
+var errForbidden = errors.New("forbidden")
 
 // errorAnswer is the code and body of an error answer.
 func errorAnswer(err error) (int, []byte) {
@@ -386,7 +428,7 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 	s.opsWG.Add(1)
 	go func() {
 		defer func() { <-s.ops; s.opsWG.Done() }()
-		ctx, cancel := context.WithTimeout(s.work, opTimeout) // cancelled past the shutdown grace
+		ctx, cancel := context.WithTimeout(tenant.With(s.work, tenantOf(r)), opTimeout) // cancelled past the shutdown grace
 		defer cancel()
 		v, err := f(ctx)
 		if err != nil {
@@ -453,7 +495,7 @@ func (s *Server) compact(r micro.Request) {
 	trace := events.TraceFromHeader(r.Headers())
 	go func() {
 		defer func() { <-s.sem; s.wg.Done() }()
-		ctx, cancel := context.WithTimeout(events.WithTrace(s.work, trace), s.d.Timeout)
+		ctx, cancel := context.WithTimeout(events.WithTrace(tenant.With(s.work, tenantOf(r)), trace), s.d.Timeout)
 		defer cancel()
 		preq := pipeline.Request{ID: req.RequestID, SessionID: req.SessionID, Trigger: req.Trigger, Model: req.Model,
 			ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens, MessageCount: req.MessageCount,
@@ -719,7 +761,7 @@ func (s *Server) sessionAppend(r micro.Request) {
 		if err == nil {
 			s.d.Sessions.DropUploads(ctx, b.SessionID, ids)
 			if s.d.Appended != nil && out.Status == sessions.StatusApplied {
-				s.d.Appended(b.SessionID, out.HeadSeq, out.FirstSeq, preparer.EstimateTokens(out.Bytes))
+				s.d.Appended(ctx, b.SessionID, out.HeadSeq, out.FirstSeq, preparer.EstimateTokens(out.Bytes))
 			}
 		}
 		return out, err

@@ -35,6 +35,7 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Config is everything the service is built from.
@@ -224,7 +225,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	observe := func(res *pipeline.Result) {
 		a.Metrics.Observe(res)
 		if res.Outcome == pipeline.OutcomeCompacted {
-			a.Preparer.Compacted(res.SessionID)
+			a.Preparer.Compacted(tenant.With(context.Background(), res.Tenant), res.SessionID)
 		}
 	}
 	a.Consumer = consumer.New(nc, a.JS, a.Pipeline, consumer.Options{Workers: cfg.Workers, Source: cfg.Source, Logger: log,

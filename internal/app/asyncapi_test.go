@@ -164,6 +164,12 @@ func (a *asyncAPI) channels() map[string]string {
 	return out
 }
 
+// description is the document's info.description.
+func (a *asyncAPI) description() string {
+	d, _ := a.doc["info"].(map[string]any)["description"].(string)
+	return d
+}
+
 // operationOn returns the operation on channel name.
 func (a *asyncAPI) operationOn(t *testing.T, name string) map[string]any {
 	t.Helper()
@@ -327,10 +333,17 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 	if err := json.Unmarshal(info.Data, &si); err != nil {
 		t.Fatal(err)
 	}
-	var have, documented []string
+	// Each endpoint serves every tenant too, under the tenant form the
+	// document's description gives.
+	var have, documented, tenants []string
 	for _, e := range si.Endpoints {
+		if rest, ok := strings.CutPrefix(e.Subject, "tenant.*."); ok {
+			tenants = append(tenants, rest)
+			continue
+		}
 		have = append(have, e.Subject)
 	}
+	slices.Sort(tenants)
 	for addr := range chans {
 		if strings.HasPrefix(addr, "compactor.") && !strings.Contains(addr, "{") {
 			documented = append(documented, addr)
@@ -340,6 +353,9 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 	slices.Sort(documented)
 	if !slices.Equal(have, documented) {
 		t.Fatalf("endpoints %v, documented %v", have, documented)
+	}
+	if !slices.Equal(tenants, have) || !strings.Contains(a.description(), "`tenant.{tenant}.<subject>`") {
+		t.Fatalf("tenants' endpoints %v, documented %v: the description must give their form", tenants, have)
 	}
 
 	// Each endpoint, asked as the document says, answers as it says.

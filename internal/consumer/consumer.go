@@ -18,6 +18,7 @@ import (
 
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Options tune a Consumer. The zero value works.
@@ -49,7 +50,7 @@ type Options struct {
 	// NearBudget, when set, is handed every ContextNearBudget (a hint to
 	// prepare the session's next compaction: no result event); it must
 	// not block. Without it the hints are acknowledged and ignored.
-	NearBudget func(pipeline.Request)
+	NearBudget func(context.Context, pipeline.Request)
 }
 
 // Stats are a Consumer's counters since it started.
@@ -109,8 +110,12 @@ func (c *Consumer) Consuming() bool { return c.consuming.Load() }
 
 type delivery struct {
 	msg       jetstream.Msg
+	tenant    string // from the subject, as the server wrote it
 	sessionID string // from the subject; data decides
 }
+
+// key names the delivery's session among the consumer's queues.
+func (d *delivery) key() string { return d.tenant + "." + d.sessionID }
 
 // New returns a consumer running svc's pipeline on the requests of js,
 // publishing its events there.
@@ -271,17 +276,18 @@ func sleep(ctx context.Context, d time.Duration) {
 // session's runner when it has none.
 func (c *Consumer) hold(work context.Context, msg jetstream.Msg) {
 	c.received.Add(1)
-	_, sid, _ := events.RequestSubject(msg.Subject())
-	d := &delivery{msg: msg, sessionID: sid}
+	t, rest, _ := tenant.Split(msg.Subject())
+	_, sid, _ := events.RequestSubject(rest)
+	d := &delivery{msg: msg, tenant: t, sessionID: sid}
+	key := d.key()
 	c.mu.Lock()
-	q := c.queues[sid]
-	c.queues[sid] = append(q, d)
+	q := c.queues[key]
+	c.queues[key] = append(q, d)
 	c.held[d] = struct{}{}
 	c.mu.Unlock()
 	if len(q) == 0 { // no queue: no runner
-
 		c.wg.Add(1)
-		go c.runSession(work, sid)
+		go c.runSession(work, key)
 	}
 }
 
@@ -293,7 +299,8 @@ func (c *Consumer) release(msg jetstream.Msg) {
 	}
 }
 
-// runSession works through one session's queue, one delivery at a time.
+// runSession works through one session's queue (its delivery key), one
+// delivery at a time.
 // A session has a queue in c.queues exactly while its runner runs: the
 // runner removes the queue in the same lock as it takes its last
 // delivery off, so that hold, finding none, starts the only next runner.
@@ -363,19 +370,25 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		_ = msg.Term()
 		return
 	}
-	req, ev, err := events.DecodeRequest(msg.Subject(), msg.Headers(), msg.Data())
+	t, subject, ok := tenant.Split(msg.Subject())
+	if !ok {
+		c.reject(ctx, d, md, pipeline.Request{}, fmt.Errorf("%w: subject %q names no valid tenant", pipeline.ErrInvalidRequest, msg.Subject()))
+		return
+	}
+	ctx = tenant.With(ctx, t)
+	req, ev, err := events.DecodeRequest(subject, msg.Headers(), msg.Data())
 	if err != nil {
 		ctx = events.WithTrace(ctx, events.TraceFromHeader(msg.Headers()))
 		c.reject(ctx, d, md, req, err)
 		return
 	}
 	ctx = events.WithTrace(ctx, events.TraceOf(ev))
-	log := c.log.With(slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
+	log := c.log.With(slog.String("tenant", t), slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
 	if req.Trigger == pipeline.TriggerNearBudget {
 		// A hint, not a request: handed to the preparer, answered by
 		// the over-budget request it prepares for.
 		if c.opt.NearBudget != nil {
-			c.opt.NearBudget(req)
+			c.opt.NearBudget(ctx, req)
 		}
 		c.hints.Add(1)
 		c.ack(log, msg)
@@ -500,7 +513,7 @@ func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.Ms
 	if !events.ValidSessionID(sid) {
 		sid = "_invalid"
 	}
-	out := nats.NewMsg(events.DLQPrefix + sid)
+	out := nats.NewMsg(tenant.Subject(d.tenant, events.DLQPrefix+sid))
 	for k, v := range msg.Headers() {
 		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
 			out.Header[k] = v

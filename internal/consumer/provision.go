@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Stream, subject and consumer names (SPEC §8).
@@ -73,10 +74,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, set Settings) error 
 	// compaction.dlq.>, which must be freed (its subjects migrated to
 	// compactor.dlq.>) before COMPACTION_EVENTS can take compaction.>.
 	// The dead letters it holds stay, under their old subjects.
+	// Each stream holds the default tenant's subjects and every tenant's
+	// (tenant.<account>.<subject>: what an account's import of the
+	// service's export writes).
 	streams := []jetstream.StreamConfig{
-		{Name: RequestStream, Subjects: []string{RequestSubject}, Retention: jetstream.WorkQueuePolicy, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
-		{Name: DLQStream, Subjects: []string{DLQSubject, MaxDeliveriesAdvisory}, Duplicates: DedupWindow, MaxAge: 30 * 24 * time.Hour},
-		{Name: ResultStream, Subjects: []string{ResultSubject}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
+		{Name: RequestStream, Subjects: []string{RequestSubject, tenant.Wildcard(RequestSubject)}, Retention: jetstream.WorkQueuePolicy, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
+		{Name: DLQStream, Subjects: []string{DLQSubject, MaxDeliveriesAdvisory, tenant.Wildcard(DLQSubject)}, Duplicates: DedupWindow, MaxAge: 30 * 24 * time.Hour},
+		{Name: ResultStream, Subjects: []string{ResultSubject, tenant.Wildcard(ResultSubject)}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
 	}
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = replicas, jetstream.FileStorage

@@ -70,7 +70,7 @@ func TestProvisionMigratesTheDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	dlq, _ := js.Stream(ctx, consumer.DLQStream)
-	if got := dlq.CachedInfo().Config.Subjects; len(got) != 2 || got[0] != events.DLQSubjects {
+	if got := dlq.CachedInfo().Config.Subjects; len(got) != 3 || got[0] != events.DLQSubjects || got[2] != "tenant.*."+events.DLQSubjects {
 		t.Fatalf("DLQ subjects %v", got)
 	}
 	if _, err := js.Publish(ctx, events.DLQPrefix+"s1", []byte("a new dead letter")); err != nil {

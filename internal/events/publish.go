@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // DefaultSource is the CloudEvents source of the events the service writes.
@@ -53,9 +54,14 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 	}
 	traceFrom(ctx).apply(&ev)
 	h, body := EncodeBinary(ev)
+	// A tenant's events go to its subjects (exported to it alone), and
+	// their dedup ids are its own: another tenant's request of the same id
+	// is another request.
+	t := tenant.From(ctx)
+	h[jetstream.MsgIDHeader] = []string{tenant.MsgID(t, id)}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if _, err := p.JS.PublishMsg(ctx, &nats.Msg{Subject: Subject(typ, sessionID), Header: h, Data: body}); err != nil {
+	if _, err := p.JS.PublishMsg(ctx, &nats.Msg{Subject: tenant.Subject(t, Subject(typ, sessionID)), Header: h, Data: body}); err != nil {
 		return fmt.Errorf("publish %s: %w", typ, err)
 	}
 	return nil
@@ -107,8 +113,9 @@ func (p *Publisher) stored(ctx context.Context, res *pipeline.Result) bool {
 	if res.Failed {
 		typ = TypeCompactionFailed
 	}
-	m, err := st.GetLastMsgForSubject(ctx, Subject(typ, res.SessionID))
-	return err == nil && m.Header.Get("Nats-Msg-Id") == ResultEventID(res.RequestID, res.Failed)
+	t := tenant.From(ctx)
+	m, err := st.GetLastMsgForSubject(ctx, tenant.Subject(t, Subject(typ, res.SessionID)))
+	return err == nil && m.Header.Get(jetstream.MsgIDHeader) == tenant.MsgID(t, ResultEventID(res.RequestID, res.Failed))
 }
 
 // probeClosed publishes CompactionCircuitClosed when res is a probe that

@@ -14,6 +14,7 @@ import (
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -107,8 +108,13 @@ func (s *Service) Config() Config { return s.cfg }
 // Models returns the model table the service uses.
 func (s *Service) Models() *models.Table { return s.table }
 
+// localKey names a session of ctx's tenant among the process's sessions
+// (two tenants may use one session id).
+func localKey(ctx context.Context, id string) string { return tenant.From(ctx) + "." + id }
+
 // lock serialises work on one session within the process.
-func (s *Service) lock(ctx context.Context, id string) (func(), error) {
+func (s *Service) lock(ctx context.Context, sid string) (func(), error) {
+	id := localKey(ctx, sid)
 	s.mu.Lock()
 	l, ok := s.locks[id]
 	if !ok {
@@ -148,7 +154,7 @@ var errWonByOther = errors.New("compaction committed by another writer")
 // already_compacted and changes nothing.
 func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 	start := s.now()
-	res := &Result{SessionID: req.SessionID, RequestID: req.ID, Trigger: req.Trigger}
+	res := &Result{SessionID: req.SessionID, Tenant: tenant.From(ctx), RequestID: req.ID, Trigger: req.Trigger}
 	err := s.compact(ctx, req, res)
 	res.DurationMS = s.now().Sub(start).Milliseconds()
 	if err == nil {
@@ -214,7 +220,7 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 		if !errors.Is(err, errReplan) || attempt >= s.cfg.CommitRetries {
 			break
 		}
-		*res = Result{SessionID: req.SessionID, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures}
+		*res = Result{SessionID: req.SessionID, Tenant: res.Tenant, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures}
 	}
 	if errors.Is(err, errReplan) {
 		err = fail(ReasonPersistFailed, true, ErrPersistFailed, "lost %d commit races in a row", s.cfg.CommitRetries+1)

@@ -157,8 +157,9 @@ type flight struct {
 	budget    int
 }
 
-// startFlight registers a preparation of the session, with the context
-// it runs under (a request may cancel it); false when one runs.
+// startFlight registers a preparation of the session (its localKey), with
+// the context it runs under (a request may cancel it); false when one
+// runs.
 func (s *Service) startFlight(ctx context.Context, id string) (*flight, context.Context, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -185,7 +186,8 @@ func (s *Service) endFlight(id string, f *flight) {
 	close(f.done)
 }
 
-// compacting reports whether a request holds the session here.
+// compacting reports whether a request holds the session (its localKey)
+// here.
 func (s *Service) compacting(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -202,7 +204,7 @@ func (s *Service) compacting(id string) bool {
 // tokens not spent for nothing) and the request takes its own path.
 func (s *Service) waitFlight(ctx context.Context, p *plan) {
 	s.mu.Lock()
-	f := s.flights[p.sess.Record.SessionID]
+	f := s.flights[localKey(ctx, p.sess.Record.SessionID)]
 	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && s.willFit(p, f.tailStart, f.budget)
 	s.mu.Unlock()
 	if f == nil {
@@ -328,13 +330,14 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		out.Outcome, out.Detail = PrepareBelow, "prepare_at is 0"
 		return nil
 	}
-	f, ctx, ok := s.startFlight(ctx, req.SessionID)
+	key := localKey(ctx, req.SessionID)
+	f, ctx, ok := s.startFlight(ctx, key)
 	if !ok {
 		out.Outcome = PrepareInFlight
 		return nil
 	}
-	defer s.endFlight(req.SessionID, f)
-	if s.compacting(req.SessionID) {
+	defer s.endFlight(key, f)
+	if s.compacting(key) {
 		// A request runs: what it commits makes a preparation planned
 		// now stale. The next trigger prepares on what it leaves.
 		out.Outcome, out.Detail = PrepareInFlight, "a request is compacting the session"

@@ -86,7 +86,9 @@ const (
 // Result is the answer to one request: the data of a CompactionCompleted
 // event, or of a CompactionFailed one when Failed is set.
 type Result struct {
-	SessionID string  `json:"session_id"`
+	SessionID string `json:"session_id"`
+	// Tenant is the session's tenant (its events' subjects say it).
+	Tenant    string  `json:"-"`
 	RequestID string  `json:"request_id"`
 	Trigger   Trigger `json:"trigger"`
 	Outcome   Outcome `json:"outcome,omitempty"`

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Options tune a Preparer.
@@ -79,7 +80,13 @@ type Preparer struct {
 	triggers, queued, dropped, skipped atomic.Int64
 }
 
+// keyOf names a tenant's session among the preparer's.
+func keyOf(t, sid string) string { return t + "." + sid }
+
+func (j job) key() string { return keyOf(j.tenant, j.sessionID) }
+
 type job struct {
+	tenant                        string
 	sessionID, trigger, requestID string
 	model                         string
 	limit                         int
@@ -135,13 +142,14 @@ func EstimateTokens(bytes int) int { return bytes/3 + 4 }
 // Appended is told of an append that went through the service: the
 // session's head after it, the seq of its first message and the tokens it
 // added (EstimateTokens). It never blocks.
-func (p *Preparer) Appended(sessionID string, head, firstSeq int64, tokens int) {
+func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSeq int64, tokens int) {
 	p.triggers.Add(1)
 	if p.svc.Config().PrepareAt == 0 {
 		return
 	}
+	t := tenant.From(ctx)
 	p.mu.Lock()
-	if e := p.est[sessionID]; e != nil && e.head > 0 && firstSeq == e.head+1 {
+	if e := p.est[keyOf(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
 		// No append unseen since the last count: the estimate holds.
 		e.head, e.tokens = head, e.tokens+tokens
 		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
@@ -157,39 +165,39 @@ func (p *Preparer) Appended(sessionID string, head, firstSeq int64, tokens int) 
 		}
 	}
 	p.mu.Unlock()
-	p.enqueue(job{sessionID: sessionID, trigger: pipeline.PrepareAppend})
+	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend})
 }
 
 // NearBudget is told of a runtime's ContextNearBudget: the session is
 // prepared whatever the estimate says. It never blocks.
-func (p *Preparer) NearBudget(req pipeline.Request) {
+func (p *Preparer) NearBudget(ctx context.Context, req pipeline.Request) {
 	p.triggers.Add(1)
-	p.enqueue(job{sessionID: req.SessionID, trigger: pipeline.PrepareNearBudget, requestID: req.ID, model: req.Model, limit: req.ContextLimit})
+	p.enqueue(job{tenant: tenant.From(ctx), sessionID: req.SessionID, trigger: pipeline.PrepareNearBudget, requestID: req.ID, model: req.Model, limit: req.ContextLimit})
 }
 
 // Compacted is told that a session was compacted here: its estimate is
 // gone (the context shrank).
-func (p *Preparer) Compacted(sessionID string) {
+func (p *Preparer) Compacted(ctx context.Context, sessionID string) {
 	p.mu.Lock()
-	delete(p.est, sessionID)
+	delete(p.est, keyOf(tenant.From(ctx), sessionID))
 	p.mu.Unlock()
 }
 
 func (p *Preparer) enqueue(j job) {
 	p.mu.Lock()
 	switch {
-	case p.running[j.sessionID]:
+	case p.running[j.key()]:
 		// After the running one (a runtime's word wins over an append's).
-		if prev, ok := p.again[j.sessionID]; !ok || prev.trigger != pipeline.PrepareNearBudget || j.trigger == pipeline.PrepareNearBudget {
-			p.again[j.sessionID] = j
+		if prev, ok := p.again[j.key()]; !ok || prev.trigger != pipeline.PrepareNearBudget || j.trigger == pipeline.PrepareNearBudget {
+			p.again[j.key()] = j
 		}
 		p.mu.Unlock()
 		return
-	case p.pending[j.sessionID]:
+	case p.pending[j.key()]:
 		if j.trigger == pipeline.PrepareNearBudget {
 			// A runtime's word wins over an append's.
 			for i := range p.queue {
-				if p.queue[i].sessionID == j.sessionID {
+				if p.queue[i].key() == j.key() {
 					p.queue[i] = j
 				}
 			}
@@ -201,7 +209,7 @@ func (p *Preparer) enqueue(j job) {
 		p.dropped.Add(1)
 		return
 	}
-	p.pending[j.sessionID] = true
+	p.pending[j.key()] = true
 	p.queue = append(p.queue, j)
 	p.mu.Unlock()
 	p.queued.Add(1)
@@ -219,24 +227,24 @@ func (p *Preparer) next() (job, bool) {
 		return job{}, false
 	}
 	for i, j := range p.queue {
-		if p.running[j.sessionID] {
+		if p.running[j.key()] {
 			continue // one preparation of a session at a time
 		}
 		p.queue = slices.Delete(p.queue, i, i+1)
-		delete(p.pending, j.sessionID)
-		p.running[j.sessionID] = true
+		delete(p.pending, j.key())
+		p.running[j.key()] = true
 		return j, true
 	}
 	return job{}, false
 }
 
-// done ends a session's preparation, queueing the trigger that came for
+// done ends a session's preparation (its key), queueing the trigger that came for
 // it meanwhile.
-func (p *Preparer) done(sid string) {
+func (p *Preparer) done(key string) {
 	p.mu.Lock()
-	delete(p.running, sid)
-	j, ok := p.again[sid]
-	delete(p.again, sid)
+	delete(p.running, key)
+	j, ok := p.again[key]
+	delete(p.again, key)
 	p.mu.Unlock()
 	if ok {
 		p.enqueue(j)
@@ -279,12 +287,12 @@ func (p *Preparer) work(ctx context.Context) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		out, err := p.svc.Prepare(ctx, pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
+		out, err := p.svc.Prepare(tenant.With(ctx, j.tenant), pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
 			Model: j.model, ContextLimit: j.limit})
-		p.learn(j.sessionID, out, err)
-		p.done(j.sessionID)
+		p.learn(j.key(), out, err)
+		p.done(j.key())
 		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) { // (a request cancelled it: it took its own path)
-			p.log.Warn("preparation failed", slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
+			p.log.Warn("preparation failed", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
 		}
 		if p.opt.Observe != nil && ctx.Err() == nil {
 			p.opt.Observe(out, err)
@@ -292,7 +300,8 @@ func (p *Preparer) work(ctx context.Context) {
 	}
 }
 
-// learn updates the session's estimate from what a preparation read.
+// learn updates the session's (its key's) estimate from what a
+// preparation read.
 func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -69,7 +69,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	}
 	// The first append is read: the estimate starts.
 	first, n := appendTurn(0)
-	p.Appended("s", head, first, n)
+	p.Appended(ctx, "s", head, first, n)
 	if out := wait(); out.Outcome != pipeline.PrepareBelow || out.HeadSeq != head {
 		t.Fatalf("first read: %+v", out)
 	}
@@ -78,7 +78,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	for ; ; i++ {
 		first, n := appendTurn(i)
 		before := p.Stats().Skipped
-		p.Appended("s", head, first, n)
+		p.Appended(ctx, "s", head, first, n)
 		if p.Stats().Skipped == before {
 			break // the estimate reached prepare_at: queued
 		}
@@ -90,7 +90,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	// Once prepared, more appends leave it alone (it stands).
 	first, n = appendTurn(i + 1)
 	before := p.Stats().Skipped
-	p.Appended("s", head, first, n)
+	p.Appended(ctx, "s", head, first, n)
 	if p.Stats().Skipped != before+1 {
 		t.Fatalf("an append after the preparation was queued: %+v", p.Stats())
 	}
@@ -98,7 +98,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	// read the session again.
 	appendTurn(i + 2)
 	first, n = appendTurn(i + 3)
-	p.Appended("s", head, first, n)
+	p.Appended(ctx, "s", head, first, n)
 	if out := wait(); out.Outcome != pipeline.PrepareUnchanged {
 		t.Fatalf("after a missed append: %+v", out)
 	}
@@ -148,14 +148,14 @@ func TestATriggerDuringAPreparationRunsAfterIt(t *testing.T) {
 		Observe: func(out pipeline.Preparation, _ error) { done <- out }})
 	go func() { _ = p.Run(ctx) }()
 	req := pipeline.Request{SessionID: "s", Model: "gpt-4o", ContextLimit: 3000}
-	p.NearBudget(req)
+	p.NearBudget(ctx, req)
 	natstest.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error { // the first is taken
 		if held.Load() == 0 {
 			return errors.New("no worker took the first trigger")
 		}
 		return nil
 	})
-	p.NearBudget(req)                  // comes while it runs
+	p.NearBudget(ctx, req)             // comes while it runs
 	time.Sleep(100 * time.Millisecond) // a second worker would take it now
 	close(hold)
 	for range 2 {

@@ -134,3 +134,14 @@ type Session struct {
 	Tenant string `json:"tenant"`
 	ID     string `json:"session_id"`
 }
+
+// MsgID is the Nats-Msg-Id of a tenant's event of id: the id itself for
+// the default tenant, prefixed with the tenant for another, so that two
+// tenants' events of one id (their requests' ids are theirs to choose) are
+// not taken for duplicates of each other in one stream.
+func MsgID(name, id string) string {
+	if name == Default || name == "" {
+		return id
+	}
+	return name + ":" + id
+}

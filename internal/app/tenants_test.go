@@ -1,0 +1,191 @@
+package app_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// accountsConf is a server with the compactor in its own account and two
+// tenants, each importing the service's exports under the names a runtime
+// uses; %s is the store's directory.
+const accountsConf = `
+listen: 127.0.0.1:-1
+jetstream { store_dir: %q }
+accounts {
+  COMPACTOR: {
+    jetstream: enabled
+    users: [{user: compactor, password: compactor-secret}]
+    exports: [
+      {service: "tenant.*.compactor.>", account_token_position: 2}
+      {service: "tenant.*.agent.context.>", account_token_position: 2}
+      {stream: "tenant.*.compaction.>", account_token_position: 2}
+    ]
+  }
+  TENANT_A: { users: [{user: tenant-a, password: a-secret}], imports: %s }
+  TENANT_B: { users: [{user: tenant-b, password: b-secret}], imports: %s }
+}
+`
+
+func tenantImports(name string) string {
+	return fmt.Sprintf(`[
+      {service: {account: COMPACTOR, subject: "tenant.%[1]s.compactor.>"}, to: "compactor.>"}
+      {service: {account: COMPACTOR, subject: "tenant.%[1]s.agent.context.>"}, to: "agent.context.>"}
+      {stream: {account: COMPACTOR, subject: "tenant.%[1]s.compaction.>"}, to: "compaction.>"}
+    ]`, name)
+}
+
+// accountsServer starts a nats-server on accountsConf.
+func accountsServer(t *testing.T) *server.Server {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nats.conf")
+	conf := fmt.Sprintf(accountsConf, filepath.Join(dir, "js"), tenantImports("TENANT_A"), tenantImports("TENANT_B"))
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return s
+}
+
+// userURL is the server's URL with a user's credentials.
+func userURL(s *server.Server, user, pass string) string {
+	return strings.Replace(s.ClientURL(), "nats://", "nats://"+user+":"+pass+"@", 1)
+}
+
+// Two tenants, each in its own account, use the service through their
+// imports with the subjects a runtime always used, and the same session
+// id: each creates, appends, reads, lists, compacts (by request event
+// and by the endpoint), and deletes its own session, and sees only its
+// own results; another account's subjects are not there to call.
+func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
+	srv := accountsServer(t)
+	service(t, userURL(srv, "compactor", "compactor-secret"), nil, nil)
+	connect := func(user, pass string) (*nats.Conn, *client.Client) {
+		nc, err := nats.Connect(userURL(srv, user, pass))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		c, err := client.New(nc, client.WithTimeout(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nc, c
+	}
+	ncA, a := connect("tenant-a", "a-secret")
+	ncB, b := connect("tenant-b", "b-secret")
+	ctx := context.Background()
+	// Each tenant's results, as its runtimes subscribe to them.
+	resultsOf := func(nc *nats.Conn) *nats.Subscription {
+		sub, err := nc.SubscribeSync("compaction.>")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = nc.Flush()
+		return sub
+	}
+	resA, resB := resultsOf(ncA), resultsOf(ncB)
+
+	turns := func(tenant string, n int) []client.Message {
+		out := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are " + tenant + "'s support agent.")}}
+		for i := range n {
+			out = append(out,
+				client.Message{ID: fmt.Sprintf("u%d", i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("%s question %d: where is my bag tagged BAG-%04d? It held my laptop.", tenant, i, i))},
+				client.Message{ID: fmt.Sprintf("a%d", i), Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("%s: bag BAG-%04d is in Lisbon and arrives on day %d by courier.", tenant, i, i%28+1))})
+		}
+		return out
+	}
+	for c, tenant := range map[*client.Client]string{a: "A", b: "B"} {
+		if _, err := c.Create(ctx, client.CreateRequest{SessionID: "same", Model: "gpt-4o", ContextLimit: 1000, Messages: turns(tenant, 30)}); err != nil {
+			t.Fatalf("tenant %s: create: %v", tenant, err)
+		}
+	}
+	if _, err := a.Append(ctx, "same", []client.Message{{ID: "only-a", Role: session.RoleUser, Content: session.TextContent("only A says this")}}); err != nil {
+		t.Fatal(err)
+	}
+	// Each reads its own session.
+	hA, err := a.History(ctx, "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hB, err := b.History(ctx, "same")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hA.Messages) != 62 || len(hB.Messages) != 61 || !strings.Contains(hB.Messages[1].Content.Text, "B question 0") {
+		t.Fatalf("A reads %d messages, B %d (%q)", len(hA.Messages), len(hB.Messages), hB.Messages[1].Content.Text)
+	}
+	// A compacts through its request stream; the result reaches A alone.
+	res, err := a.Compact(ctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
+	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
+		t.Fatalf("A's compaction: %+v %v", res, err)
+	}
+	if m, err := resA.NextMsg(10 * time.Second); err != nil || !strings.HasSuffix(m.Subject, ".same") {
+		t.Fatalf("A's result: %v %v", m, err)
+	}
+	if m, err := resB.NextMsg(500 * time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
+		t.Fatalf("B received %v (%v)", m, err)
+	}
+	if v, _ := b.Context(ctx, "same"); v.CompactionID != "" {
+		t.Fatalf("A's compaction reached B's session: %s", v.CompactionID)
+	}
+	// B's request of the same id is B's own, not a duplicate of A's.
+	res, err = b.CompactSync(ctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
+	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
+		t.Fatalf("B's compaction: %+v %v", res.Completed, err)
+	}
+	// Lists are each tenant's own.
+	for c, tenant := range map[*client.Client]string{a: "A", b: "B"} {
+		_ = c
+		var page struct {
+			Sessions []struct {
+				SessionID string `json:"session_id"`
+				Messages  int    `json:"messages"`
+			} `json:"sessions"`
+		}
+		nc := map[string]*nats.Conn{"A": ncA, "B": ncB}[tenant]
+		if code := call(t, nc, api.SubjectList, map[string]any{}, &page); code != "" || len(page.Sessions) != 1 {
+			t.Fatalf("tenant %s lists %+v (%s)", tenant, page, code)
+		}
+	}
+	// Another tenant's subjects are not in B's account: nobody answers.
+	if _, err := ncB.Request("tenant.TENANT_A."+api.SubjectContext, []byte(`{"session_id":"same"}`), time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("B reached A's subject: %v", err)
+	}
+	// A deletes its session; B's stays.
+	if _, err := a.Delete(ctx, "same"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Context(ctx, "same"); err == nil {
+		t.Fatal("A's session after its delete")
+	}
+	if v, err := b.Context(ctx, "same"); err != nil || v.CompactionID == "" {
+		t.Fatalf("B's session after A's delete: %+v %v", v, err)
+	}
+}
