@@ -211,6 +211,22 @@ func (s *Server) tenanted(h micro.HandlerFunc) micro.HandlerFunc {
 	}
 }
 
+// callerAttrs are a request's tenant and caller, as the server says (the
+// account, and the user where the import shares it), then attrs: for the
+// log of every destructive call.
+func callerAttrs(r micro.Request, attrs ...any) []any {
+	out := []any{slog.String("tenant", tenantOf(r))}
+	if c, ok := tenant.CallerOf(r.Headers().Get(tenant.RequestInfoHeader)); ok {
+		out = append(out, slog.String("caller_account", c.Account))
+		if c.User != "" {
+			out = append(out, slog.String("caller_user", c.User))
+		}
+	} else {
+		out = append(out, slog.String("caller_account", "the service's own"))
+	}
+	return append(out, attrs...)
+}
+
 // tenantOf is the tenant of a request tenanted let through.
 func tenantOf(r micro.Request) string {
 	t, _, _ := tenant.Split(r.Subject())
@@ -587,7 +603,7 @@ func (s *Server) breakerReset(r micro.Request) {
 		if err != nil {
 			return nil, err
 		}
-		s.log.Info("breaker reset by request", slog.String("session_id", body.SessionID), slog.Bool("was_open", prev.Open()))
+		s.log.Info("breaker reset by request", callerAttrs(r, slog.String("session_id", body.SessionID), slog.Bool("was_open", prev.Open()))...)
 		return ResetAnswer{SessionID: body.SessionID, WasOpen: prev.Open(), Previous: prev}, nil
 	})
 }
@@ -849,7 +865,7 @@ func (s *Server) sessionDelete(r micro.Request) {
 	s.withSession(r, func(ctx context.Context, sid string) (any, error) {
 		out, err := s.d.Sessions.Delete(ctx, sid)
 		if err == nil {
-			s.log.Info("session deleted by request", slog.String("session_id", sid))
+			s.log.Info("session deleted by request", callerAttrs(r, slog.String("session_id", sid))...)
 		}
 		return out, err
 	})

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/session"
 )
 
@@ -85,7 +88,10 @@ func userURL(s *server.Server, user, pass string) string {
 // own results; another account's subjects are not there to call.
 func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	srv := accountsServer(t)
-	service(t, userURL(srv, "compactor", "compactor-secret"), nil, nil)
+	logs := &lockedBuffer{}
+	service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	})
 	connect := func(user, pass string) (*nats.Conn, *client.Client) {
 		nc, err := nats.Connect(userURL(srv, user, pass))
 		if err != nil {
@@ -188,4 +194,26 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	if v, err := b.Context(ctx, "same"); err != nil || v.CompactionID == "" {
 		t.Fatalf("B's session after A's delete: %+v %v", v, err)
 	}
+	// The delete's log line names the tenant and the calling account.
+	if l := logs.String(); !strings.Contains(l, `msg="session deleted by request" tenant=TENANT_A caller_account=TENANT_A session_id=same`) {
+		t.Fatalf("the delete's log does not name its caller:\n%s", l)
+	}
+}
+
+// lockedBuffer is a log a service writes while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
