@@ -276,3 +276,134 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 		}
 	}
 }
+
+// TestNATSConfTenants is the isolation suite on the repository's
+// nats.conf: tenants A and B (accounts TENANT_A and TENANT_B) use one
+// session id without meeting, and every path from B to A's sessions,
+// results, breakers and store is refused by the server (no such subject in
+// B's account, no JetStream) or answers B's own; the operator (admin)
+// reaches every tenant; a tenant's observer reads its results only.
+func TestNATSConfTenants(t *testing.T) {
+	opts, err := server.ProcessConfigFile("../../nats.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Port, opts.StoreDir = -1, t.TempDir()
+	srv := natstest.ServerWith(t, opts)
+	port := srv.Addr().(*net.TCPAddr).Port
+	as := func(user string) string { return fmt.Sprintf("nats://%s:%s-secret@127.0.0.1:%d", user, user, port) }
+	if code := cli(t, as("admin"), nil, "provision"); code != 0 {
+		t.Fatal("admin could not provision")
+	}
+	startServe(t, as("admin"), "--nats-url", as("compactor"))
+	a, b := connectAs(t, as("tenant-a")), connectAs(t, as("tenant-b"))
+	call := func(r *roleConn, subject, body string) (map[string]any, string) {
+		t.Helper()
+		m, err := r.nc.Request(subject, []byte(body), 30*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		var out map[string]any
+		_ = json.Unmarshal(m.Data, &out)
+		return out, m.Header.Get("Nats-Service-Error-Code")
+	}
+	msgs, err := os.ReadFile(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One session id, two tenants: A's from the fixture, B's one message.
+	if _, code := call(a, api.SubjectCreate, fmt.Sprintf(`{"session_id":"same","context_limit":6000,"messages":%s}`, msgs)); code != "" {
+		t.Fatalf("A's create: %s", code)
+	}
+	if _, code := call(b, api.SubjectCreate, `{"session_id":"same","model":"gpt-4o","messages":[{"role":"user","content":"B's only message"}]}`); code != "" {
+		t.Fatalf("B's create: %s", code)
+	}
+	resB, err := b.nc.SubscribeSync("compaction.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stolen, err := b.nc.SubscribeSync("tenant.TENANT_A.compaction.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	aObserver := connectAs(t, as("tenant-a-observer"))
+	resA, err := aObserver.nc.SubscribeSync("compaction.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = b.nc.Flush()
+	_ = aObserver.nc.Flush()
+	// A compacts by a request event, with the CLI as its runtime would.
+	var res map[string]any
+	if code := cli(t, as("tenant-a"), &res, "compact", "same", "--timeout", "30s"); code != 0 || res["outcome"] != "compacted" {
+		t.Fatalf("A's compact: exit %d %v", code, res)
+	}
+	if m, err := resA.NextMsg(10 * time.Second); err != nil || m.Subject != events.CompletedPrefix+"same" {
+		t.Fatalf("A's observer: %v %v", m, err)
+	}
+	for _, sub := range []*nats.Subscription{resB, stolen} {
+		if m, err := sub.NextMsg(500 * time.Millisecond); err == nil {
+			t.Fatalf("B received A's result on %s", m.Subject)
+		}
+	}
+	// B reads, lists and deletes its own session only.
+	view, _ := call(b, api.SubjectContext, `{"session_id":"same"}`)
+	if view["compaction_id"] != nil || len(view["messages"].([]any)) != 1 {
+		t.Fatalf("B reads %v", view)
+	}
+	list, _ := call(b, api.SubjectList, `{}`)
+	if got := list["sessions"].([]any); len(got) != 1 || got[0].(map[string]any)["messages"].(float64) != 1 {
+		t.Fatalf("B lists %v", list)
+	}
+	// A's subjects are not in B's account: nothing answers, nothing stores.
+	for _, subject := range []string{"tenant.TENANT_A." + api.SubjectContext, "tenant.TENANT_A." + api.SubjectDelete, "tenant.TENANT_A." + events.OverBudgetPrefix + "same"} {
+		if _, err := b.nc.Request(subject, []byte(`{"session_id":"same"}`), time.Second); err == nil {
+			t.Fatalf("B reached %s", subject)
+		}
+	}
+	// B has no JetStream: neither A's store nor the service's streams.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.js.AccountInfo(ctx); err == nil {
+		t.Fatal("B has JetStream")
+	}
+	if _, err := b.js.KeyValue(ctx, "sessions_0"); err == nil {
+		t.Fatal("B bound the service's records")
+	}
+	if _, err := b.js.Stream(ctx, consumer.ResultStream); err == nil {
+		t.Fatal("B bound the service's results")
+	}
+	// A's breaker, opened: B's resets (one, and all) leave it open.
+	admin := connectAs(t, as("admin"))
+	kv, err := admin.js.KeyValue(ctx, "compaction_breakers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "TENANT_A.same", []byte(`{"session_id":"same","state":"open","failures":3,"opened_at":"2026-12-05T00:00:00Z"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{`{"session_id":"same"}`, `{"all":true}`} {
+		if _, code := call(b, api.SubjectReset, body); code != "" {
+			t.Fatalf("B's reset %s: %s", body, code)
+		}
+	}
+	if br, _ := call(a, api.SubjectBreaker, `{"session_id":"same"}`); br["state"] != "open" {
+		t.Fatalf("B's resets reached A's breaker: %v", br)
+	}
+	// B deletes its session; A's stays, and the operator reaches it.
+	if _, code := call(b, api.SubjectDelete, `{"session_id":"same"}`); code != "" {
+		t.Fatalf("B's delete: %s", code)
+	}
+	if _, code := call(b, api.SubjectContext, `{"session_id":"same"}`); code != "404" {
+		t.Fatalf("B's session after its delete: %s", code)
+	}
+	if view, code := call(admin, "tenant.TENANT_A."+api.SubjectContext, `{"session_id":"same"}`); code != "" || view["compaction_id"] == nil {
+		t.Fatalf("the operator reads A's session: %s %v", code, view)
+	}
+	if view, code := call(a, api.SubjectContext, `{"session_id":"same"}`); code != "" || view["compaction_id"] == nil {
+		t.Fatalf("A's session after B's delete: %s %v", code, view)
+	}
+	// A tenant's observer reads results and nothing else.
+	aObserver.deniedPublish(t, api.SubjectCompact)
+	aObserver.deniedPublish(t, events.OverBudgetPrefix+"same")
+}
