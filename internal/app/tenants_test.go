@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,7 +90,7 @@ func userURL(s *server.Server, user, pass string) string {
 func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	srv := accountsServer(t)
 	logs := &lockedBuffer{}
-	service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
+	svc, _ := service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
 	connect := func(user, pass string) (*nats.Conn, *client.Client) {
@@ -165,6 +166,14 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	res, err = b.CompactSync(ctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
 	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
 		t.Fatalf("B's compaction: %+v %v", res.Completed, err)
+	}
+	// Each tenant's requests are counted apart.
+	rec := httptest.NewRecorder()
+	svc.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, want := range []string{`compactor_tenant_requests_total{outcome="compacted",tenant="TENANT_A"} 1`, `compactor_tenant_requests_total{outcome="compacted",tenant="TENANT_B"} 1`} {
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 	// Lists are each tenant's own.
 	for c, tenant := range map[*client.Client]string{a: "A", b: "B"} {

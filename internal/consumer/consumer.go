@@ -488,7 +488,7 @@ const (
 // Every rejected request counts as failed (invalid_request) in what
 // Observe sees, answered or not, so a dashboard of failures shows it.
 func (c *Consumer) reject(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, req pipeline.Request, err error) {
-	res := &pipeline.Result{RequestID: req.ID, SessionID: req.SessionID, Trigger: req.Trigger, Failed: true,
+	res := &pipeline.Result{RequestID: req.ID, SessionID: req.SessionID, Tenant: tenant.From(ctx), Trigger: req.Trigger, Failed: true,
 		Reason: pipeline.ReasonInvalidRequest, Error: err.Error()}
 	if req.ID != "" && req.SessionID != "" {
 		if perr := c.pub.Once(ctx, res, md.NumDelivered > 1); perr != nil {

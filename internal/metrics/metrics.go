@@ -14,6 +14,7 @@ import (
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 const ns = "compactor"
@@ -34,6 +35,12 @@ type Metrics struct {
 	llmCalls    prometheus.Counter
 	summaryToks prometheus.Histogram
 	prepared    *prometheus.CounterVec
+	// Per tenant (the default tenant is "_"): what each tenant's requests
+	// did and cost.
+	tenantRequests *prometheus.CounterVec
+	tenantCalls    *prometheus.CounterVec
+	tenantIn       *prometheus.CounterVec
+	tenantOut      *prometheus.CounterVec
 }
 
 // New registers the collectors. version is the service's, reported as
@@ -71,11 +78,20 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 			Help: "Calls to summary models."}),
 		summaryToks: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "summary_tokens",
 			Help: "Tokens of the summary in force after a compaction.", Buckets: prometheus.ExponentialBuckets(64, 2, 8)}),
+		tenantRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tenant_requests_total",
+			Help: "Requests answered, by tenant and outcome (failed for a failure)."}, []string{"tenant", "outcome"}),
+		tenantCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tenant_summary_calls_total",
+			Help: "Calls to summary models, by tenant."}, []string{"tenant"}),
+		tenantIn: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tenant_summary_input_tokens_total",
+			Help: "Input tokens sent to summary models, by tenant."}, []string{"tenant"}),
+		tenantOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tenant_summary_output_tokens_total",
+			Help: "Output tokens written by summary models, by tenant."}, []string{"tenant"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preparation_runs_total",
 			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed, cancelled."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
 		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,
+		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -128,6 +144,18 @@ func (m *Metrics) Observe(res *pipeline.Result) {
 	m.llmCalls.Add(float64(res.LLMCalls))
 	m.summaryIn.Add(float64(res.InputTokens))
 	m.summaryOut.Add(float64(res.OutputTokens))
+	t := res.Tenant
+	if t == "" {
+		t = tenant.Default
+	}
+	m.tenantCalls.WithLabelValues(t).Add(float64(res.LLMCalls))
+	m.tenantIn.WithLabelValues(t).Add(float64(res.InputTokens))
+	m.tenantOut.WithLabelValues(t).Add(float64(res.OutputTokens))
+	if res.Failed {
+		m.tenantRequests.WithLabelValues(t, "failed").Inc()
+	} else {
+		m.tenantRequests.WithLabelValues(t, string(res.Outcome)).Inc()
+	}
 	if res.Failed {
 		retryable := "false"
 		if res.Retryable {
