@@ -28,6 +28,7 @@ func runBreaker(ctx context.Context, args []string, stdout, stderr io.Writer) er
 func breakerList(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("breaker list", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
+	nf.addTenantFlag(fs)
 	limit := fs.Int("limit", 0, fmt.Sprintf("print one page of at most `N` breakers (at most %d) and the cursor of the next: {\"breakers\", \"next\"} (default: every breaker, as an array)", session.MaxPageSize))
 	after := fs.String("after", "", "print the page after `CURSOR` (a previous page's \"next\")")
 	pos, err := parseFlags(fs, args, stdout, "breaker list")
@@ -87,6 +88,7 @@ func breakerShow(ctx context.Context, args []string, stdout io.Writer) error {
 func breakerReset(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("breaker reset", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
+	nf.addTenantFlag(fs)
 	all := fs.Bool("all", false, "reset every stored breaker")
 	pos, err := parseFlags(fs, args, stdout, "breaker reset ID | --all")
 	if err != nil {

@@ -34,6 +34,7 @@ func commands() []command {
 		{"session", "import, show and read the context of stored sessions", runSession},
 		{"compact", "compact a stored session through the service, or a conversation --file in-process", runCompact},
 		{"breaker", "list, show and reset sessions' circuit breakers", runBreaker},
+		{"tenant", "list the tenants the store holds sessions for, and show one's usage (as an operator)", runTenant},
 		{"demo", "everything on one machine: a real conversation compacted as it grows, before and after", runDemo},
 		{"provision", "create the streams, buckets and consumer on a NATS server (as an admin)", runProvision},
 		{"migrate", "move sessions of the first store layout (bucket sessions) into the sharded one (resumable, as an admin)", runMigrate},

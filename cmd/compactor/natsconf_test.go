@@ -390,6 +390,23 @@ func TestNATSConfTenants(t *testing.T) {
 	if br, _ := call(a, api.SubjectBreaker, `{"session_id":"same"}`); br["state"] != "open" {
 		t.Fatalf("B's resets reached A's breaker: %v", br)
 	}
+	// The operator's view: each tenant's sessions, and A's open breaker.
+	var tenants []map[string]any
+	if code := cli(t, as("admin"), &tenants, "tenant", "list"); code != 0 || len(tenants) != 2 ||
+		tenants[0]["tenant"] != "TENANT_A" || tenants[0]["sessions"].(float64) != 1 || tenants[1]["tenant"] != "TENANT_B" {
+		t.Fatalf("tenant list: exit %d %v", code, tenants)
+	}
+	var shown map[string]any
+	if code := cli(t, as("admin"), &shown, "tenant", "show", "TENANT_A"); code != 0 || shown["breakers_open"].(float64) != 1 || shown["compactions"].(float64) != 1 {
+		t.Fatalf("tenant show: exit %d %v", code, shown)
+	}
+	var listed map[string]any
+	if code := cli(t, as("admin"), &listed, "session", "list", "--tenant", "TENANT_B"); code != 0 || len(listed["sessions"].([]any)) != 1 {
+		t.Fatalf("session list --tenant: exit %d %v", code, listed)
+	}
+	if code := cli(t, as("admin"), nil, "session", "list", "--tenant", "not.a.tenant"); code != 2 {
+		t.Fatalf("a bad --tenant: exit %d", code)
+	}
 	// B deletes its session; A's stays, and the operator reaches it.
 	if _, code := call(b, api.SubjectDelete, `{"session_id":"same"}`); code != "" {
 		t.Fatalf("B's delete: %s", code)

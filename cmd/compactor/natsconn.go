@@ -17,6 +17,7 @@ import (
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 const defaultNATSURL = "nats://127.0.0.1:4222"
@@ -27,6 +28,13 @@ const defaultNATSURL = "nats://127.0.0.1:4222"
 type natsFlags struct {
 	url, creds             *string
 	tlsCA, tlsCert, tlsKey *string
+	// tenant, on the store commands: whose sessions and breakers.
+	tenant *string
+}
+
+// addTenantFlag adds --tenant to a command that uses the store.
+func (n *natsFlags) addTenantFlag(fs *flag.FlagSet) {
+	n.tenant = fs.String("tenant", "", "the tenant (its NATS `ACCOUNT` name in nats.conf) whose sessions and breakers to use (default: the default tenant, that of a deployment without accounts)")
 }
 
 func addNATSFlags(fs *flag.FlagSet, def string) *natsFlags {
@@ -182,6 +190,12 @@ type stores struct {
 // withStores connects for a CLI command, binds the buckets and runs f,
 // all within opTimeout.
 func withStores(ctx context.Context, nf *natsFlags, f func(context.Context, stores) error) error {
+	if nf.tenant != nil && *nf.tenant != "" && *nf.tenant != tenant.Default {
+		if err := tenant.Check(*nf.tenant); err != nil {
+			return fmt.Errorf("%w: --tenant: %v", errUsage, err)
+		}
+		ctx = tenant.With(ctx, *nf.tenant)
+	}
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	c, err := nf.connect(ctx, "compactor-cli", "the CLI's session and breaker commands need the compactor or admin user")

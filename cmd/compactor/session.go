@@ -56,6 +56,7 @@ const opTimeout = 2 * time.Minute
 func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("session import", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
+	nf.addTenantFlag(fs)
 	id := fs.String("session-id", "", "the session's `ID` (default: a new UUID); letters, digits, '-' and '_'")
 	model := fs.String("model", "gpt-4o", "the session's `MODEL`: its token encoding and default window")
 	limit := fs.Int("context-limit", 0, "the session's context limit in `TOKENS` (default: the model's window)")
@@ -122,6 +123,7 @@ func sessionArg(name string, args []string, stdout io.Writer) (*natsFlags, strin
 func sessionArgs(name, more string, n int, args []string, stdout io.Writer) (*natsFlags, []string, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
+	nf.addTenantFlag(fs)
 	pos, err := parseFlags(fs, args, stdout, name+" ID"+more)
 	if err != nil {
 		return nil, nil, err
@@ -208,6 +210,7 @@ func sessionDelete(ctx context.Context, args []string, stdout io.Writer) error {
 func sessionList(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("session list", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
+	nf.addTenantFlag(fs)
 	var opt session.ListOptions
 	fs.IntVar(&opt.Limit, "limit", session.DefaultPageSize, fmt.Sprintf("sessions in the page, at most %d", session.MaxPageSize))
 	fs.StringVar(&opt.After, "after", "", "the `CURSOR` a previous page answered as \"next\"")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -97,4 +98,48 @@ func (s *Sessions) List(ctx context.Context, opt session.ListOptions) (session.S
 		page.Next = listCursor(sh, from)
 	}
 	return page, nil
+}
+
+// Tenants returns what the store holds for each tenant that has sessions,
+// ordered by tenant (the default tenant is "_"): it reads every record
+// once, in batches. A record is a checkpoint (written every 64 messages or
+// a minute), so the messages it counts may be that far behind a session's
+// head.
+func (s *Sessions) Tenants(ctx context.Context) ([]session.TenantUsage, error) {
+	by := map[string]*session.TenantUsage{}
+	for sh := range s.shards {
+		bucket := RecordsBucket(sh)
+		prefix := "$KV." + bucket + "."
+		_, err := s.directRange(ctx, "KV_"+bucket, prefix+"*.*", 1, 0, func(r raw) (bool, error) {
+			if r.hdr.Get(hdrKVOperation) != "" {
+				return true, nil // a deleted record
+			}
+			tn, sid, _ := strings.Cut(strings.TrimPrefix(r.subject, prefix), ".")
+			rec, err := decodeRecord(sid, r)
+			if err != nil || !rec.Visible() {
+				return true, nil // the sweep's and the operator's (as for a list)
+			}
+			u := by[tn]
+			if u == nil {
+				u = &session.TenantUsage{Tenant: tn}
+				by[tn] = u
+			}
+			u.Sessions++
+			u.Messages += rec.HeadSeq
+			u.Compactions += rec.Compactions
+			if rec.UpdatedAt.After(u.UpdatedAt) {
+				u.UpdatedAt = rec.UpdatedAt
+			}
+			return true, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]session.TenantUsage, 0, len(by))
+	for _, u := range by {
+		out = append(out, *u)
+	}
+	slices.SortFunc(out, func(a, b session.TenantUsage) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out, nil
 }

@@ -94,3 +94,17 @@ type BreakerPage struct {
 	Breakers []Breaker `json:"breakers"`
 	Next     string    `json:"next,omitempty"`
 }
+
+// TenantUsage is what the store holds for one tenant: its sessions and
+// the messages and compactions their records count (a record may be a
+// checkpoint behind its session's head: see the store), and when one was
+// last written.
+type TenantUsage struct {
+	Tenant      string    `json:"tenant"`
+	Sessions    int       `json:"sessions"`
+	Messages    int64     `json:"messages"`
+	Compactions int       `json:"compactions"`
+	UpdatedAt   time.Time `json:"updated_at"`
+	// BreakersOpen is filled by a caller that reads the breakers too.
+	BreakersOpen *int `json:"breakers_open,omitempty"`
+}
