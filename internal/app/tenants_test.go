@@ -153,8 +153,14 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
 		t.Fatalf("A's compaction: %+v %v", res, err)
 	}
-	if m, err := resA.NextMsg(10 * time.Second); err != nil || !strings.HasSuffix(m.Subject, ".same") {
+	m, err := resA.NextMsg(10 * time.Second)
+	if err != nil || !strings.HasSuffix(m.Subject, ".same") || m.Header.Get("ce-tenant") != "TENANT_A" {
 		t.Fatalf("A's result: %v %v", m, err)
+	}
+	// A tenant's result event is as the AsyncAPI document says.
+	doc := loadAsyncAPI(t)
+	if err := doc.checkMessage(t, doc.onlyMessage(t, "compactionCompleted"), m.Header, m.Data); err != nil {
+		t.Fatalf("A's result against the document: %v", err)
 	}
 	if m, err := resB.NextMsg(500 * time.Millisecond); !errors.Is(err, nats.ErrTimeout) {
 		t.Fatalf("B received %v (%v)", m, err)

@@ -53,11 +53,14 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 		return fmt.Errorf("build %s event: %w", typ, err)
 	}
 	traceFrom(ctx).apply(&ev)
-	h, body := EncodeBinary(ev)
-	// A tenant's events go to its subjects (exported to it alone), and
-	// their dedup ids are its own: another tenant's request of the same id
-	// is another request.
+	// A tenant's events go to its subjects (exported to it alone), say
+	// its name, and their dedup ids are its own: another tenant's request
+	// of the same id is another request.
 	t := tenant.From(ctx)
+	if t != tenant.Default {
+		ev.SetExtension("tenant", t)
+	}
+	h, body := EncodeBinary(ev)
 	h[jetstream.MsgIDHeader] = []string{tenant.MsgID(t, id)}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
