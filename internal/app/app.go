@@ -241,6 +241,13 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = apiSrv.Stop() })
+	// Tenants' request events, stored under their tenant's subjects and
+	// deduplication ids.
+	ingest, err := consumer.StartIngest(nc, log)
+	if err != nil {
+		return nil, err
+	}
+	cleanups = append(cleanups, ingest.Stop)
 	// The endpoints' subscriptions reach the server before Start says the
 	// service is up, so a request right after is not "no responders".
 	if err := nc.FlushTimeout(10 * time.Second); err != nil {
@@ -271,6 +278,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	// finish within the grace.
 	apiStopped := make(chan struct{})
 	g.Add(func() error { <-apiStopped; return nil }, func(error) {
+		ingest.Stop()
 		if err := apiSrv.Stop(); err != nil {
 			log.Warn("stop micro service", slog.String("error", err.Error()))
 		}

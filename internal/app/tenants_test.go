@@ -34,7 +34,6 @@ accounts {
     users: [{user: compactor, password: compactor-secret}]
     exports: [
       {service: "tenant.*.compactor.>", account_token_position: 2}
-      {service: "tenant.*.agent.context.>", account_token_position: 2}
       {stream: "tenant.*.compaction.>", account_token_position: 2}
     ]
   }
@@ -46,7 +45,7 @@ accounts {
 func tenantImports(name string) string {
 	return fmt.Sprintf(`[
       {service: {account: COMPACTOR, subject: "tenant.%[1]s.compactor.>"}, to: "compactor.>"}
-      {service: {account: COMPACTOR, subject: "tenant.%[1]s.agent.context.>"}, to: "agent.context.>"}
+      {service: {account: COMPACTOR, subject: "tenant.%[1]s.compactor.request.agent.context.>"}, to: "agent.context.>"}
       {stream: {account: COMPACTOR, subject: "tenant.%[1]s.compaction.>"}, to: "compaction.>"}
     ]`, name)
 }
@@ -168,10 +167,18 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	if v, _ := b.Context(ctx, "same"); v.CompactionID != "" {
 		t.Fatalf("A's compaction reached B's session: %s", v.CompactionID)
 	}
-	// B's request of the same id is B's own, not a duplicate of A's.
-	res, err = b.CompactSync(ctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
+	// B's request event of the same id is B's own, not a duplicate of
+	// A's (the request stream deduplicates by Nats-Msg-Id: a tenant's are
+	// its own), and so is its request through the endpoint.
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	res, err = b.Compact(rctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
 	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
-		t.Fatalf("B's compaction: %+v %v", res.Completed, err)
+		t.Fatalf("B's compaction: %+v %v", res, err)
+	}
+	res, err = a.CompactSync(ctx, client.CompactRequest{RequestID: "req-2", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
+	if err != nil || !res.OK() {
+		t.Fatalf("A's compaction through the endpoint: %+v %v", res, err)
 	}
 	// Each tenant's requests are counted apart.
 	rec := httptest.NewRecorder()
@@ -194,6 +201,15 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 		if code := call(t, nc, api.SubjectList, map[string]any{}, &page); code != "" || len(page.Sessions) != 1 {
 			t.Fatalf("tenant %s lists %+v (%s)", tenant, page, code)
 		}
+	}
+	// A request event on no request subject is refused as JetStream
+	// refuses a publish, naming the subject.
+	bogus, err := ncB.Request("agent.context.bogus", []byte(`{}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(bogus.Data), `"code":400`) || !strings.Contains(string(bogus.Data), "agent.context.bogus") {
+		t.Fatalf("a bogus request event: %s", bogus.Data)
 	}
 	// Another tenant's subjects are not in B's account: nobody answers.
 	if _, err := ncB.Request("tenant.TENANT_A."+api.SubjectContext, []byte(`{"session_id":"same"}`), time.Second); !errors.Is(err, nats.ErrNoResponders) {

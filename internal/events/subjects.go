@@ -30,6 +30,13 @@ const (
 	LegacyDLQPrefix = "compaction.dlq."
 )
 
+// IngestPrefix: a tenant's request events reach the service account on
+// tenant.<account>.compactor.request.<request subject> (its import maps
+// agent.context.> there), and the service stores them in AGENT_CONTEXT
+// under tenant.<account>.<request subject>, with the tenant's own
+// deduplication id (see consumer.Ingest).
+const IngestPrefix = "compactor.request."
+
 // The subjects of the three streams: each prefix is one stream's.
 const (
 	RequestSubjects = "agent.context.>"

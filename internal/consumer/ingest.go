@@ -1,0 +1,135 @@
+package consumer
+
+import (
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/tenant"
+)
+
+// IngestQueue is the queue group of the replicas' ingest subscriptions:
+// one replica stores each tenant's request.
+const IngestQueue = "compactor-ingest"
+
+// ingestTimeout bounds storing one request.
+const ingestTimeout = 10 * time.Second
+
+// maxIngesting bounds the requests one replica stores at once.
+const maxIngesting = 64
+
+// Ingest stores tenants' request events in AGENT_CONTEXT. A tenant's
+// request comes through its import on
+// tenant.<account>.compactor.request.<request subject> (the server wrote
+// the account), and is stored under tenant.<account>.<request subject>
+// with a Nats-Msg-Id of the tenant's own (<account>:<id>): AGENT_CONTEXT
+// deduplicates by that id across every tenant, so two tenants' requests
+// of one id would otherwise be taken for one. The answer is JetStream's
+// own acknowledgement, relayed, so a runtime's JetStream publish works
+// unchanged through its import (a duplicate says so; an error is
+// JetStream's error object). The default tenant publishes to the stream
+// directly.
+type Ingest struct {
+	nc  *nats.Conn
+	log *slog.Logger
+	sub *nats.Subscription
+	sem chan struct{} // bounds the requests being stored
+
+	mu      sync.Mutex
+	stopped bool
+	wg      sync.WaitGroup
+}
+
+// StartIngest subscribes the replica to every tenant's requests.
+func StartIngest(nc *nats.Conn, log *slog.Logger) (*Ingest, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	in := &Ingest{nc: nc, log: log, sem: make(chan struct{}, maxIngesting)}
+	sub, err := nc.QueueSubscribe(tenant.Wildcard(events.IngestPrefix+">"), IngestQueue, func(m *nats.Msg) {
+		in.mu.Lock()
+		if in.stopped {
+			in.mu.Unlock()
+			return // not stored, not answered: the runtime's publish times out and is made again
+		}
+		in.wg.Add(1)
+		in.mu.Unlock()
+		in.sem <- struct{}{}
+		go func() {
+			defer func() { <-in.sem; in.wg.Done() }()
+			in.store(m)
+		}()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribe to tenants' requests: %w", err)
+	}
+	in.sub = sub
+	return in, nil
+}
+
+// Stop stops taking requests; those being stored are answered. It is
+// safe to call more than once.
+func (in *Ingest) Stop() {
+	in.mu.Lock()
+	in.stopped = true
+	in.mu.Unlock()
+	_ = in.sub.Unsubscribe()
+	in.wg.Wait()
+}
+
+func (in *Ingest) store(m *nats.Msg) {
+	t, rest, ok := tenant.Split(m.Subject)
+	subject, found := strings.CutPrefix(rest, events.IngestPrefix)
+	if !ok || !found || t == tenant.Default {
+		in.refuse(m, 400, fmt.Sprintf("subject %q names no tenant's request", m.Subject))
+		return
+	}
+	if err := tenant.Verify(t, m.Header.Get(tenant.RequestInfoHeader)); err != nil {
+		in.log.Warn("request event refused", slog.String("tenant", t), slog.String("subject", m.Subject), slog.String("error", err.Error()))
+		in.refuse(m, 403, err.Error())
+		return
+	}
+	if _, _, ok := events.RequestSubject(subject); !ok {
+		in.refuse(m, 400, fmt.Sprintf("%q is not a request subject (agent.context.<type>.<session_id>)", subject))
+		return
+	}
+	out := nats.NewMsg(tenant.Subject(t, subject))
+	for k, v := range m.Header {
+		if k != tenant.RequestInfoHeader {
+			out.Header[k] = v
+		}
+	}
+	if id := m.Header.Get(jetstream.MsgIDHeader); id != "" {
+		out.Header.Set(jetstream.MsgIDHeader, tenant.MsgID(t, id))
+	}
+	out.Data = m.Data
+	ack, err := in.nc.RequestMsg(out, ingestTimeout)
+	if err != nil {
+		in.log.Warn("request event not stored", slog.String("tenant", t), slog.String("subject", subject), slog.String("error", err.Error()))
+		in.refuse(m, 503, "the request could not be stored ("+err.Error()+"): publish it again")
+		return
+	}
+	if m.Reply != "" {
+		if err := m.Respond(ack.Data); err != nil {
+			in.log.Warn("respond", slog.String("subject", m.Reply), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// refuse answers as JetStream answers a publish it refuses.
+func (in *Ingest) refuse(m *nats.Msg, code int, desc string) {
+	if m.Reply == "" {
+		return
+	}
+	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "description": desc}})
+	if err := m.Respond(b); err != nil {
+		in.log.Warn("respond", slog.String("subject", m.Reply), slog.String("error", err.Error()))
+	}
+}
