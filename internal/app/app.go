@@ -121,6 +121,8 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Every line logged with a request's context names its tenant.
+	log = slog.New(tenant.LogHandler{Handler: log.Handler()})
 	if cfg.Summarizer == nil {
 		return nil, errors.New("app: a summarizer is required")
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -224,6 +225,10 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	}
 	if v, err := b.Context(ctx, "same"); err != nil || v.CompactionID == "" {
 		t.Fatalf("B's session after A's delete: %+v %v", v, err)
+	}
+	// The pipeline's lines name the tenant of the request.
+	if l := logs.String(); !strings.Contains(l, `msg="compaction completed" session_id=same`) || !regexp.MustCompile(`msg="compaction completed" session_id=same .*tenant=TENANT_B`).MatchString(l) {
+		t.Fatalf("the compactions' log lines do not name their tenant:\n%s", l)
 	}
 	// The delete's log line names the tenant and the calling account.
 	if l := logs.String(); !strings.Contains(l, `msg="session deleted by request" tenant=TENANT_A caller_account=TENANT_A session_id=same`) {

@@ -14,6 +14,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"strings"
 )
@@ -144,4 +145,28 @@ func MsgID(name, id string) string {
 		return id
 	}
 	return name + ":" + id
+}
+
+// LogHandler adds the tenant of a record's context (when it is not the
+// default tenant) to every record it handles: a line logged with a
+// request's context names the request's tenant.
+type LogHandler struct{ slog.Handler }
+
+// Handle implements slog.Handler.
+func (h LogHandler) Handle(ctx context.Context, r slog.Record) error {
+	if t := From(ctx); t != Default {
+		r = r.Clone()
+		r.AddAttrs(slog.String("tenant", t))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h LogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return LogHandler{h.Handler.WithAttrs(attrs)}
+}
+
+// WithGroup implements slog.Handler.
+func (h LogHandler) WithGroup(name string) slog.Handler {
+	return LogHandler{h.Handler.WithGroup(name)}
 }

@@ -2,6 +2,8 @@ package tenant
 
 import (
 	"context"
+	"log/slog"
+	"strings"
 	"testing"
 )
 
@@ -58,5 +60,18 @@ func TestVerify(t *testing.T) {
 	}
 	if c, ok := CallerOf(`{"acc":"A","user":"tenant-a"}`); !ok || c.User != "tenant-a" {
 		t.Fatalf("%+v %v", c, ok)
+	}
+}
+
+// A line logged with a tenant's context names the tenant; the default
+// tenant's lines are as they were.
+func TestLogHandler(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(LogHandler{slog.NewTextHandler(&b, nil)}).With(slog.String("component", "x"))
+	log.InfoContext(With(context.Background(), "A"), "compacted", slog.String("session_id", "s1"))
+	log.InfoContext(context.Background(), "compacted", slog.String("session_id", "s2"))
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "component=x session_id=s1 tenant=A") || strings.Contains(lines[1], "tenant=") {
+		t.Fatalf("%q", lines)
 	}
 }
