@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -221,5 +222,45 @@ func TestProcessSIGTERMReleasesWork(t *testing.T) {
 	got := waitResults(t, st.js, "req-term", 1, 30*time.Second)
 	if len(got) != 1 || got[0]["outcome"] != "compacted" {
 		t.Fatalf("results %v", got)
+	}
+}
+
+// serve reads the config file's tenants' policies again on SIGHUP; a file
+// that no longer loads changes nothing and says why.
+func TestServeReloadsTenantPoliciesOnSIGHUP(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	cfg := filepath.Join(t.TempDir(), "compactor.json")
+	if err := os.WriteFile(cfg, []byte(`{"tenants": {"TENANT_A": {"summary_model": "gpt-4o-mini"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startProcess(t, srv.ClientURL(), "--config", cfg)
+	if err := os.WriteFile(cfg, []byte(`{"tenants": {"TENANT_A": {"summary_model": "gpt-4o-mini"}, "TENANT_B": {"summary_model": "gpt-4.1-mini"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if !strings.Contains(p.logs.String(), `msg="tenants' policies reloaded"`) || !strings.Contains(p.logs.String(), "tenants=2") {
+			return fmt.Errorf("no reload logged:\n%s", p.logs.String())
+		}
+		return nil
+	})
+	if err := os.WriteFile(cfg, []byte(`{"tenants": {"tenant.b": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if !strings.Contains(p.logs.String(), "the tenants' policies are unchanged") {
+			return fmt.Errorf("a bad file's reload not refused:\n%s", p.logs.String())
+		}
+		return nil
+	})
+	select {
+	case <-p.done:
+		t.Fatalf("serve exited on SIGHUP:\n%s", p.logs.String())
+	default:
 	}
 }

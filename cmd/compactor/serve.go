@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
@@ -126,19 +130,53 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	if err != nil {
 		return err
 	}
+	// SIGHUP reads the config file's tenants' policies again (caught from
+	// before the service serves: a SIGHUP never ends it).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
 		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
-		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log})
+		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
+		Tenants: sf.pf.conf.Tenants})
 	if err != nil {
 		return err
 	}
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		for {
+			select {
+			case <-hup:
+				reloadTenants(sf.pf.path, a, log)
+			case <-stopped:
+				return
+			}
+		}
+	}()
 	log.Info("provider", slog.String("provider", *sf.pf.provider))
 	if ready != nil {
 		ready(a.URL)
 	}
 	return a.Wait()
+}
+
+// reloadTenants applies the config file's tenants' policies to the
+// running service; a file that does not load changes nothing.
+func reloadTenants(path string, a *app.App, log *slog.Logger) {
+	if path == "" {
+		log.Warn("SIGHUP: no --config file to read the tenants' policies from")
+		return
+	}
+	conf, err := config.Load(path)
+	if err != nil {
+		log.Error("SIGHUP: the config file does not load; the tenants' policies are unchanged", slog.String("error", err.Error()))
+		return
+	}
+	a.Pipeline.SetTenantPolicies(conf.Tenants)
+	log.Info("tenants' policies reloaded", slog.String("config", path), slog.Int("tenants", len(conf.Tenants)))
 }
 
 // semverRE is SemVer 2.0's grammar, loosely.

@@ -17,6 +17,7 @@ import (
 // demo and compact --file: the config file gives the defaults, the flags
 // override them.
 type pipelineFlags struct {
+	path     string // the config file ("": none)
 	conf     config.Loaded
 	cfg      pipeline.Config
 	provider *string
@@ -28,13 +29,14 @@ type pipelineFlags struct {
 // and defines the flags on fs. timeoutUsage describes --timeout (compact by
 // id uses it for the wait; elsewhere it limits one summary call).
 func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pipelineFlags, error) {
-	conf, err := config.Load(configPath(args))
+	path := configPath(args)
+	conf, err := config.Load(path)
 	if err != nil {
 		return nil, err
 	}
-	p := &pipelineFlags{conf: conf, cfg: conf.Compaction}
+	p := &pipelineFlags{path: path, conf: conf, cfg: conf.Compaction}
 	cfg := &p.cfg
-	fs.String("config", "", "config `FILE` (JSON: compaction settings, provider, base_url, timeout, models); flags win over it")
+	fs.String("config", "", "config `FILE` (JSON: compaction settings, provider, base_url, timeout, models, tenants); flags win over it")
 	p.provider = fs.String("provider", conf.Provider, "summary `PROVIDER`: extractive (offline), openai (and compatible servers) or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY")
 	p.baseURL = fs.String("base-url", conf.BaseURL, "the provider's endpoint `URL`, e.g. http://127.0.0.1:8000/v1 for vLLM (default: the provider's own API)")
 	if timeoutUsage == "" {

@@ -85,6 +85,9 @@ type Config struct {
 	Models     *models.Table
 	Summarizer pipeline.Summarizer
 	Logger     *slog.Logger
+	// Tenants are the tenants' policies (Pipeline.SetTenantPolicies
+	// replaces them while the service runs).
+	Tenants map[string]pipeline.TenantPolicy
 	// RetryDelay overrides the consumer's redelivery delays (tests).
 	RetryDelay func(delivered uint64) time.Duration
 }
@@ -217,6 +220,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log)); err != nil {
 		return nil, err
 	}
+	a.Pipeline.SetTenantPolicies(cfg.Tenants)
 	a.Sessions = sessions.New(store, breakers, cfg.Models)
 	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
 	// Preparations yield to requests: none starts while the consumer's

@@ -12,6 +12,7 @@ import (
 
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // File is the config file's shape (JSON).
@@ -24,6 +25,10 @@ type File struct {
 	Timeout  pipeline.Duration `json:"timeout,omitempty"`
 	// Models add to or replace entries of the shipped model table.
 	Models []models.Info `json:"models,omitempty"`
+	// Tenants are each tenant's policy, by its NATS account name ("_" for
+	// the default tenant): the summary model its requests use. serve
+	// reads them again on SIGHUP.
+	Tenants map[string]pipeline.TenantPolicy `json:"tenants,omitempty"`
 }
 
 // Loaded is a config file applied to the defaults.
@@ -33,6 +38,7 @@ type Loaded struct {
 	BaseURL    string
 	Timeout    time.Duration
 	Models     *models.Table
+	Tenants    map[string]pipeline.TenantPolicy
 }
 
 // Defaults returns the configuration without a file.
@@ -84,5 +90,16 @@ func Load(path string) (Loaded, error) {
 		}
 		l.Models = t
 	}
+	for name, p := range f.Tenants {
+		if name != tenant.Default {
+			if err := tenant.Check(name); err != nil {
+				return l, fmt.Errorf("config %s: tenants: %w", path, err)
+			}
+		}
+		if p.SummaryContextLimit < 0 {
+			return l, fmt.Errorf("config %s: tenants: %s: summary_context_limit must be >= 0", path, name)
+		}
+	}
+	l.Tenants = f.Tenants
 	return l, nil
 }

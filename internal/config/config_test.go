@@ -19,7 +19,8 @@ func write(t *testing.T, s string) string {
 func TestLoad(t *testing.T) {
 	p := write(t, `{"compaction": {"keep_recent_turns": 2, "max_summary_tokens": 600}, "provider": "openai",
 		"base_url": "http://127.0.0.1:8000/v1", "timeout": "90s",
-		"models": [{"name": "qwen2.5-7b-instruct", "context_window": 32768, "encoding": "cl100k_base", "provider": "openai"}]}`)
+		"models": [{"name": "qwen2.5-7b-instruct", "context_window": 32768, "encoding": "cl100k_base", "provider": "openai"}],
+		"tenants": {"TENANT_A": {"summary_model": "gpt-4o-mini", "summary_context_limit": 64000}, "_": {"summary_model": "gpt-4.1-mini"}}}`)
 	l, err := config.Load(p)
 	if err != nil {
 		t.Fatal(err)
@@ -33,6 +34,9 @@ func TestLoad(t *testing.T) {
 	if m := l.Models.Lookup("qwen2.5-7b-instruct"); m.ContextWindow != 32768 || !m.Known {
 		t.Fatalf("model %+v", m)
 	}
+	if a := l.Tenants["TENANT_A"]; a.SummaryModel != "gpt-4o-mini" || a.SummaryContextLimit != 64000 || l.Tenants["_"].SummaryModel != "gpt-4.1-mini" {
+		t.Fatalf("tenants %+v", l.Tenants)
+	}
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -42,6 +46,9 @@ func TestLoadErrors(t *testing.T) {
 		"invalid compaction": `{"compaction": {"max_summary_tokens": 5}}`,
 		"bad model":          `{"models": [{"name": "x", "context_window": 0, "encoding": "o200k_base"}]}`,
 		"bad timeout":        `{"timeout": "soon"}`,
+		"bad tenant name":    `{"tenants": {"tenant.a": {"summary_model": "gpt-4o"}}}`,
+		"bad tenant limit":   `{"tenants": {"A": {"summary_context_limit": -1}}}`,
+		"bad tenant field":   `{"tenants": {"A": {"summary_modle": "gpt-4o"}}}`,
 		"not json":           `provider = openai`,
 		"yaml":               "compaction:\n  keep_recent_turns: 3\nprovider: openai\n",
 	} {

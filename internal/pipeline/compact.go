@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/compactor/compactor/internal/ledger"
@@ -38,6 +39,8 @@ type Service struct {
 	// owner names this process in the preparations it claims.
 	owner string
 	prep  prepCounters
+	// policies are the tenants' (SetTenantPolicies).
+	policies atomic.Pointer[map[string]TenantPolicy]
 }
 
 type sessionLock struct {
@@ -698,9 +701,10 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 		input = append(withoutPinned(p.sess.Summarised, p.pinned), r.selected...)
 	}
 	input = ClampToolOutputs(WithPlaceholders(input, p.counter), s.cfg.ToolOutputMaxTokens)
-	sumModel := firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, p.model)
-	inputLimit := firstPositive(req.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
-	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider), r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
+	pol := s.policyOf(ctx)
+	sumModel := firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, p.model)
+	inputLimit := firstPositive(req.SummaryContextLimit, pol.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
+	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider), r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
 	if err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
 	}
@@ -935,10 +939,34 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 const maxReread = 2000
 
 // rereads reports whether the request's summariser rereads (Rereader).
-func (s *Service) rereads(req Request, model string) bool {
+func (s *Service) rereads(ctx context.Context, req Request, model string) bool {
 	rr, ok := s.sum.(Rereader)
-	return ok && rr.RereadsAll(SummaryRequest{Model: firstNonEmpty(req.SummaryModel, s.cfg.SummaryModel, model),
-		Provider: firstNonEmpty(req.SummaryProvider, s.cfg.SummaryProvider)})
+	pol := s.policyOf(ctx)
+	return ok && rr.RereadsAll(SummaryRequest{Model: firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, model),
+		Provider: firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider)})
+}
+
+// TenantPolicy is what a tenant's requests use unless they name their
+// own: its summary model, that model's provider and its context limit
+// (empty or 0: the service's).
+type TenantPolicy struct {
+	SummaryModel        string `json:"summary_model,omitempty"`
+	SummaryProvider     string `json:"summary_provider,omitempty"`
+	SummaryContextLimit int    `json:"summary_context_limit,omitempty"`
+}
+
+// SetTenantPolicies replaces the tenants' policies (by tenant name; the
+// default tenant is "_"), for the requests that start from now on.
+func (s *Service) SetTenantPolicies(p map[string]TenantPolicy) {
+	s.policies.Store(&p)
+}
+
+// policyOf is the policy of ctx's tenant.
+func (s *Service) policyOf(ctx context.Context) TenantPolicy {
+	if p := s.policies.Load(); p != nil {
+		return (*p)[tenant.From(ctx)]
+	}
+	return TenantPolicy{}
 }
 
 // load reads the session and works out its model, limit, counter, pinned
@@ -946,7 +974,7 @@ func (s *Service) rereads(req Request, model string) bool {
 func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	sess, err := s.store.Load(ctx, req.SessionID, !s.cfg.EnableIncremental)
 	reread := false
-	if err == nil && s.cfg.EnableIncremental && hasSummary(sess.Summary) && s.rereads(req, firstNonEmpty(req.Model, sess.Record.Model)) &&
+	if err == nil && s.cfg.EnableIncremental && hasSummary(sess.Summary) && s.rereads(ctx, req, firstNonEmpty(req.Model, sess.Record.Model)) &&
 		sess.Record.TailStartSeq-1-int64(len(sess.Record.PinnedSeqs)) <= maxReread {
 		// Rereading costs no model: read what the summary covers too.
 		reread = true
