@@ -140,7 +140,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
-		Tenants: sf.pf.conf.Tenants})
+		Tenants: sf.pf.conf.Policies(), Limits: sf.pf.conf.Limits()})
 	if err != nil {
 		return err
 	}
@@ -163,8 +163,8 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	return a.Wait()
 }
 
-// reloadTenants applies the config file's tenants' policies to the
-// running service; a file that does not load changes nothing.
+// reloadTenants applies the config file's tenants' policies and quotas to
+// the running service; a file that does not load changes nothing.
 func reloadTenants(path string, a *app.App, log *slog.Logger) {
 	if path == "" {
 		log.Warn("SIGHUP: no --config file to read the tenants' policies from")
@@ -175,7 +175,7 @@ func reloadTenants(path string, a *app.App, log *slog.Logger) {
 		log.Error("SIGHUP: the config file does not load; the tenants' policies are unchanged", slog.String("error", err.Error()))
 		return
 	}
-	a.Pipeline.SetTenantPolicies(conf.Tenants)
+	a.SetTenants(conf.Policies(), conf.Limits())
 	log.Info("tenants' policies reloaded", slog.String("config", path), slog.Int("tenants", len(conf.Tenants)))
 }
 

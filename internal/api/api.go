@@ -86,6 +86,9 @@ type Deps struct {
 	// its head after it, the seq of the first message, the tokens it
 	// added), for the preparer; it must not block.
 	Appended func(ctx context.Context, sessionID string, head, firstSeq int64, tokens int)
+	// Limiter, when set, answers the tenants' request-rate quotas on
+	// compactor.compact (429 quota_exceeded).
+	Limiter *tenant.Limiter
 }
 
 // Server answers the endpoints.
@@ -323,6 +326,10 @@ type ErrorBody struct {
 	// history), is how many: send the same request with "part" 0 to
 	// Parts-1 (and the first part's "digest").
 	Parts int `json:"parts,omitempty"`
+	// Quota, on a 429 (quota_exceeded), is the tenant's quota the request
+	// is over; RetryAfterMS, when it has room again.
+	Quota        string `json:"quota,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 }
 
 // tooLarge is the error of a read whose answer is over one NATS message:
@@ -345,6 +352,8 @@ func errorCode(err error) (int, string) {
 		return 400, StatusNotApplied
 	case errors.Is(err, errForbidden):
 		return 403, StatusNotApplied
+	case errors.As(err, new(*tenant.QuotaError)):
+		return 429, StatusRetry
 	case errors.Is(err, session.ErrNotFound):
 		return 404, StatusNotApplied
 	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrHeadMoved):
@@ -376,6 +385,9 @@ func errorAnswer(err error) (int, []byte) {
 	}
 	if big := (*tooLarge)(nil); errors.As(err, &big) {
 		body.Parts = big.parts
+	}
+	if q := (*tenant.QuotaError)(nil); errors.As(err, &q) {
+		body.Quota, body.RetryAfterMS = q.Quota, max(q.RetryAfter.Milliseconds(), 1)
 	}
 	data, _ := json.Marshal(body)
 	return code, data
@@ -494,6 +506,12 @@ func (s *Server) compact(r micro.Request) {
 	if err := checkSessionID(req.SessionID); err != nil {
 		s.fail(r, err)
 		return
+	}
+	if s.d.Limiter != nil {
+		if err := s.d.Limiter.Allow(tenantOf(r), time.Now()); err != nil {
+			s.fail(r, err)
+			return
+		}
 	}
 	s.mu.Lock()
 	if s.stopping {

@@ -85,9 +85,10 @@ type Config struct {
 	Models     *models.Table
 	Summarizer pipeline.Summarizer
 	Logger     *slog.Logger
-	// Tenants are the tenants' policies (Pipeline.SetTenantPolicies
-	// replaces them while the service runs).
+	// Tenants are the tenants' policies, Limits their quotas (SetTenants
+	// replaces both while the service runs).
 	Tenants map[string]pipeline.TenantPolicy
+	Limits  map[string]tenant.Limits
 	// RetryDelay overrides the consumer's redelivery delays (tests).
 	RetryDelay func(delivered uint64) time.Duration
 }
@@ -105,6 +106,8 @@ type App struct {
 	Consumer *consumer.Consumer
 	Preparer *preparer.Preparer
 	Metrics  *metrics.Metrics
+	// Limiter answers the tenants' request-rate quotas.
+	Limiter *tenant.Limiter
 	// MetricsAddr is where /metrics listens ("" when off), PprofAddr
 	// where /debug/pprof/ does.
 	MetricsAddr, PprofAddr string
@@ -220,7 +223,8 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log)); err != nil {
 		return nil, err
 	}
-	a.Pipeline.SetTenantPolicies(cfg.Tenants)
+	a.Limiter = tenant.NewLimiter()
+	a.SetTenants(cfg.Tenants, cfg.Limits)
 	a.Sessions = sessions.New(store, breakers, cfg.Models)
 	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
 	// Preparations yield to requests: none starts while the consumer's
@@ -242,14 +246,14 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	cleanups = append(cleanups, cancel)
 	apiSrv, err := api.Start(runCtx, nc, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: breakers,
 		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: a.stats, Appended: a.Preparer.Appended})
+		Stats: a.stats, Appended: a.Preparer.Appended, Limiter: a.Limiter})
 	if err != nil {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = apiSrv.Stop() })
 	// Tenants' request events, stored under their tenant's subjects and
 	// deduplication ids.
-	ingest, err := consumer.StartIngest(nc, log)
+	ingest, err := consumer.StartIngest(nc, a.Limiter, log)
 	if err != nil {
 		return nil, err
 	}
@@ -374,6 +378,13 @@ func (a *App) Wait() error {
 }
 
 // Stop shuts the service down cleanly and waits for it.
+// SetTenants replaces the tenants' policies and quotas, for the requests
+// that start from now on.
+func (a *App) SetTenants(policies map[string]pipeline.TenantPolicy, limits map[string]tenant.Limits) {
+	a.Pipeline.SetTenantPolicies(policies)
+	a.Limiter.Set(limits)
+}
+
 func (a *App) Stop() error {
 	a.cancel()
 	return a.Wait()

@@ -21,6 +21,7 @@ import (
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // accountsConf is a server with the compactor in its own account and two
@@ -252,4 +253,77 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// Over its requests_per_second quota a tenant's request is refused with
+// quota_exceeded naming the quota and when to retry, by event (the
+// JetStream publish through its import fails; nothing is stored, no
+// result comes) and by endpoint (429); another tenant is not counted
+// against it; a raised quota applies to the next request.
+func TestTenantOverItsRequestQuota(t *testing.T) {
+	srv := accountsServer(t)
+	svc, _ := service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
+		c.Limits = map[string]tenant.Limits{"TENANT_A": {RequestsPerSecond: 0.01, RequestsBurst: 1}}
+	})
+	ctx := context.Background()
+	clients := map[string]*client.Client{}
+	for _, u := range []string{"tenant-a", "tenant-b"} {
+		nc, err := nats.Connect(userURL(srv, u, map[string]string{"tenant-a": "a-secret", "tenant-b": "b-secret"}[u]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		c, err := client.New(nc, client.WithTimeout(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent.")}}
+		for i := range 30 {
+			msgs = append(msgs, client.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is my bag BAG-%04d with my laptop in it?", i, i))},
+				client.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and arrives on day %d by courier", i, i%28+1))})
+		}
+		if _, err := c.Create(ctx, client.CreateRequest{SessionID: "s", Model: "gpt-4o", ContextLimit: 1000, Messages: msgs}); err != nil {
+			t.Fatal(err)
+		}
+		clients[u] = c
+	}
+	a, b := clients["tenant-a"], clients["tenant-b"]
+	req := func(id string) client.CompactRequest {
+		return client.CompactRequest{RequestID: id, Data: client.RequestData{SessionID: "s", Model: "gpt-4o"}}
+	}
+	if res, err := a.Compact(ctx, req("a-1")); err != nil || !res.OK() {
+		t.Fatalf("A's first request: %+v %v", res, err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	_, err := a.Compact(rctx, req("a-2"))
+	if err == nil || !strings.Contains(err.Error(), "quota_exceeded") || !strings.Contains(err.Error(), "requests_per_second") || !strings.Contains(err.Error(), "retry after") {
+		t.Fatalf("A's second request event: %v", err)
+	}
+	// By the endpoint: 429, the quota named, a time to retry.
+	nc, err := nats.Connect(userURL(srv, "tenant-a", "a-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var body api.ErrorBody
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s", "request_id": "a-3"}, &body); code != "429" || body.Quota != "requests_per_second" || body.RetryAfterMS <= 0 || body.Status != api.StatusRetry {
+		t.Fatalf("A's request through the endpoint: %s %+v", code, body)
+	}
+	// B is not counted against A.
+	for _, id := range []string{"b-1", "b-2", "b-3"} {
+		if res, err := b.CompactSync(ctx, req(id)); err != nil || !res.OK() {
+			t.Fatalf("B's request %s: %+v %v", id, res, err)
+		}
+	}
+	// Nothing of A's refused requests was stored or answered.
+	hist, err := a.History(ctx, "s")
+	if err != nil || len(hist.Compactions) != 1 {
+		t.Fatalf("A's compactions %d (%v), want 1", len(hist.Compactions), err)
+	}
+	// A raised quota applies at once.
+	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {RequestsPerSecond: 100}})
+	if res, err := a.Compact(ctx, req("a-4")); err != nil || !res.OK() {
+		t.Fatalf("A's request after its quota was raised: %+v %v", res, err)
+	}
 }

@@ -25,10 +25,34 @@ type File struct {
 	Timeout  pipeline.Duration `json:"timeout,omitempty"`
 	// Models add to or replace entries of the shipped model table.
 	Models []models.Info `json:"models,omitempty"`
-	// Tenants are each tenant's policy, by its NATS account name ("_" for
-	// the default tenant): the summary model its requests use. serve
-	// reads them again on SIGHUP.
-	Tenants map[string]pipeline.TenantPolicy `json:"tenants,omitempty"`
+	// Tenants are each tenant's policy and quotas, by its NATS account
+	// name ("_" for the default tenant). serve reads them again on SIGHUP.
+	Tenants map[string]Tenant `json:"tenants,omitempty"`
+}
+
+// Tenant is one tenant's policy (the summary model its requests use) and
+// quotas.
+type Tenant struct {
+	pipeline.TenantPolicy
+	tenant.Limits
+}
+
+// Policies are the tenants' policies.
+func (l Loaded) Policies() map[string]pipeline.TenantPolicy {
+	out := make(map[string]pipeline.TenantPolicy, len(l.Tenants))
+	for t, c := range l.Tenants {
+		out[t] = c.TenantPolicy
+	}
+	return out
+}
+
+// Limits are the tenants' quotas.
+func (l Loaded) Limits() map[string]tenant.Limits {
+	out := make(map[string]tenant.Limits, len(l.Tenants))
+	for t, c := range l.Tenants {
+		out[t] = c.Limits
+	}
+	return out
 }
 
 // Loaded is a config file applied to the defaults.
@@ -38,7 +62,7 @@ type Loaded struct {
 	BaseURL    string
 	Timeout    time.Duration
 	Models     *models.Table
-	Tenants    map[string]pipeline.TenantPolicy
+	Tenants    map[string]Tenant
 }
 
 // Defaults returns the configuration without a file.
@@ -96,8 +120,8 @@ func Load(path string) (Loaded, error) {
 				return l, fmt.Errorf("config %s: tenants: %w", path, err)
 			}
 		}
-		if p.SummaryContextLimit < 0 {
-			return l, fmt.Errorf("config %s: tenants: %s: summary_context_limit must be >= 0", path, name)
+		if p.SummaryContextLimit < 0 || p.RequestsPerSecond < 0 || p.RequestsBurst < 0 {
+			return l, fmt.Errorf("config %s: tenants: %s: summary_context_limit, requests_per_second and requests_burst must be >= 0", path, name)
 		}
 	}
 	l.Tenants = f.Tenants

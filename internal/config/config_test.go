@@ -20,7 +20,7 @@ func TestLoad(t *testing.T) {
 	p := write(t, `{"compaction": {"keep_recent_turns": 2, "max_summary_tokens": 600}, "provider": "openai",
 		"base_url": "http://127.0.0.1:8000/v1", "timeout": "90s",
 		"models": [{"name": "qwen2.5-7b-instruct", "context_window": 32768, "encoding": "cl100k_base", "provider": "openai"}],
-		"tenants": {"TENANT_A": {"summary_model": "gpt-4o-mini", "summary_context_limit": 64000}, "_": {"summary_model": "gpt-4.1-mini"}}}`)
+		"tenants": {"TENANT_A": {"summary_model": "gpt-4o-mini", "summary_context_limit": 64000, "requests_per_second": 5, "requests_burst": 10}, "_": {"summary_model": "gpt-4.1-mini"}}}`)
 	l, err := config.Load(p)
 	if err != nil {
 		t.Fatal(err)
@@ -37,6 +37,9 @@ func TestLoad(t *testing.T) {
 	if a := l.Tenants["TENANT_A"]; a.SummaryModel != "gpt-4o-mini" || a.SummaryContextLimit != 64000 || l.Tenants["_"].SummaryModel != "gpt-4.1-mini" {
 		t.Fatalf("tenants %+v", l.Tenants)
 	}
+	if lim := l.Limits()["TENANT_A"]; lim.RequestsPerSecond != 5 || lim.RequestsBurst != 10 || l.Policies()["_"].SummaryModel != "gpt-4.1-mini" {
+		t.Fatalf("limits %+v, policies %+v", l.Limits(), l.Policies())
+	}
 }
 
 func TestLoadErrors(t *testing.T) {
@@ -48,6 +51,7 @@ func TestLoadErrors(t *testing.T) {
 		"bad timeout":        `{"timeout": "soon"}`,
 		"bad tenant name":    `{"tenants": {"tenant.a": {"summary_model": "gpt-4o"}}}`,
 		"bad tenant limit":   `{"tenants": {"A": {"summary_context_limit": -1}}}`,
+		"bad tenant rate":    `{"tenants": {"A": {"requests_per_second": -2}}}`,
 		"bad tenant field":   `{"tenants": {"A": {"summary_modle": "gpt-4o"}}}`,
 		"not json":           `provider = openai`,
 		"yaml":               "compaction:\n  keep_recent_turns: 3\nprovider: openai\n",

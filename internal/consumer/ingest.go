@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -37,22 +38,25 @@ const maxIngesting = 64
 // JetStream's error object). The default tenant publishes to the stream
 // directly.
 type Ingest struct {
-	nc  *nats.Conn
-	log *slog.Logger
-	sub *nats.Subscription
-	sem chan struct{} // bounds the requests being stored
+	nc    *nats.Conn
+	limit *tenant.Limiter // nil: no quotas
+	log   *slog.Logger
+	sub   *nats.Subscription
+	sem   chan struct{} // bounds the requests being stored
 
 	mu      sync.Mutex
 	stopped bool
 	wg      sync.WaitGroup
 }
 
-// StartIngest subscribes the replica to every tenant's requests.
-func StartIngest(nc *nats.Conn, log *slog.Logger) (*Ingest, error) {
+// StartIngest subscribes the replica to every tenant's requests; limit,
+// when set, answers their request-rate quotas (a request over its
+// tenant's is refused with 429 and not stored).
+func StartIngest(nc *nats.Conn, limit *tenant.Limiter, log *slog.Logger) (*Ingest, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	in := &Ingest{nc: nc, log: log, sem: make(chan struct{}, maxIngesting)}
+	in := &Ingest{nc: nc, limit: limit, log: log, sem: make(chan struct{}, maxIngesting)}
 	sub, err := nc.QueueSubscribe(tenant.Wildcard(events.IngestPrefix+">"), IngestQueue, func(m *nats.Msg) {
 		in.mu.Lock()
 		if in.stopped {
@@ -96,9 +100,16 @@ func (in *Ingest) store(m *nats.Msg) {
 		in.refuse(m, 403, err.Error())
 		return
 	}
-	if _, _, ok := events.RequestSubject(subject); !ok {
+	route, _, ok := events.RequestSubject(subject)
+	if !ok {
 		in.refuse(m, 400, fmt.Sprintf("%q is not a request subject (agent.context.<type>.<session_id>)", subject))
 		return
+	}
+	if in.limit != nil && route.Trigger != pipeline.TriggerNearBudget { // a hint is no request
+		if err := in.limit.Allow(t, time.Now()); err != nil {
+			in.refuse(m, 429, err.Error())
+			return
+		}
 	}
 	out := nats.NewMsg(tenant.Subject(t, subject))
 	for k, v := range m.Header {
