@@ -46,7 +46,7 @@ accounts {
 
 func tenantImports(name string) string {
 	return fmt.Sprintf(`[
-      {service: {account: COMPACTOR, subject: "tenant.%[1]s.compactor.>"}, to: "compactor.>"}
+      {service: {account: COMPACTOR, subject: "tenant.%[1]s.compactor.>"}, to: "compactor.>", share: true}
       {service: {account: COMPACTOR, subject: "tenant.%[1]s.compactor.request.agent.context.>"}, to: "agent.context.>"}
       {stream: {account: COMPACTOR, subject: "tenant.%[1]s.compaction.>"}, to: "compaction.>"}
     ]`, name)
@@ -232,7 +232,7 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 		t.Fatalf("the compactions' log lines do not name their tenant:\n%s", l)
 	}
 	// The delete's log line names the tenant and the calling account.
-	if l := logs.String(); !strings.Contains(l, `msg="session deleted by request" tenant=TENANT_A caller_account=TENANT_A session_id=same`) {
+	if l := logs.String(); !strings.Contains(l, `msg="session deleted by request" tenant=TENANT_A caller_account=TENANT_A caller_user=tenant-a session_id=same`) {
 		t.Fatalf("the delete's log does not name its caller:\n%s", l)
 	}
 }
