@@ -80,7 +80,10 @@ func (r *roleConn) expectViolation(t *testing.T, kind, subject string) {
 // each role: admin provisions; the compactor serves without provisioning
 // rights; a runtime imports, requests and reads; an observer reads events
 // and nothing else.
-func TestNATSConfRoles(t *testing.T) {
+// natsConfServer runs a server on the repository's nats.conf and returns
+// the URL of each of its users (password <user>-secret).
+func natsConfServer(t *testing.T) func(user string) string {
+	t.Helper()
 	opts, err := server.ProcessConfigFile("../../nats.conf")
 	if err != nil {
 		t.Fatal(err)
@@ -88,10 +91,14 @@ func TestNATSConfRoles(t *testing.T) {
 	opts.Port, opts.StoreDir = -1, t.TempDir()
 	srv := natstest.ServerWith(t, opts)
 	port := srv.Addr().(*net.TCPAddr).Port
-	as := func(user string) string { return fmt.Sprintf("nats://%s:%s-secret@127.0.0.1:%d", user, user, port) }
+	return func(user string) string { return fmt.Sprintf("nats://%s:%s-secret@127.0.0.1:%d", user, user, port) }
+}
+
+func TestNATSConfRoles(t *testing.T) {
+	as := natsConfServer(t)
 
 	// Without credentials nothing works.
-	if _, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", port)); err == nil {
+	if _, err := nats.Connect(strings.Replace(as("admin"), "admin:admin-secret@", "", 1)); err == nil {
 		t.Fatal("an anonymous client connected")
 	}
 	if code := cli(t, as("admin"), nil, "provision", "--shards", "3"); code != 0 {
@@ -284,14 +291,7 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 // B's account, no JetStream) or answers B's own; the operator (admin)
 // reaches every tenant; a tenant's observer reads its results only.
 func TestNATSConfTenants(t *testing.T) {
-	opts, err := server.ProcessConfigFile("../../nats.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Port, opts.StoreDir = -1, t.TempDir()
-	srv := natstest.ServerWith(t, opts)
-	port := srv.Addr().(*net.TCPAddr).Port
-	as := func(user string) string { return fmt.Sprintf("nats://%s:%s-secret@127.0.0.1:%d", user, user, port) }
+	as := natsConfServer(t)
 	if code := cli(t, as("admin"), nil, "provision"); code != 0 {
 		t.Fatal("admin could not provision")
 	}

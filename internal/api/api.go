@@ -200,17 +200,16 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 // server; one from within the service's account carries none).
 func (s *Server) tenanted(h micro.HandlerFunc) micro.HandlerFunc {
 	return func(r micro.Request) {
-		t, _, ok := tenant.Split(r.Subject())
-		if !ok {
-			s.fail(r, fmt.Errorf("%w: subject %q names no valid tenant", errBadRequest, r.Subject()))
-			return
-		}
-		if err := tenant.Verify(t, r.Headers().Get(tenant.RequestInfoHeader)); err != nil {
-			s.log.Warn("request refused", slog.String("tenant", t), slog.String("subject", r.Subject()), slog.String("error", err.Error()))
+		_, _, err := tenant.Of(r.Subject(), r.Headers().Get(tenant.RequestInfoHeader))
+		switch {
+		case errors.Is(err, tenant.ErrNoTenant):
+			s.fail(r, fmt.Errorf("%w: %v", errBadRequest, err))
+		case err != nil:
+			s.log.Warn("request refused", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
 			s.fail(r, fmt.Errorf("%w: %v", errForbidden, err))
-			return
+		default:
+			h(r)
 		}
-		h(r)
 	}
 }
 

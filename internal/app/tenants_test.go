@@ -78,6 +78,22 @@ func accountsServer(t *testing.T) *server.Server {
 	return s
 }
 
+// tenantClient connects as a tenant's user, with the Go client on the
+// connection.
+func tenantClient(t *testing.T, srv *server.Server, user, pass string) (*nats.Conn, *client.Client) {
+	t.Helper()
+	nc, err := nats.Connect(userURL(srv, user, pass))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	c, err := client.New(nc, client.WithTimeout(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, c
+}
+
 // userURL is the server's URL with a user's credentials.
 func userURL(s *server.Server, user, pass string) string {
 	return strings.Replace(s.ClientURL(), "nats://", "nats://"+user+":"+pass+"@", 1)
@@ -94,20 +110,8 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	svc, _ := service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	connect := func(user, pass string) (*nats.Conn, *client.Client) {
-		nc, err := nats.Connect(userURL(srv, user, pass))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		c, err := client.New(nc, client.WithTimeout(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return nc, c
-	}
-	ncA, a := connect("tenant-a", "a-secret")
-	ncB, b := connect("tenant-b", "b-secret")
+	ncA, a := tenantClient(t, srv, "tenant-a", "a-secret")
+	ncB, b := tenantClient(t, srv, "tenant-b", "b-secret")
 	ctx := context.Background()
 	// Each tenant's results, as its runtimes subscribe to them.
 	resultsOf := func(nc *nats.Conn) *nats.Subscription {
@@ -191,15 +195,13 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 		}
 	}
 	// Lists are each tenant's own.
-	for c, tenant := range map[*client.Client]string{a: "A", b: "B"} {
-		_ = c
+	for tenant, nc := range map[string]*nats.Conn{"A": ncA, "B": ncB} {
 		var page struct {
 			Sessions []struct {
 				SessionID string `json:"session_id"`
 				Messages  int    `json:"messages"`
 			} `json:"sessions"`
 		}
-		nc := map[string]*nats.Conn{"A": ncA, "B": ncB}[tenant]
 		if code := call(t, nc, api.SubjectList, map[string]any{}, &page); code != "" || len(page.Sessions) != 1 {
 			t.Fatalf("tenant %s lists %+v (%s)", tenant, page, code)
 		}
@@ -268,15 +270,7 @@ func TestTenantOverItsRequestQuota(t *testing.T) {
 	ctx := context.Background()
 	clients := map[string]*client.Client{}
 	for _, u := range []string{"tenant-a", "tenant-b"} {
-		nc, err := nats.Connect(userURL(srv, u, map[string]string{"tenant-a": "a-secret", "tenant-b": "b-secret"}[u]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		c, err := client.New(nc, client.WithTimeout(30*time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, c := tenantClient(t, srv, u, map[string]string{"tenant-a": "a-secret", "tenant-b": "b-secret"}[u])
 		msgs := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent.")}}
 		for i := range 30 {
 			msgs = append(msgs, client.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is my bag BAG-%04d with my laptop in it?", i, i))},

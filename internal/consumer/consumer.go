@@ -115,7 +115,7 @@ type delivery struct {
 }
 
 // key names the delivery's session among the consumer's queues.
-func (d *delivery) key() string { return d.tenant + "." + d.sessionID }
+func (d *delivery) key() string { return tenant.Key(d.tenant, d.sessionID) }
 
 // New returns a consumer running svc's pipeline on the requests of js,
 // publishing its events there.

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -89,15 +90,15 @@ func (in *Ingest) Stop() {
 }
 
 func (in *Ingest) store(m *nats.Msg) {
-	t, rest, ok := tenant.Split(m.Subject)
-	subject, found := strings.CutPrefix(rest, events.IngestPrefix)
-	if !ok || !found || t == tenant.Default {
-		in.refuse(m, 400, fmt.Sprintf("subject %q names no tenant's request", m.Subject))
+	t, rest, err := tenant.Of(m.Subject, m.Header.Get(tenant.RequestInfoHeader))
+	if errors.Is(err, tenant.ErrNotCaller) {
+		in.log.Warn("request event refused", slog.String("subject", m.Subject), slog.String("error", err.Error()))
+		in.refuse(m, 403, err.Error())
 		return
 	}
-	if err := tenant.Verify(t, m.Header.Get(tenant.RequestInfoHeader)); err != nil {
-		in.log.Warn("request event refused", slog.String("tenant", t), slog.String("subject", m.Subject), slog.String("error", err.Error()))
-		in.refuse(m, 403, err.Error())
+	subject, found := strings.CutPrefix(rest, events.IngestPrefix)
+	if err != nil || !found || t == tenant.Default {
+		in.refuse(m, 400, fmt.Sprintf("subject %q names no tenant's request", m.Subject))
 		return
 	}
 	route, _, ok := events.RequestSubject(subject)

@@ -53,7 +53,7 @@ func breakerKey(ctx context.Context, sid string) (string, error) {
 		return "", err
 	}
 	if t := tenant.From(ctx); t != tenant.Default {
-		return t + "." + sid, nil
+		return tenant.Key(t, sid), nil
 	}
 	return sid, nil
 }

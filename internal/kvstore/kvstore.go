@@ -145,7 +145,7 @@ type where struct {
 	sid    string
 }
 
-func (w where) recKey() string { return w.tenant + "." + w.sid }
+func (w where) recKey() string { return tenant.Key(w.tenant, w.sid) }
 
 func (w where) cacheKey() string { return strconv.Itoa(w.sh.n) + "." + w.recKey() }
 

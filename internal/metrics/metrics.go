@@ -151,11 +151,11 @@ func (m *Metrics) Observe(res *pipeline.Result) {
 	m.tenantCalls.WithLabelValues(t).Add(float64(res.LLMCalls))
 	m.tenantIn.WithLabelValues(t).Add(float64(res.InputTokens))
 	m.tenantOut.WithLabelValues(t).Add(float64(res.OutputTokens))
+	outcome := string(res.Outcome)
 	if res.Failed {
-		m.tenantRequests.WithLabelValues(t, "failed").Inc()
-	} else {
-		m.tenantRequests.WithLabelValues(t, string(res.Outcome)).Inc()
+		outcome = "failed"
 	}
+	m.tenantRequests.WithLabelValues(t, outcome).Inc()
 	if res.Failed {
 		retryable := "false"
 		if res.Retryable {

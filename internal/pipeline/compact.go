@@ -113,7 +113,7 @@ func (s *Service) Models() *models.Table { return s.table }
 
 // localKey names a session of ctx's tenant among the process's sessions
 // (two tenants may use one session id).
-func localKey(ctx context.Context, id string) string { return tenant.From(ctx) + "." + id }
+func localKey(ctx context.Context, id string) string { return tenant.Key(tenant.From(ctx), id) }
 
 // lock serialises work on one session within the process.
 func (s *Service) lock(ctx context.Context, sid string) (func(), error) {

@@ -80,10 +80,7 @@ type Preparer struct {
 	triggers, queued, dropped, skipped atomic.Int64
 }
 
-// keyOf names a tenant's session among the preparer's.
-func keyOf(t, sid string) string { return t + "." + sid }
-
-func (j job) key() string { return keyOf(j.tenant, j.sessionID) }
+func (j job) key() string { return tenant.Key(j.tenant, j.sessionID) }
 
 type job struct {
 	tenant                        string
@@ -149,7 +146,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	}
 	t := tenant.From(ctx)
 	p.mu.Lock()
-	if e := p.est[keyOf(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
+	if e := p.est[tenant.Key(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
 		// No append unseen since the last count: the estimate holds.
 		e.head, e.tokens = head, e.tokens+tokens
 		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
@@ -179,7 +176,7 @@ func (p *Preparer) NearBudget(ctx context.Context, req pipeline.Request) {
 // gone (the context shrank).
 func (p *Preparer) Compacted(ctx context.Context, sessionID string) {
 	p.mu.Lock()
-	delete(p.est, keyOf(tenant.From(ctx), sessionID))
+	delete(p.est, tenant.Key(tenant.From(ctx), sessionID))
 	p.mu.Unlock()
 }
 

@@ -17,12 +17,14 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 )
 
-// The scheduler reads a session once, then keeps count from the appends
-// it is told of: appends under prepare_at cost no read, an append after
-// one it missed (another replica's) is read again, and the session is
-// prepared once it passes the threshold.
-func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
-	counter, _ := tokens.ForEncoding("o200k_base")
+// newService is a pipeline on a memory store, with the extractive
+// summariser and no message-count trigger.
+func newService(t *testing.T) (*tokens.Counter, *memstore.Store, *pipeline.Service) {
+	t.Helper()
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
 	store := memstore.New()
 	cfg := pipeline.DefaultConfig()
 	cfg.MaxMessages = 0
@@ -30,6 +32,15 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return counter, store, svc
+}
+
+// The scheduler reads a session once, then keeps count from the appends
+// it is told of: appends under prepare_at cost no read, an append after
+// one it missed (another replica's) is read again, and the session is
+// prepared once it passes the threshold.
+func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
+	counter, store, svc := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var runs []pipeline.Preparation
@@ -84,7 +95,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 		}
 	}
 	out := wait()
-	if out.Outcome != pipeline.PrepareDone || float64(out.TokensBefore) < cfg.PrepareAt*limit {
+	if out.Outcome != pipeline.PrepareDone || float64(out.TokensBefore) < svc.Config().PrepareAt*limit {
 		t.Fatalf("at the threshold: %+v (after %d turns)", out, i)
 	}
 	// Once prepared, more appends leave it alone (it stands).
@@ -112,14 +123,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 // flight" and lost: the running one may have read the session before the
 // trigger's append, and no later append came to try again).
 func TestATriggerDuringAPreparationRunsAfterIt(t *testing.T) {
-	counter, _ := tokens.ForEncoding("o200k_base")
-	store := memstore.New()
-	cfg := pipeline.DefaultConfig()
-	cfg.MaxMessages = 0
-	svc, err := pipeline.New(store, memstore.NewBreakers(), extractive.New(counter), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, store, svc := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var msgs []session.Message

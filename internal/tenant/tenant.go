@@ -13,6 +13,7 @@ package tenant
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -170,3 +171,29 @@ func (h LogHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h LogHandler) WithGroup(name string) slog.Handler {
 	return LogHandler{h.Handler.WithGroup(name)}
 }
+
+// Key names a tenant's session among a process's sessions of every
+// tenant (a session id has no '.').
+func Key(name, sessionID string) string { return name + "." + sessionID }
+
+// Of is the tenant of a request on subject in the compactor's account, and
+// the subject as the tenant called it, once the server's word on the
+// caller (requestInfo, its Nats-Request-Info) agrees: ErrNoTenant for a
+// subject that names no valid tenant, ErrNotCaller for one the server
+// says another account called.
+func Of(subject, requestInfo string) (name, rest string, err error) {
+	name, rest, ok := Split(subject)
+	if !ok {
+		return "", "", fmt.Errorf("%w: subject %q", ErrNoTenant, subject)
+	}
+	if err := Verify(name, requestInfo); err != nil {
+		return "", "", fmt.Errorf("%w: %v", ErrNotCaller, err)
+	}
+	return name, rest, nil
+}
+
+// Errors of Of.
+var (
+	ErrNoTenant  = errors.New("names no valid tenant")
+	ErrNotCaller = errors.New("not the calling account's")
+)

@@ -2,6 +2,7 @@ package tenant
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -57,6 +58,15 @@ func TestVerify(t *testing.T) {
 	}
 	if err := Verify(Default, `{"acc":"B"}`); err == nil {
 		t.Fatal("an import reached the default tenant's subjects")
+	}
+	if name, rest, err := Of("tenant.A.compactor.compact", `{"acc":"A"}`); err != nil || name != "A" || rest != "compactor.compact" {
+		t.Fatalf("Of: %q %q %v", name, rest, err)
+	}
+	if _, _, err := Of("tenant.A.compactor.compact", `{"acc":"B"}`); !errors.Is(err, ErrNotCaller) {
+		t.Fatalf("B calling for A: %v", err)
+	}
+	if _, _, err := Of("tenant._.compactor.compact", ""); !errors.Is(err, ErrNoTenant) {
+		t.Fatalf("a bad tenant token: %v", err)
 	}
 	if c, ok := CallerOf(`{"acc":"A","user":"tenant-a"}`); !ok || c.User != "tenant-a" {
 		t.Fatalf("%+v %v", c, ok)
