@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -55,8 +56,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	provider := fs.String("provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
 	baseURL := fs.String("base-url", "", "with --probes: the provider's endpoint `URL`")
 	summaryModel := fs.String("summary-model", "", "with --probes: the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
+	long := fs.Bool("long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
 	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
-	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
+	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
 	if err != nil {
 		return err
 	}
@@ -75,7 +77,13 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if modes == nil {
 		return fmt.Errorf("%w: --mode must be incremental, scratch or both", errUsage)
 	}
-	convs, err := transcript.LoadDataDir(*data)
+	load := transcript.LoadDataDir
+	if *long {
+		load = func(dir string) ([]transcript.Conversation, error) {
+			return transcript.LoadLongDir(filepath.Join(dir, "agent_trajectories", "long"))
+		}
+	}
+	convs, err := load(*data)
 	if err != nil {
 		return err
 	}
