@@ -86,9 +86,15 @@ type Deps struct {
 	// its head after it, the seq of the first message, the tokens it
 	// added), for the preparer; it must not block.
 	Appended func(ctx context.Context, sessionID string, head, firstSeq int64, tokens int)
-	// Limiter, when set, answers the tenants' request-rate quotas on
-	// compactor.compact (429 quota_exceeded).
-	Limiter *tenant.Limiter
+	// Quotas, when set, answers the tenants' quotas on compactor.compact
+	// (429 quota_exceeded).
+	Quotas Quotas
+}
+
+// Quotas admits a tenant's compactor.compact call (quota.Quotas): done
+// ends it.
+type Quotas interface {
+	Compact(ctx context.Context, t string) (done func(), err error)
 }
 
 // Server answers the endpoints.
@@ -506,8 +512,13 @@ func (s *Server) compact(r micro.Request) {
 		s.fail(r, err)
 		return
 	}
-	if s.d.Limiter != nil {
-		if err := s.d.Limiter.Allow(tenantOf(r), time.Now()); err != nil {
+	done := func() {}
+	if s.d.Quotas != nil {
+		ctx, cancel := context.WithTimeout(tenant.With(s.work, tenantOf(r)), 10*time.Second)
+		var err error
+		done, err = s.d.Quotas.Compact(ctx, tenantOf(r))
+		cancel()
+		if err != nil {
 			s.fail(r, err)
 			return
 		}
@@ -515,6 +526,7 @@ func (s *Server) compact(r micro.Request) {
 	s.mu.Lock()
 	if s.stopping {
 		s.mu.Unlock()
+		done()
 		if err := r.Error("503", "shutting down: retry, another instance will answer", nil); err != nil {
 			s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
 		}
@@ -527,7 +539,7 @@ func (s *Server) compact(r micro.Request) {
 	// tracestate headers, as on any NATS request).
 	trace := events.TraceFromHeader(r.Headers())
 	go func() {
-		defer func() { <-s.sem; s.wg.Done() }()
+		defer func() { <-s.sem; done(); s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(events.WithTrace(tenant.With(s.work, tenantOf(r)), trace), s.d.Timeout)
 		defer cancel()
 		preq := pipeline.Request{ID: req.RequestID, SessionID: req.SessionID, Trigger: req.Trigger, Model: req.Model,
@@ -562,6 +574,8 @@ func (s *Server) compact(r micro.Request) {
 			code = "400"
 		case res.Reason == pipeline.ReasonSessionNotFound:
 			code = "404"
+		case res.Reason == pipeline.ReasonQuotaExceeded:
+			code = "429"
 		case res.Retryable || res.Reason == pipeline.ReasonCircuitOpen:
 			code = "503"
 		}

@@ -33,6 +33,7 @@ import (
 	"github.com/compactor/compactor/internal/migrate"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/quota"
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tenant"
@@ -106,8 +107,8 @@ type App struct {
 	Consumer *consumer.Consumer
 	Preparer *preparer.Preparer
 	Metrics  *metrics.Metrics
-	// Limiter answers the tenants' request-rate quotas.
-	Limiter *tenant.Limiter
+	// Quotas answers the tenants' quotas.
+	Quotas *quota.Quotas
 	// MetricsAddr is where /metrics listens ("" when off), PprofAddr
 	// where /debug/pprof/ does.
 	MetricsAddr, PprofAddr string
@@ -220,12 +221,13 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if err != nil {
 		return nil, BucketHint(err)
 	}
-	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log)); err != nil {
+	a.Quotas = quota.New(store, consumer.Backlog(a.JS), quota.Options{Logger: log})
+	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log),
+		pipeline.WithModelBudget(a.Quotas)); err != nil {
 		return nil, err
 	}
-	a.Limiter = tenant.NewLimiter()
 	a.SetTenants(cfg.Tenants, cfg.Limits)
-	a.Sessions = sessions.New(store, breakers, cfg.Models)
+	a.Sessions = sessions.New(store, breakers, cfg.Models, sessions.WithQuotas(a.Quotas))
 	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
 	// Preparations yield to requests: none starts while the consumer's
 	// workers are all taken.
@@ -246,14 +248,14 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	cleanups = append(cleanups, cancel)
 	apiSrv, err := api.Start(runCtx, nc, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: breakers,
 		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: a.stats, Appended: a.Preparer.Appended, Limiter: a.Limiter})
+		Stats: a.stats, Appended: a.Preparer.Appended, Quotas: a.Quotas})
 	if err != nil {
 		return nil, err
 	}
 	cleanups = append(cleanups, func() { _ = apiSrv.Stop() })
 	// Tenants' request events, stored under their tenant's subjects and
 	// deduplication ids.
-	ingest, err := consumer.StartIngest(nc, a.Limiter, log)
+	ingest, err := consumer.StartIngest(nc, a.Quotas, log)
 	if err != nil {
 		return nil, err
 	}
@@ -281,6 +283,9 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		}
 		return nil
 	}, func(error) { stopCons() })
+	// The quotas' view of the store's usage, kept fresh.
+	quotaCtx, stopQuota := context.WithCancel(runCtx)
+	g.Add(func() error { a.Quotas.Run(quotaCtx); return nil }, func(error) { stopQuota() })
 	// The preparer: its work is only ever a head start, cancelled at once.
 	prepCtx, stopPrep := context.WithCancel(runCtx)
 	g.Add(func() error { return a.Preparer.Run(prepCtx) }, func(error) { stopPrep() })
@@ -377,14 +382,14 @@ func (a *App) Wait() error {
 	return a.err
 }
 
-// Stop shuts the service down cleanly and waits for it.
 // SetTenants replaces the tenants' policies and quotas, for the requests
 // that start from now on.
 func (a *App) SetTenants(policies map[string]pipeline.TenantPolicy, limits map[string]tenant.Limits) {
 	a.Pipeline.SetTenantPolicies(policies)
-	a.Limiter.Set(limits)
+	a.Quotas.Set(limits)
 }
 
+// Stop shuts the service down cleanly and waits for it.
 func (a *App) Stop() error {
 	a.cancel()
 	return a.Wait()

@@ -120,8 +120,11 @@ func Load(path string) (Loaded, error) {
 				return l, fmt.Errorf("config %s: tenants: %w", path, err)
 			}
 		}
-		if p.SummaryContextLimit < 0 || p.RequestsPerSecond < 0 || p.RequestsBurst < 0 {
-			return l, fmt.Errorf("config %s: tenants: %s: summary_context_limit, requests_per_second and requests_burst must be >= 0", path, name)
+		if p.SummaryContextLimit < 0 {
+			return l, fmt.Errorf("config %s: tenants: %s: summary_context_limit must be >= 0", path, name)
+		}
+		if err := p.Limits.Check(); err != nil {
+			return l, fmt.Errorf("config %s: tenants: %s: %w", path, name, err)
 		}
 	}
 	l.Tenants = f.Tenants

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +41,7 @@ const maxIngesting = 64
 // directly.
 type Ingest struct {
 	nc    *nats.Conn
-	limit *tenant.Limiter // nil: no quotas
+	admit Admission // nil: no quotas
 	log   *slog.Logger
 	sub   *nats.Subscription
 	sem   chan struct{} // bounds the requests being stored
@@ -48,16 +49,43 @@ type Ingest struct {
 	mu      sync.Mutex
 	stopped bool
 	wg      sync.WaitGroup
+	serial  map[string]*sync.Mutex // per bounded tenant
 }
 
-// StartIngest subscribes the replica to every tenant's requests; limit,
-// when set, answers their request-rate quotas (a request over its
-// tenant's is refused with 429 and not stored).
-func StartIngest(nc *nats.Conn, limit *tenant.Limiter, log *slog.Logger) (*Ingest, error) {
+// serialize holds t's lock, for a bounded tenant, until the returned
+// func is called.
+func (in *Ingest) serialize(t string) func() {
+	if in.admit == nil || !in.admit.Bounded(t) {
+		return func() {}
+	}
+	in.mu.Lock()
+	l := in.serial[t]
+	if l == nil {
+		l = &sync.Mutex{}
+		in.serial[t] = l
+	}
+	in.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// Admission answers a tenant's request quotas (quota.Quotas).
+type Admission interface {
+	Request(ctx context.Context, t string) error
+	// Bounded says t has a quota of its requests stored and not answered:
+	// a replica stores t's requests one at a time, each admitted on the
+	// count that includes the one before.
+	Bounded(t string) bool
+}
+
+// StartIngest subscribes the replica to every tenant's requests; admit,
+// when set, answers their quotas (a request over one of its tenant's is
+// refused with 429 quota_exceeded and not stored).
+func StartIngest(nc *nats.Conn, admit Admission, log *slog.Logger) (*Ingest, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	in := &Ingest{nc: nc, limit: limit, log: log, sem: make(chan struct{}, maxIngesting)}
+	in := &Ingest{nc: nc, admit: admit, log: log, sem: make(chan struct{}, maxIngesting), serial: map[string]*sync.Mutex{}}
 	sub, err := nc.QueueSubscribe(tenant.Wildcard(events.IngestPrefix+">"), IngestQueue, func(m *nats.Msg) {
 		in.mu.Lock()
 		if in.stopped {
@@ -106,9 +134,18 @@ func (in *Ingest) store(m *nats.Msg) {
 		in.refuse(m, 400, fmt.Sprintf("%q is not a request subject (agent.context.<type>.<session_id>)", subject))
 		return
 	}
-	if in.limit != nil && route.Trigger != pipeline.TriggerNearBudget { // a hint is no request
-		if err := in.limit.Allow(t, time.Now()); err != nil {
-			in.refuse(m, 429, err.Error())
+	if in.admit != nil && route.Trigger != pipeline.TriggerNearBudget { // a hint is no request
+		defer in.serialize(t)()
+		ctx, cancel := context.WithTimeout(context.Background(), ingestTimeout)
+		err := in.admit.Request(ctx, t)
+		cancel()
+		if err != nil {
+			code := 503
+			if errors.As(err, new(*tenant.QuotaError)) {
+				code = 429
+			}
+			in.log.Info("request event refused", slog.String("tenant", t), slog.String("subject", subject), slog.String("error", err.Error()))
+			in.refuse(m, code, err.Error())
 			return
 		}
 	}
@@ -143,5 +180,40 @@ func (in *Ingest) refuse(m *nats.Msg, code int, desc string) {
 	b, _ := json.Marshal(map[string]any{"error": map[string]any{"code": code, "description": desc}})
 	if err := m.Respond(b); err != nil {
 		in.log.Warn("respond", slog.String("subject", m.Reply), slog.String("error", err.Error()))
+	}
+}
+
+// Backlog counts a tenant's requests that AGENT_CONTEXT holds (a work
+// queue: stored and not yet answered, waiting or running), hints left out:
+// the stream's count of each subject under the tenant's, from one stream
+// info request.
+func Backlog(js jetstream.JetStream) func(ctx context.Context, t string) (int, error) {
+	var mu sync.Mutex
+	var st jetstream.Stream
+	return func(ctx context.Context, t string) (int, error) {
+		mu.Lock()
+		s := st
+		mu.Unlock()
+		if s == nil {
+			var err error
+			if s, err = js.Stream(ctx, RequestStream); err != nil {
+				return 0, fmt.Errorf("count the requests of tenant %s: %w", t, err)
+			}
+			mu.Lock()
+			st = s
+			mu.Unlock()
+		}
+		info, err := s.Info(ctx, jetstream.WithSubjectFilter(tenant.Subject(t, RequestSubject)))
+		if err != nil {
+			return 0, fmt.Errorf("count the requests of tenant %s: %w", t, err)
+		}
+		n := 0
+		hints := tenant.Subject(t, events.NearBudgetPrefix)
+		for subj, c := range info.State.Subjects {
+			if !strings.HasPrefix(subj, hints) {
+				n += int(c)
+			}
+		}
+		return n, nil
 	}
 }

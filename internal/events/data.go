@@ -29,6 +29,10 @@ type Failed struct {
 	Error     string `json:"error"`
 	Failures  int    `json:"failures"`
 	Retryable bool   `json:"retryable"`
+	// Quota and RetryAfterMS, on a quota_exceeded failure, name the
+	// tenant's quota and when it has room again.
+	Quota        string `json:"quota,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	// What the failed attempt spent on the summary model (a failure after
 	// summarising, such as insufficient_progress, still cost tokens).
 	LLMCalls     int   `json:"llm_calls"`
@@ -58,7 +62,7 @@ type CircuitClosed struct {
 func FailedData(r *pipeline.Result) Failed {
 	return Failed{SessionID: r.SessionID, RequestID: r.RequestID, Trigger: string(r.Trigger), Reason: string(r.Reason),
 		Error: r.Error, Failures: r.Failures, Retryable: r.Retryable, LLMCalls: r.LLMCalls, InputTokens: r.InputTokens,
-		OutputTokens: r.OutputTokens, DurationMS: r.DurationMS}
+		OutputTokens: r.OutputTokens, DurationMS: r.DurationMS, Quota: r.Quota, RetryAfterMS: r.RetryAfterMS}
 }
 
 // CircuitOpenedData returns the CompactionCircuitOpened data of the result

@@ -126,6 +126,7 @@ func (s *Sessions) Tenants(ctx context.Context) ([]session.TenantUsage, error) {
 			}
 			u.Sessions++
 			u.Messages += rec.HeadSeq
+			u.Bytes += rec.Bytes
 			u.Compactions += rec.Compactions
 			if rec.UpdatedAt.After(u.UpdatedAt) {
 				u.UpdatedAt = rec.UpdatedAt

@@ -100,6 +100,7 @@ func (r *record) add(seq uint64, msgs []session.Message) {
 			r.Log.Last = l
 		}
 		r.HeadSeq = m.Seq
+		r.Bytes += int64(session.TextBytes(&m))
 	}
 	if over := len(r.Log.Recent) - RecentIDs*idHashLen; over > 0 {
 		r.Log.Recent = slices.Clone(r.Log.Recent[over:])
@@ -144,6 +145,19 @@ type blobRef struct {
 }
 
 func (e *entry) last() int64 { return e.First + int64(len(e.Msgs)) - 1 }
+
+// addTo adds the entry, read at stream sequence seq, to rec. A message
+// stored in chunks is a stub here: it counts its JSON's size.
+func (e *entry) addTo(rec *record, seq uint64) {
+	msgs := make([]session.Message, len(e.Msgs))
+	for i := range e.Msgs {
+		msgs[i] = e.Msgs[i].Message
+		if b := e.Msgs[i].Blob; b != nil {
+			rec.Bytes += int64(b.Bytes)
+		}
+	}
+	rec.add(seq, msgs)
+}
 
 func decodeEntry(r raw) (entry, error) {
 	var e entry

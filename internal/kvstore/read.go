@@ -79,11 +79,7 @@ func (s *Sessions) rollForward(ctx context.Context, w where, rec *record) error 
 		if e.First != rec.HeadSeq+1 {
 			return false, errStale
 		}
-		msgs := make([]session.Message, len(e.Msgs))
-		for i := range e.Msgs {
-			msgs[i] = e.Msgs[i].Message
-		}
-		rec.add(r.seq, msgs)
+		e.addTo(rec, r.seq)
 		if r.time.After(rec.UpdatedAt) {
 			rec.UpdatedAt = r.time.UTC()
 		}

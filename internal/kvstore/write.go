@@ -151,11 +151,7 @@ func (s *Sessions) adopt(ctx context.Context, w where, rec *record) error {
 		if e.First != rec.HeadSeq+1 {
 			return fmt.Errorf("session %s: %w: log entry %d starts at message %d, after %d", w.sid, session.ErrCorrupt, r.seq, e.First, rec.HeadSeq)
 		}
-		msgs := make([]session.Message, len(e.Msgs))
-		for i := range e.Msgs {
-			msgs[i] = e.Msgs[i].Message
-		}
-		rec.add(r.seq, msgs)
+		e.addTo(rec, r.seq)
 	}
 	return fmt.Errorf("session %s: %w: the log kept growing", w.sid, session.ErrConflict)
 }

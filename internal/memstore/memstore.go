@@ -76,6 +76,10 @@ func (s *Store) Create(ctx context.Context, rec session.Record, msgs []session.M
 	}
 	now := s.now().UTC()
 	rec.HeadSeq = int64(len(prepared))
+	rec.Bytes = 0
+	for i := range prepared {
+		rec.Bytes += int64(session.TextBytes(&prepared[i]))
+	}
 	rec.CreatedAt, rec.UpdatedAt = now, now
 	rec.Revision = 1
 	rec.PinnedSeqs, rec.TailStartID, rec.TailStartSeq, rec.CompactionID, rec.Compactions = nil, "", 0, "", 0
@@ -145,6 +149,7 @@ func (s *Store) AppendWith(ctx context.Context, sessionID string, msgs []session
 		if out.New[i] {
 			e.msgs = append(e.msgs, m)
 			e.ids[m.ID] = m.Seq
+			e.rec.Bytes += int64(session.TextBytes(&m))
 		}
 	}
 	if head != e.rec.HeadSeq {

@@ -41,6 +41,27 @@ type Service struct {
 	prep  prepCounters
 	// policies are the tenants' (SetTenantPolicies).
 	policies atomic.Pointer[map[string]TenantPolicy]
+	// quota answers the tenants' model quotas (WithModelBudget).
+	quota ModelBudget
+}
+
+// ModelBudget answers a tenant's quotas of summary model use
+// (quota.Quotas): Take before each call (an error refuses it: a
+// *tenant.QuotaError fails the compaction with quota_exceeded), Used after
+// with its tokens, input and output.
+type ModelBudget interface {
+	Take(ctx context.Context) error
+	Used(ctx context.Context, tokens int)
+}
+
+// WithModelBudget has every summary model call taken from its tenant's
+// budget first. A summariser that calls no model (a Rereader) is not
+// counted.
+func WithModelBudget(b ModelBudget) Option {
+	return func(s *Service) error {
+		s.quota = b
+		return nil
+	}
 }
 
 type sessionLock struct {
@@ -172,6 +193,9 @@ func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 		pe = &Error{Reason: ReasonSummaryFailed, Retryable: true, Err: err}
 	}
 	res.Failed, res.Reason, res.Error, res.Retryable = true, pe.Reason, pe.Err.Error(), pe.Retryable
+	if qe := (*tenant.QuotaError)(nil); errors.As(pe.Err, &qe) {
+		res.Quota, res.RetryAfterMS = qe.Quota, qe.RetryAfter.Milliseconds()
+	}
 	res.Outcome = ""
 	s.log.LogAttrs(ctx, slog.LevelWarn, "compaction failed", slog.String("session_id", req.SessionID),
 		slog.String("request_id", req.ID), slog.String("reason", string(pe.Reason)), slog.String("error", res.Error),
@@ -494,8 +518,14 @@ func (s *Service) summaryReserve(p *plan) int {
 // small window keeps the files, commands and errors it would have kept
 // and shortens its prose first; never over maxLedgerShare of the budget.
 func (s *Service) ledgerBudget(budget int) int {
-	return min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens)), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)))
+	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens)), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
+		budget-minSummariserTokens))
 }
+
+// minSummariserTokens is what the summariser keeps beside the ledger: the
+// template's headings (about 40 tokens) and a bullet. Below it a summary
+// has no room for anything and fails as empty.
+const minSummariserTokens = minSummaryTokens * 2 / 3
 
 // maxLedgerShare bounds the ledger's share of a shortened summary: the
 // summariser keeps room for the goal, the decisions and the open tasks.
@@ -704,9 +734,13 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	pol := s.policyOf(ctx)
 	sumModel := firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, p.model)
 	inputLimit := firstPositive(req.SummaryContextLimit, pol.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
-	sm, err := newSummariser(s.sum, p.counter, sumModel, firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider), r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
+	provider := firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider)
+	sm, err := newSummariser(s.sum, p.counter, sumModel, provider, r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
 	if err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
+	}
+	if rr, ok := s.sum.(Rereader); !ok || !rr.RereadsAll(SummaryRequest{Model: sumModel, Provider: provider, Encoding: p.counter.Encoding()}) {
+		sm.quota = s.quota // a model's calls, not the offline summariser's
 	}
 	sm.sources = instructionSources(p.pinned, input, prev)
 	// The artifact ledger of everything the summary will cover takes its

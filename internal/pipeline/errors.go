@@ -67,6 +67,10 @@ const (
 	// ReasonCorruptSession: the stored session (or its breaker) does not
 	// decode; no retry can fix it, an operator must (or delete it).
 	ReasonCorruptSession Reason = "corrupt_session"
+	// ReasonQuotaExceeded: the session's tenant is over a quota of its
+	// model use (a *tenant.QuotaError names it and when it has room
+	// again); not retried, and no breaker failure.
+	ReasonQuotaExceeded Reason = "quota_exceeded"
 )
 
 // Error is a failed compaction: the reason, whether retrying the same request

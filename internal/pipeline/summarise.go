@@ -9,6 +9,7 @@ import (
 
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -42,6 +43,7 @@ func systemPromptTokens(c *tokens.Counter) int {
 // maxTokens remains. It is used by one goroutine.
 type summariser struct {
 	sum        Summarizer
+	quota      ModelBudget // nil: none
 	counter    *tokens.Counter
 	model      string
 	provider   string
@@ -386,6 +388,15 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 				req.Prompt = p.User + instructionReminder + strings.Join(summary.Headings, ", ") + "."
 			}
 		}
+		if s.quota != nil {
+			if err := s.quota.Take(ctx); err != nil {
+				var qe *tenant.QuotaError
+				if errors.As(err, &qe) {
+					return "", &Error{Reason: ReasonQuotaExceeded, Err: err}
+				}
+				return "", &Error{Reason: ReasonPersistFailed, Retryable: true, Err: fmt.Errorf("%w: count the model call against the tenant's quota: %w", ErrPersistFailed, err)}
+			}
+		}
 		resp, err := s.sum.Summarize(ctx, req)
 		s.calls++
 		if err != nil {
@@ -407,19 +418,21 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 		if resp.Model != "" {
 			s.answeredBy = resp.Model
 		}
-		if resp.InputTokens > 0 {
-			s.inTokens += resp.InputTokens
-		} else {
-			s.inTokens += estInput + s.sysTokens + promptOverhead
+		in, out := resp.InputTokens, resp.OutputTokens
+		if in <= 0 {
+			in = estInput + s.sysTokens + promptOverhead
 		}
 		text := strings.TrimSpace(resp.Text)
 		if resp.Encoding == s.counter.Encoding() && resp.OutputTokens > 0 && text == resp.Text {
 			s.remember(text, resp.OutputTokens) // counted exactly by the summariser
 		}
-		if resp.OutputTokens > 0 {
-			s.outTokens += resp.OutputTokens
-		} else {
-			s.outTokens += s.count(text)
+		if out <= 0 {
+			out = s.count(text)
+		}
+		s.inTokens += in
+		s.outTokens += out
+		if s.quota != nil {
+			s.quota.Used(ctx, in+out)
 		}
 		if err := summary.Validate(text); err != nil {
 			lastErr = err

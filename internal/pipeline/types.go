@@ -142,6 +142,10 @@ type Result struct {
 	Error     string `json:"error,omitempty"`
 	Failures  int    `json:"failures,omitempty"`
 	Retryable bool   `json:"retryable,omitempty"`
+	// Quota and RetryAfterMS, on a quota_exceeded failure, name the
+	// tenant's quota and when it has room again.
+	Quota        string `json:"quota,omitempty"`
+	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 	// CircuitOpened is set on the failure that opened the breaker; Breaker
 	// then holds its state for the CompactionCircuitOpened event.
 	CircuitOpened bool             `json:"-"`

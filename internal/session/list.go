@@ -100,9 +100,11 @@ type BreakerPage struct {
 // checkpoint behind its session's head: see the store), and when one was
 // last written.
 type TenantUsage struct {
-	Tenant      string    `json:"tenant"`
-	Sessions    int       `json:"sessions"`
-	Messages    int64     `json:"messages"`
+	Tenant   string `json:"tenant"`
+	Sessions int    `json:"sessions"`
+	Messages int64  `json:"messages"`
+	// Bytes is what their messages say (Record.Bytes).
+	Bytes       int64     `json:"bytes"`
 	Compactions int       `json:"compactions"`
 	UpdatedAt   time.Time `json:"updated_at"`
 	// BreakersOpen is filled by a caller that reads the breakers too.

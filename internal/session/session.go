@@ -273,6 +273,10 @@ type Record struct {
 	// HeadSeq is the seq of the newest message; seqs start at 1 and have no
 	// gaps, so it is also the message count.
 	HeadSeq int64 `json:"head_seq"`
+	// Bytes is the size of what the session's messages say (TextBytes of
+	// each; a message stored in chunks counts its JSON): what a tenant's
+	// bytes_stored quota counts.
+	Bytes int64 `json:"bytes,omitempty"`
 	// PinnedSeqs are kept verbatim ahead of the summary (set by the first
 	// compaction).
 	PinnedSeqs   []int64   `json:"pinned_seqs,omitempty"`
@@ -395,4 +399,17 @@ func CreateDigest(rec Record, msgs []Message) string {
 // so a repeated create writes the same ids.
 func CreatedMessageID(sessionID, digest string, i int) string {
 	return uuid.NewSHA1(digestNamespace, []byte(sessionID+"\x00"+digest+"\x00"+strconv.Itoa(i))).String()
+}
+
+// TextBytes is the size of what a message says: its text and content
+// parts, name, role and tool calls.
+func TextBytes(m *Message) int {
+	n := len(m.Content.Text) + len(m.Name) + len(m.Role)
+	for _, p := range m.Content.Parts {
+		n += len(p)
+	}
+	for _, tc := range m.ToolCalls {
+		n += len(tc.Function.Name) + len(tc.Function.Arguments)
+	}
+	return n
 }

@@ -78,7 +78,21 @@ type Service struct {
 	breakers Breakers
 	table    *models.Table
 	retryFor time.Duration
+	quotas   Quotas
 }
+
+// Quotas answers a tenant's quotas of what it stores (quota.Quotas).
+type Quotas interface {
+	// Write admits a create (newSession) or an append of bytes
+	// (session.TextBytes) by ctx's tenant.
+	Write(ctx context.Context, newSession bool, bytes int64) error
+	// Wrote records what a write stored.
+	Wrote(ctx context.Context, sessions int, bytes int64)
+}
+
+// WithQuotas has creates and appends admitted by q first: one over a
+// quota of its tenant is refused (a *tenant.QuotaError) and stores nothing.
+func WithQuotas(q Quotas) Option { return func(s *Service) { s.quotas = q } }
 
 // Option tunes a Service.
 type Option func(*Service)
@@ -172,13 +186,31 @@ func (s *Service) Create(ctx context.Context, rec session.Record, msgs []session
 		c.Ensure(&msgs[i])
 	}
 	total := c.Context(msgs) // as the context is counted: with the reply priming
+	var bytes int64
+	for i := range msgs {
+		bytes += int64(session.TextBytes(&msgs[i]))
+	}
+	if s.quotas != nil {
+		if err := s.quotas.Write(ctx, true, bytes); err != nil {
+			// A repeated create is no new session: the store answers it.
+			if _, lerr := s.store.Load(ctx, rec.SessionID, false); lerr != nil {
+				return Created{}, err
+			}
+		}
+	}
 	var stored session.Record
+	start := time.Now()
 	err = s.retry(ctx, func() (err error) {
 		stored, err = s.store.Create(ctx, rec, msgs)
 		return err
 	})
 	if err != nil {
 		return Created{}, err
+	}
+	if s.quotas != nil && !stored.CreatedAt.Before(start) {
+		// Created now: a repeat answers the session created before (by
+		// a replica whose clock is ahead, it counts until the next scan).
+		s.quotas.Wrote(ctx, 1, bytes)
 	}
 	return Created{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: s.LimitOf(rec), Messages: len(msgs),
 		HeadSeq: stored.HeadSeq, Tokens: total}, nil
@@ -218,19 +250,6 @@ const (
 	StatusAlreadyApplied = "already_applied"
 )
 
-// textBytes is the size of what a message says: its text and content
-// parts, name, tool calls.
-func textBytes(m *session.Message) int {
-	n := len(m.Content.Text) + len(m.Name) + len(m.Role)
-	for _, p := range m.Content.Parts {
-		n += len(p)
-	}
-	for _, tc := range m.ToolCalls {
-		n += len(tc.Function.Name) + len(tc.Function.Arguments)
-	}
-	return n
-}
-
 // Append adds msgs at the session's head, uncounted (see Appended.Bytes).
 // A message whose id the session holds is not written again (give ids to
 // make a retried append safe: one without gets a new UUID).
@@ -249,6 +268,15 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 		// it (once per process, tokens' cache), off the append's path.
 		msgs[i].Tokens = 0
 	}
+	if s.quotas != nil {
+		var bytes int64
+		for i := range msgs {
+			bytes += int64(session.TextBytes(&msgs[i]))
+		}
+		if err := s.quotas.Write(ctx, false, bytes); err != nil {
+			return Appended{}, err
+		}
+	}
 	var a session.Appended
 	err := s.retry(ctx, func() (err error) {
 		a, err = s.store.AppendWith(ctx, sid, msgs, opt)
@@ -263,10 +291,13 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 		out.IDs = append(out.IDs, m.ID)
 		if a.New[i] {
 			out.Status = StatusApplied
-			out.Bytes += textBytes(&m)
+			out.Bytes += session.TextBytes(&m)
 		}
 	}
 	out.FirstSeq, out.LastSeq = a.Messages[0].Seq, a.Messages[len(a.Messages)-1].Seq
+	if s.quotas != nil {
+		s.quotas.Wrote(ctx, 0, int64(out.Bytes))
+	}
 	return out, nil
 }
 

@@ -112,6 +112,37 @@ var SessionCases = []StoreCase{
 	{"prepared compactions", caseStorePreparedCompactions},
 	{"a list pages through every session once, with filters", caseStoreList},
 	{"two tenants with one session id do not meet", caseStoreTenantsDoNotMeet},
+	{"a record counts the bytes its messages say", caseStoreRecordCountsBytes},
+}
+
+// caseStoreRecordCountsBytes: a session's record counts what its messages
+// say (session.TextBytes), once per message: a repeated append adds
+// nothing (a tenant's bytes_stored quota sums these).
+func caseStoreRecordCountsBytes(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
+	ctx := context.Background()
+	s := newStore(t)
+	msgs := conversation(2)
+	var want int64
+	for i := range msgs {
+		want += int64(session.TextBytes(&msgs[i]))
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "b"}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	batch := []session.Message{{ID: "u-9", Role: session.RoleUser, Content: text("a question of forty-two bytes, or so.")}}
+	want += int64(session.TextBytes(&batch[0]))
+	for range 2 {
+		if _, err := s.AppendWith(ctx, "b", batch, session.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sess, err := s.Load(ctx, "b", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Record.Bytes != want || want == 0 {
+		t.Fatalf("record counts %d bytes, want %d", sess.Record.Bytes, want)
+	}
 }
 
 func caseStoreCreateLoadAppend(t *testing.T, _ Features, newStore func(t *testing.T) Store) {

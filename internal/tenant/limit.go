@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// Limits are a tenant's quotas that a replica answers by itself.
+// Limits are a tenant's quotas (0: no bound). The request rate is
+// answered by each replica; the others span the deployment (package quota).
 type Limits struct {
 	// RequestsPerSecond bounds the compaction requests a tenant makes
 	// (request events and compactor.compact), with bursts of up to
@@ -16,17 +17,57 @@ type Limits struct {
 	// n replicas lets a tenant up to n times the rate.
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
 	RequestsBurst     int     `json:"requests_burst,omitempty"`
+	// Sessions bounds the sessions a tenant stores; BytesStored what their
+	// messages say (session.TextBytes). A create or append over either is
+	// refused whole.
+	Sessions    int   `json:"sessions,omitempty"`
+	BytesStored int64 `json:"bytes_stored,omitempty"`
+	// ConcurrentCompactions bounds a tenant's compaction requests stored
+	// and not yet answered (waiting or running) plus its compactor.compact
+	// calls running: a request over it is refused, not queued.
+	ConcurrentCompactions int `json:"concurrent_compactions,omitempty"`
+	// ModelCallsPerHour and SummaryTokensPerHour bound a tenant's summary
+	// model calls and their tokens (input and output) in each clock hour
+	// (UTC), preparations included.
+	ModelCallsPerHour    int   `json:"model_calls_per_hour,omitempty"`
+	SummaryTokensPerHour int64 `json:"summary_tokens_per_hour,omitempty"`
+}
+
+// Quota names, as the config and a QuotaError name them.
+const (
+	QuotaRequestsPerSecond     = "requests_per_second"
+	QuotaSessions              = "sessions"
+	QuotaBytesStored           = "bytes_stored"
+	QuotaConcurrentCompactions = "concurrent_compactions"
+	QuotaModelCallsPerHour     = "model_calls_per_hour"
+	QuotaSummaryTokensPerHour  = "summary_tokens_per_hour"
+)
+
+// Check says which limit is negative, if one is.
+func (l Limits) Check() error {
+	switch {
+	case l.RequestsPerSecond < 0, l.RequestsBurst < 0, l.Sessions < 0, l.BytesStored < 0, l.ConcurrentCompactions < 0,
+		l.ModelCallsPerHour < 0, l.SummaryTokensPerHour < 0:
+		return fmt.Errorf("requests_per_second, requests_burst, sessions, bytes_stored, concurrent_compactions, model_calls_per_hour and summary_tokens_per_hour must be >= 0")
+	}
+	return nil
 }
 
 // QuotaError is a request over one of its tenant's quotas.
 type QuotaError struct {
-	Tenant     string
-	Quota      string // the quota's name in the config, e.g. requests_per_second
-	Limit      float64
-	RetryAfter time.Duration // when the quota has room again
+	Tenant string
+	Quota  string // the quota's name in the config, e.g. requests_per_second
+	Limit  float64
+	// RetryAfter is when the quota has room again; 0 for a quota of what
+	// is stored (sessions, bytes_stored), which has room once sessions are
+	// deleted or expire.
+	RetryAfter time.Duration
 }
 
 func (e *QuotaError) Error() string {
+	if e.RetryAfter <= 0 {
+		return fmt.Sprintf("quota_exceeded: tenant %s is over its %s quota (%g): it has room once sessions are deleted or expire", e.Tenant, e.Quota, e.Limit)
+	}
 	return fmt.Sprintf("quota_exceeded: tenant %s is over its %s quota (%g): retry after %s", e.Tenant, e.Quota, e.Limit, e.RetryAfter.Round(time.Millisecond))
 }
 
@@ -90,5 +131,5 @@ func (l *Limiter) Allow(t string, now time.Time) error {
 		return nil
 	}
 	wait := time.Duration((1 - b.tokens) / lim.RequestsPerSecond * float64(time.Second))
-	return &QuotaError{Tenant: t, Quota: "requests_per_second", Limit: lim.RequestsPerSecond, RetryAfter: wait}
+	return &QuotaError{Tenant: t, Quota: QuotaRequestsPerSecond, Limit: lim.RequestsPerSecond, RetryAfter: wait}
 }

@@ -1,0 +1,191 @@
+package app_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/fakeprovider"
+	"github.com/compactor/compactor/internal/natstest"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
+)
+
+// quotaChat is a chat of turns exchanges whose user turns carry mark.
+func quotaChat(mark string, turns int) []client.Message {
+	msgs := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent.")}}
+	for i := range turns {
+		msgs = append(msgs, client.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("%s question %d: where is my bag BAG-%04d with my laptop in it?", mark, i, i))},
+			client.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and arrives on day %d by courier", i, i%28+1))})
+	}
+	return msgs
+}
+
+func textBytes(msgs []client.Message) int64 {
+	var n int64
+	for i := range msgs {
+		n += int64(session.TextBytes(&msgs[i]))
+	}
+	return n
+}
+
+// overQuota reports whether err is a quota_exceeded refusal of quota.
+func overQuota(err error, quota string) bool {
+	return err != nil && strings.Contains(err.Error(), "quota_exceeded") && strings.Contains(err.Error(), quota)
+}
+
+// Each of a tenant's quotas, on a real server with the tenants on their
+// own accounts: over it, a create, append, request event or
+// compactor.compact call is refused with quota_exceeded naming the quota
+// (and, for a quota of time, when it has room again); nothing of it is
+// stored; the other tenant is not counted against it; a quota changed
+// applies at once.
+func TestTenantOverEachQuota(t *testing.T) {
+	srv := accountsServer(t)
+	// The summary model holds tenant A's calls while hold is set.
+	var hold atomic.Bool
+	release := make(chan struct{})
+	svc, _ := service(t, userURL(srv, "compactor", "compactor-secret"), func(prompt string) fakeprovider.Action {
+		if hold.Load() && strings.Contains(prompt, "MARK-A") {
+			<-release
+		}
+		return fakeprovider.Action{}
+	}, nil)
+	ctx := context.Background()
+	_, a := tenantClient(t, srv, "tenant-a", "a-secret")
+	_, b := tenantClient(t, srv, "tenant-b", "b-secret")
+	ncA, err := nats.Connect(userURL(srv, "tenant-a", "a-secret"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncA.Close()
+	head := func(sid string) int64 {
+		t.Helper()
+		h, err := a.History(ctx, sid)
+		if err != nil {
+			t.Fatalf("history of A's %s: %v", sid, err)
+		}
+		return h.Record.HeadSeq
+	}
+
+	// sessions and bytes_stored.
+	chat := quotaChat("MARK-A", 30)
+	small := []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A hello")}}
+	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {Sessions: 2, BytesStored: textBytes(chat) + textBytes(small) + 200}})
+	for _, sid := range []string{"s1", "s2"} {
+		msgs := chat
+		if sid == "s2" {
+			msgs = small
+		}
+		if _, err := a.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: 500, Messages: msgs}); err != nil {
+			t.Fatalf("A's create of %s: %v", sid, err)
+		}
+	}
+	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s3", Model: "gpt-4o", Messages: small}); !overQuota(err, "sessions") {
+		t.Fatalf("A's third session: %v, want quota_exceeded sessions", err)
+	}
+	if _, err := a.History(ctx, "s3"); err == nil {
+		t.Fatal("the refused session was stored")
+	}
+	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s1", Model: "gpt-4o", ContextLimit: 500, Messages: chat}); err != nil {
+		t.Fatalf("A's repeated create at its sessions quota: %v (a repeat is no new session)", err)
+	}
+	big := []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A " + strings.Repeat("x", 400))}}
+	before := head("s1")
+	if _, err := a.Append(ctx, "s1", big); !overQuota(err, "bytes_stored") {
+		t.Fatalf("A's append over its bytes: %v, want quota_exceeded bytes_stored", err)
+	}
+	if got := head("s1"); got != before {
+		t.Fatalf("the refused append moved the head %d -> %d", before, got)
+	}
+	if _, err := a.Append(ctx, "s1", []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A ok?")}}); err != nil {
+		t.Fatalf("A's append within its bytes: %v", err)
+	}
+	for i := range 3 { // B is not counted against A
+		if _, err := b.Create(ctx, client.CreateRequest{SessionID: fmt.Sprintf("s%d", i+1), Model: "gpt-4o", ContextLimit: 500, Messages: quotaChat("MARK-B", 30)}); err != nil {
+			t.Fatalf("B's create %d: %v", i, err)
+		}
+	}
+
+	// concurrent_compactions: A's first request is held at the model; a
+	// second is refused (by event and by the endpoint) until it is
+	// answered, while B's go on.
+	// (A's model use is counted while it has a quota of it.)
+	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {ConcurrentCompactions: 1, ModelCallsPerHour: 1000}})
+	req := func(sid, id string) client.CompactRequest {
+		return client.CompactRequest{RequestID: id, Data: client.RequestData{SessionID: sid, Model: "gpt-4o"}}
+	}
+	hold.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		res, err := a.Compact(ctx, req("s1", "a-1"))
+		if err == nil && !res.OK() {
+			err = fmt.Errorf("failed: %+v", res)
+		}
+		first <- err
+	}()
+	backlog := consumer.Backlog(svc.JS)
+	natstest.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error { // A's first request stored
+		if n, err := backlog(ctx, "TENANT_A"); err != nil || n != 1 {
+			return fmt.Errorf("A's requests stored: %d (%v), want 1", n, err)
+		}
+		return nil
+	})
+	_, err2 := a.Compact(ctx, req("s2", "a-2"))
+	if !overQuota(err2, "concurrent_compactions") || !strings.Contains(err2.Error(), "retry after") {
+		t.Fatalf("A's second request while one runs: %v, want quota_exceeded concurrent_compactions", err2)
+	}
+	var body api.ErrorBody
+	if code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-3"}, &body); code != "429" || body.Quota != tenant.QuotaConcurrentCompactions || body.RetryAfterMS <= 0 {
+		t.Fatalf("A's compactor.compact while one runs: %s %+v", code, body)
+	}
+	if res, err := b.CompactSync(ctx, req("s1", "b-1")); err != nil || !res.OK() {
+		t.Fatalf("B's request while A's runs: %+v %v", res, err)
+	}
+	hold.Store(false)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("A's first request: %v", err)
+	}
+	if h, err := a.History(ctx, "s2"); err != nil || len(h.Compactions) != 0 {
+		t.Fatalf("A's refused requests compacted s2: %d compactions (%v)", len(h.Compactions), err)
+	}
+
+	// model_calls_per_hour and summary_tokens_per_hour: at what A has
+	// used this hour, its next request is refused until the hour is over.
+	_, hour, err := svc.Quotas.Tenant(ctx, "TENANT_A")
+	if err != nil || hour.Calls == 0 || hour.Tokens == 0 {
+		t.Fatalf("A's model use this hour: %+v %v", hour, err)
+	}
+	untilHour := time.Until(hour.Hour.Add(time.Hour))
+	for _, lim := range []tenant.Limits{{ModelCallsPerHour: int(hour.Calls)}, {SummaryTokensPerHour: hour.Tokens}} {
+		svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": lim})
+		quota := tenant.QuotaModelCallsPerHour
+		if lim.SummaryTokensPerHour > 0 {
+			quota = tenant.QuotaSummaryTokensPerHour
+		}
+		if _, err := a.Compact(ctx, req("s2", "a-4")); !overQuota(err, quota) {
+			t.Fatalf("A's request at its %s: %v", quota, err)
+		}
+		body = api.ErrorBody{}
+		if code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-5"}, &body); code != "429" || body.Quota != quota ||
+			body.RetryAfterMS <= 0 || time.Duration(body.RetryAfterMS)*time.Millisecond > untilHour+time.Second {
+			t.Fatalf("A's compactor.compact at its %s: %s %+v (the hour ends in %s)", quota, code, body, untilHour)
+		}
+	}
+	if res, err := b.CompactSync(ctx, req("s2", "b-2")); err != nil || !res.OK() {
+		t.Fatalf("B's request: %+v %v", res, err)
+	}
+	svc.SetTenants(nil, nil)
+	if res, err := a.CompactSync(ctx, req("s2", "a-6")); err != nil || !res.OK() {
+		t.Fatalf("A's request with its quotas lifted: %+v %v", res, err)
+	}
+}

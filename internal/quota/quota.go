@@ -1,0 +1,367 @@
+// Package quota answers each tenant's quotas (tenant.Limits) for a
+// deployment of any number of replicas. What a replica can answer alone, it
+// does (the request rate, per replica); the rest comes from what the
+// deployment shares through JetStream:
+//
+//   - sessions and bytes_stored: the store's per-tenant usage (a scan of the
+//     session records, made by one replica at a time and shared; Store.Usage),
+//     plus what this replica wrote since that scan;
+//   - concurrent_compactions: the tenant's requests the request stream holds
+//     (a work queue: stored and not yet answered, waiting or running), from
+//     the stream itself (Backlog), plus the compactor.compact calls running
+//     here;
+//   - model_calls_per_hour and summary_tokens_per_hour: a counter per tenant
+//     for the current clock hour (UTC), updated by compare-and-set before
+//     and after each summary model call (Store.AddHour).
+//
+// A quota is checked before anything is stored or called: over it, the
+// caller gets a *tenant.QuotaError (quota_exceeded, the quota, when it has
+// room again) and nothing is done.
+package quota
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
+)
+
+// Usage is the store's per-tenant usage as of a scan that started At.
+type Usage struct {
+	At      time.Time                      `json:"at"`
+	Tenants map[string]session.TenantUsage `json:"tenants"`
+}
+
+// Hour is a tenant's summary model use in one clock hour.
+type Hour struct {
+	Hour   time.Time `json:"hour"` // its start (UTC)
+	Calls  int64     `json:"calls"`
+	Tokens int64     `json:"tokens"`
+}
+
+// Store is what the replicas of a deployment share.
+type Store interface {
+	// Usage returns the store's per-tenant usage from a scan at most
+	// maxAge old where it can (one replica scans; the others read what it
+	// wrote), else the latest there is.
+	Usage(ctx context.Context, maxAge time.Duration) (Usage, error)
+	// AddHour adds calls and tokens to tenant t's use of the hour that
+	// starts at hour, and returns the use after; zeros read it.
+	AddHour(ctx context.Context, t string, hour time.Time, calls, tokens int64) (Hour, error)
+}
+
+// Backlog returns how many of tenant t's compaction requests are stored and
+// not yet answered.
+type Backlog func(ctx context.Context, t string) (int, error)
+
+// Options tune Quotas.
+type Options struct {
+	// RefreshEvery is how often the store's usage is read again (default
+	// 10 s): a replica may let a tenant past its sessions or bytes_stored
+	// quota by what the other replicas wrote since.
+	RefreshEvery time.Duration
+	Logger       *slog.Logger
+	Now          func() time.Time
+}
+
+// Quotas answers the tenants' quotas. It is safe for concurrent use.
+type Quotas struct {
+	store   Store
+	backlog Backlog
+	opt     Options
+	log     *slog.Logger
+
+	limits atomic.Pointer[map[string]tenant.Limits]
+	rate   *tenant.Limiter
+
+	mu       sync.Mutex
+	usage    Usage
+	loadedAt time.Time          // when usage was read (zero: never)
+	wrote    map[string][]delta // this replica's writes since usage.At
+	calls    map[string]int     // compactor.compact calls running here
+}
+
+// delta is what one write added to a tenant's usage.
+type delta struct {
+	at       time.Time
+	sessions int
+	bytes    int64
+}
+
+// New returns quotas with no limits, sharing usage through store and
+// counting backlogs with backlog.
+func New(store Store, backlog Backlog, opt Options) *Quotas {
+	if opt.RefreshEvery <= 0 {
+		opt.RefreshEvery = 10 * time.Second
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	log := opt.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	q := &Quotas{store: store, backlog: backlog, opt: opt, log: log, rate: tenant.NewLimiter(),
+		wrote: map[string][]delta{}, calls: map[string]int{}}
+	q.Set(nil)
+	return q
+}
+
+// Set replaces every tenant's limits (the config's, again on SIGHUP).
+func (q *Quotas) Set(limits map[string]tenant.Limits) {
+	m := make(map[string]tenant.Limits, len(limits))
+	for t, l := range limits {
+		m[t] = l
+	}
+	q.limits.Store(&m)
+	q.rate.Set(m)
+}
+
+// Of returns tenant t's limits.
+func (q *Quotas) Of(t string) tenant.Limits { return (*q.limits.Load())[t] }
+
+// stored reports whether some tenant has a quota of what is stored.
+func (q *Quotas) stored() bool {
+	for _, l := range *q.limits.Load() {
+		if l.Sessions > 0 || l.BytesStored > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// Request admits one compaction request event of tenant t, to be stored:
+// its rate, its concurrent compactions (the one admitted included) and its
+// hourly model budgets.
+func (q *Quotas) Request(ctx context.Context, t string) error {
+	return q.admit(ctx, t, 1)
+}
+
+// Compact admits a compactor.compact call of tenant t, which counts as one
+// of its concurrent compactions until done is called.
+func (q *Quotas) Compact(ctx context.Context, t string) (done func(), err error) {
+	q.mu.Lock()
+	q.calls[t]++
+	q.mu.Unlock()
+	var once sync.Once
+	done = func() {
+		once.Do(func() {
+			q.mu.Lock()
+			if q.calls[t]--; q.calls[t] <= 0 {
+				delete(q.calls, t)
+			}
+			q.mu.Unlock()
+		})
+	}
+	if err := q.admit(ctx, t, 0); err != nil { // counted in calls already
+		done()
+		return nil, err
+	}
+	return done, nil
+}
+
+// admit answers t's request quotas for a request that adds more to what
+// is stored and running.
+func (q *Quotas) admit(ctx context.Context, t string, more int) error {
+	lim := q.Of(t)
+	now := q.opt.Now()
+	if err := q.rate.Allow(t, now); err != nil {
+		return err
+	}
+	if lim.ConcurrentCompactions > 0 {
+		n, err := q.backlog(ctx, t)
+		if err != nil {
+			return err
+		}
+		q.mu.Lock()
+		n += q.calls[t]
+		q.mu.Unlock()
+		if n+more > lim.ConcurrentCompactions {
+			return &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaConcurrentCompactions, Limit: float64(lim.ConcurrentCompactions), RetryAfter: time.Second}
+		}
+	}
+	if lim.ModelCallsPerHour > 0 || lim.SummaryTokensPerHour > 0 {
+		h, err := q.store.AddHour(ctx, t, hourOf(now), 0, 0)
+		if err != nil {
+			return err
+		}
+		if err := overHour(t, lim, h, now, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hourOf is the start of now's clock hour, in UTC.
+func hourOf(now time.Time) time.Time { return now.UTC().Truncate(time.Hour) }
+
+// overHour says whether h, with calls more calls, is over t's hourly
+// budgets.
+func overHour(t string, lim tenant.Limits, h Hour, now time.Time, calls int64) error {
+	reset := h.Hour.Add(time.Hour).Sub(now)
+	if lim.ModelCallsPerHour > 0 && h.Calls+calls > int64(lim.ModelCallsPerHour) {
+		return &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaModelCallsPerHour, Limit: float64(lim.ModelCallsPerHour), RetryAfter: reset}
+	}
+	if lim.SummaryTokensPerHour > 0 && h.Tokens >= lim.SummaryTokensPerHour {
+		return &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaSummaryTokensPerHour, Limit: float64(lim.SummaryTokensPerHour), RetryAfter: reset}
+	}
+	return nil
+}
+
+// Take reserves one summary model call of ctx's tenant in this hour, or
+// answers the hourly quota it is over. Used then adds the call's tokens.
+func (q *Quotas) Take(ctx context.Context) error {
+	t := tenant.From(ctx)
+	lim := q.Of(t)
+	if lim.ModelCallsPerHour <= 0 && lim.SummaryTokensPerHour <= 0 {
+		return nil
+	}
+	now := q.opt.Now()
+	h, err := q.store.AddHour(ctx, t, hourOf(now), 1, 0)
+	if err != nil {
+		return err
+	}
+	if err := overHour(t, lim, h, now, 0); err != nil {
+		// Not made: the reservation is handed back.
+		if _, uerr := q.store.AddHour(context.WithoutCancel(ctx), t, h.Hour, -1, 0); uerr != nil {
+			q.log.Warn("quota: hand back a model call", slog.String("tenant", t), slog.String("error", uerr.Error()))
+		}
+		return err
+	}
+	return nil
+}
+
+// Used adds a summary model call's tokens to ctx's tenant's hour.
+func (q *Quotas) Used(ctx context.Context, tokens int) {
+	t := tenant.From(ctx)
+	if lim := q.Of(t); (lim.SummaryTokensPerHour <= 0 && lim.ModelCallsPerHour <= 0) || tokens <= 0 {
+		return
+	}
+	if _, err := q.store.AddHour(context.WithoutCancel(ctx), t, hourOf(q.opt.Now()), 0, int64(tokens)); err != nil {
+		q.log.Warn("quota: count summary tokens", slog.String("tenant", t), slog.String("error", err.Error()))
+	}
+}
+
+// Write admits a create (newSession) or an append of bytes by ctx's
+// tenant: its sessions and bytes_stored quotas.
+func (q *Quotas) Write(ctx context.Context, newSession bool, bytes int64) error {
+	t := tenant.From(ctx)
+	lim := q.Of(t)
+	if lim.Sessions <= 0 && lim.BytesStored <= 0 {
+		return nil
+	}
+	u, err := q.current(ctx)
+	if err != nil {
+		return err
+	}
+	q.mu.Lock()
+	have := u.Tenants[t]
+	for _, d := range q.wrote[t] {
+		have.Sessions += d.sessions
+		have.Bytes += d.bytes
+	}
+	q.mu.Unlock()
+	if newSession && lim.Sessions > 0 && have.Sessions+1 > lim.Sessions {
+		return &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaSessions, Limit: float64(lim.Sessions)}
+	}
+	if lim.BytesStored > 0 && have.Bytes+bytes > lim.BytesStored {
+		return &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaBytesStored, Limit: float64(lim.BytesStored)}
+	}
+	return nil
+}
+
+// Wrote records what a write of ctx's tenant stored (a create: 1 session;
+// a delete: -1), until the next scan counts it.
+func (q *Quotas) Wrote(ctx context.Context, sessions int, bytes int64) {
+	t := tenant.From(ctx)
+	if sessions == 0 && bytes == 0 {
+		return
+	}
+	q.mu.Lock()
+	q.wrote[t] = append(q.wrote[t], delta{at: q.opt.Now(), sessions: sessions, bytes: bytes})
+	q.mu.Unlock()
+}
+
+// current returns the usage last read, reading it when it is older than
+// RefreshEvery (Run keeps it fresh; this covers a first write before it).
+func (q *Quotas) current(ctx context.Context) (Usage, error) {
+	q.mu.Lock()
+	u, at := q.usage, q.loadedAt
+	q.mu.Unlock()
+	if !at.IsZero() && q.opt.Now().Sub(at) < 2*q.opt.RefreshEvery {
+		return u, nil
+	}
+	return q.refresh(ctx)
+}
+
+// refresh reads the store's usage and drops the writes it counts.
+func (q *Quotas) refresh(ctx context.Context) (Usage, error) {
+	u, err := q.store.Usage(ctx, q.opt.RefreshEvery)
+	if err != nil {
+		return Usage{}, err
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if u.At.Before(q.usage.At) {
+		u = q.usage // an older scan than the one held
+	}
+	q.usage, q.loadedAt = u, q.opt.Now()
+	for t, ds := range q.wrote {
+		keep := ds[:0]
+		for _, d := range ds {
+			if !d.at.Before(u.At) {
+				keep = append(keep, d)
+			}
+		}
+		if len(keep) == 0 {
+			delete(q.wrote, t)
+		} else {
+			q.wrote[t] = keep
+		}
+	}
+	return u, nil
+}
+
+// Tenant returns tenant t's usage as this replica sees it: the last scan,
+// this replica's writes since, and the current hour's model use.
+func (q *Quotas) Tenant(ctx context.Context, t string) (session.TenantUsage, Hour, error) {
+	u, err := q.current(ctx)
+	if err != nil {
+		return session.TenantUsage{}, Hour{}, err
+	}
+	q.mu.Lock()
+	have := u.Tenants[t]
+	for _, d := range q.wrote[t] {
+		have.Sessions += d.sessions
+		have.Bytes += d.bytes
+	}
+	q.mu.Unlock()
+	h, err := q.store.AddHour(ctx, t, hourOf(q.opt.Now()), 0, 0)
+	return have, h, err
+}
+
+// Run keeps the store's usage fresh while some tenant has a quota of what
+// is stored, until ctx ends.
+func (q *Quotas) Run(ctx context.Context) {
+	t := time.NewTicker(q.opt.RefreshEvery)
+	defer t.Stop()
+	for {
+		if q.stored() {
+			if _, err := q.refresh(ctx); err != nil && ctx.Err() == nil {
+				q.log.Warn("quota: read the store's usage", slog.String("error", err.Error()))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Bounded says tenant t has a concurrent_compactions quota.
+func (q *Quotas) Bounded(t string) bool { return q.Of(t).ConcurrentCompactions > 0 }

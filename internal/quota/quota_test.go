@@ -1,0 +1,166 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tenant"
+)
+
+// shared is a deployment's shared usage in memory (the JetStream one is
+// kvstore's, tested through the service).
+type shared struct {
+	mu    sync.Mutex
+	usage Usage
+	hours map[string]Hour
+	scans int
+}
+
+func (s *shared) Usage(context.Context, time.Duration) (Usage, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scans++
+	return s.usage, nil
+}
+
+func (s *shared) AddHour(_ context.Context, t string, hour time.Time, calls, tokens int64) (Hour, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.hours[t]
+	if !h.Hour.Equal(hour) {
+		h = Hour{Hour: hour}
+	}
+	h.Calls, h.Tokens = max(h.Calls+calls, 0), max(h.Tokens+tokens, 0)
+	s.hours[t] = h
+	return h, nil
+}
+
+func quotaOf(err error) string {
+	var q *tenant.QuotaError
+	if errors.As(err, &q) {
+		return q.Quota
+	}
+	return ""
+}
+
+// Sessions and bytes: the last scan plus this replica's writes since;
+// writes the next scan counts are dropped from the deltas, not counted
+// twice; another tenant's use is not counted.
+func TestStoredQuotas(t *testing.T) {
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	sh := &shared{hours: map[string]Hour{}, usage: Usage{At: now, Tenants: map[string]session.TenantUsage{"A": {Tenant: "A", Sessions: 1, Bytes: 100}}}}
+	q := New(sh, nil, Options{Now: func() time.Time { return now }})
+	q.Set(map[string]tenant.Limits{"A": {Sessions: 2, BytesStored: 300}})
+	a, b := tenant.With(context.Background(), "A"), tenant.With(context.Background(), "B")
+	if err := q.Write(a, true, 50); err != nil {
+		t.Fatalf("a second session: %v", err)
+	}
+	now = now.Add(time.Second)
+	q.Wrote(a, 1, 50)
+	if err := q.Write(a, true, 1); quotaOf(err) != tenant.QuotaSessions {
+		t.Fatalf("a third session: %v", err)
+	}
+	if err := q.Write(a, false, 151); quotaOf(err) != tenant.QuotaBytesStored {
+		t.Fatalf("an append over the bytes: %v", err)
+	}
+	if err := q.Write(a, false, 150); err != nil {
+		t.Fatalf("an append to the byte: %v", err)
+	}
+	if err := q.Write(b, true, 1<<30); err != nil {
+		t.Fatalf("tenant B: %v", err)
+	}
+	// A new scan counts the write: it is not counted twice.
+	sh.mu.Lock()
+	sh.usage = Usage{At: now.Add(time.Millisecond), Tenants: map[string]session.TenantUsage{"A": {Tenant: "A", Sessions: 2, Bytes: 150}}}
+	sh.mu.Unlock()
+	now = now.Add(time.Hour)
+	if err := q.Write(a, false, 150); err != nil {
+		t.Fatalf("after a scan: %v", err)
+	}
+	if err := q.Write(a, false, 151); quotaOf(err) != tenant.QuotaBytesStored {
+		t.Fatalf("after a scan, over: %v", err)
+	}
+	// A raised limit applies at once.
+	q.Set(map[string]tenant.Limits{"A": {Sessions: 3}})
+	if err := q.Write(a, true, 1<<20); err != nil {
+		t.Fatalf("after a raised limit: %v", err)
+	}
+}
+
+// Model calls: a call is reserved before it is made and handed back when
+// the hour has no room; a request is refused once the hour is spent, with
+// the time left in the hour; a new hour starts from zero.
+func TestHourlyQuotas(t *testing.T) {
+	now := time.Date(2026, 12, 5, 9, 40, 0, 0, time.UTC)
+	sh := &shared{hours: map[string]Hour{}}
+	q := New(sh, nil, Options{Now: func() time.Time { return now }})
+	q.Set(map[string]tenant.Limits{"A": {ModelCallsPerHour: 2, SummaryTokensPerHour: 1000}})
+	a := tenant.With(context.Background(), "A")
+	for i := range 2 {
+		if err := q.Request(context.Background(), "A"); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if err := q.Take(a); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		q.Used(a, 100)
+	}
+	err := q.Take(a)
+	var qe *tenant.QuotaError
+	if !errors.As(err, &qe) || qe.Quota != tenant.QuotaModelCallsPerHour || qe.RetryAfter != 20*time.Minute {
+		t.Fatalf("a third call: %v", err)
+	}
+	if h := sh.hours["A"]; h.Calls != 2 || h.Tokens != 200 {
+		t.Fatalf("the refused call was kept: %+v", h)
+	}
+	if quotaOf(q.Request(context.Background(), "A")) != tenant.QuotaModelCallsPerHour {
+		t.Fatal("a request with no call left was admitted")
+	}
+	q.Set(map[string]tenant.Limits{"A": {SummaryTokensPerHour: 1000}})
+	q.Used(a, 800)
+	if quotaOf(q.Request(context.Background(), "A")) != tenant.QuotaSummaryTokensPerHour || quotaOf(q.Take(a)) != tenant.QuotaSummaryTokensPerHour {
+		t.Fatal("the hour's tokens are spent, and a request or a call was admitted")
+	}
+	now = now.Add(20 * time.Minute) // the next hour
+	if err := q.Request(context.Background(), "A"); err != nil {
+		t.Fatalf("the next hour: %v", err)
+	}
+	if err := q.Take(a); err != nil {
+		t.Fatalf("a call in the next hour: %v", err)
+	}
+}
+
+// Concurrent compactions: the tenant's stored requests and its
+// compactor.compact calls running; a call ended frees its place.
+func TestConcurrentCompactions(t *testing.T) {
+	backlog := 1
+	q := New(&shared{hours: map[string]Hour{}}, func(context.Context, string) (int, error) { return backlog, nil }, Options{})
+	q.Set(map[string]tenant.Limits{"A": {ConcurrentCompactions: 2}})
+	ctx := context.Background()
+	done, err := q.Compact(ctx, "A")
+	if err != nil {
+		t.Fatalf("a call beside one stored request: %v", err)
+	}
+	if quotaOf(q.Request(ctx, "A")) != tenant.QuotaConcurrentCompactions {
+		t.Fatal("a request beyond a stored one and a running call")
+	}
+	if _, err := q.Compact(ctx, "A"); quotaOf(err) != tenant.QuotaConcurrentCompactions {
+		t.Fatalf("a second call: %v", err)
+	}
+	done()
+	done() // once only
+	if err := q.Request(ctx, "A"); err != nil {
+		t.Fatalf("after the call ended: %v", err)
+	}
+	if !q.Bounded("A") || q.Bounded("B") {
+		t.Fatal("Bounded")
+	}
+	backlog = 5
+	if err := q.Request(ctx, "B"); err != nil {
+		t.Fatalf("tenant B has no quota: %v", err)
+	}
+}
