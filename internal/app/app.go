@@ -33,8 +33,8 @@ import (
 	"github.com/compactor/compactor/internal/migrate"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/quota"
 	"github.com/compactor/compactor/internal/preparer"
+	"github.com/compactor/compactor/internal/quota"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tenant"
 )
