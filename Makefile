@@ -43,9 +43,13 @@ scale: build
 # sessions, requests and events streams' leaders killed, the model down for
 # 7 s, a replica killed and the other paused 20 s, a model failing 30% of
 # calls, rate-limiting 5% and hanging 1%; checks every goal and writes
-# docs/RELIABILITY.md. Exit 1 when a goal is missed, naming it.
+# docs/RELIABILITY.md. Exit 1 when a goal is missed, naming it. Then the
+# noisy-neighbour check on nats.conf's tenants (about 2 minutes): tenant B
+# alone, beside tenant A's flood within its quotas, and beside it with the
+# quotas lifted; writes docs/NOISY.md.
 chaos: build
 	$(BIN) chaos --out docs/RELIABILITY.md
+	$(BIN) chaos --noisy --out docs/NOISY.md
 
 # The Go micro-benchmarks of counting, selection and in-memory compactions
 # (with the reduction ladder and summary only).

@@ -29,6 +29,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	limit := fs.Int("context-limit", 2500, "every session's context limit in `TOKENS`: a runtime requests a compaction past it")
 	out := fs.String("out", "docs/RELIABILITY.md", "write the report to this Markdown `FILE` (empty: print JSON only)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+	noisy := fs.Bool("noisy", false, "run the noisy-neighbour check instead: tenant B's compactions alone and beside tenant A's flood, on a server with --nats-conf's accounts (default --out docs/NOISY.md)")
+	natsConf := fs.String("nats-conf", "nats.conf", "with --noisy: the nats-server configuration with the tenants' accounts")
+	phase := fs.Duration("phase", 30*time.Second, "with --noisy: how long tenant B runs alone, and again beside the flood")
+	flood := fs.Int("flood", 200, "with --noisy: tenant A's requests per second")
 	pos, err := parseFlags(fs, args, stdout, "chaos [--runtimes N] [--duration D] [--out FILE]")
 	if err != nil {
 		return err
@@ -49,6 +53,13 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if bin, err = os.Executable(); err != nil {
 			return err
 		}
+	}
+	if *noisy {
+		file := *out
+		if !flagSet(fs, "out") {
+			file = "docs/NOISY.md"
+		}
+		return runNoisy(ctx, chaos.NoisyOptions{Binary: bin, NATSConf: *natsConf, Phase: *phase, Flood: *flood, Progress: stderr}, file, *asJSON, args, stdout, stderr)
 	}
 	rep, err := chaos.Run(ctx, chaos.Options{Binary: bin, Runtimes: *runtimes, Duration: *duration, FailRate: *failRate,
 		ContextLimit: *limit, Outage: *outage, Pause: *pause, Drain: *drain, Progress: stderr})
@@ -72,6 +83,48 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if !rep.Pass() {
 		return fmt.Errorf("%w: goals missed: %s", errFailed, rep.Missed())
+	}
+	return nil
+}
+
+// flagSet reports whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+// runNoisy is `compactor chaos --noisy`.
+func runNoisy(ctx context.Context, o chaos.NoisyOptions, out string, asJSON bool, args []string, stdout, stderr io.Writer) error {
+	if o.Phase < 5*time.Second || o.Flood < 1 {
+		return fmt.Errorf("%w: --phase >= 5s, --flood >= 1", errUsage)
+	}
+	if out != "" {
+		if err := checkWritable(out); err != nil {
+			return fmt.Errorf("%w: --out: %v", errUsage, err)
+		}
+	}
+	rep, err := chaos.RunNoisy(ctx, o)
+	if err != nil {
+		return err
+	}
+	if asJSON || out == "" {
+		if err := printJSON(stdout, rep); err != nil {
+			return err
+		}
+	}
+	md := rep.Markdown("compactor " + strings.Join(append([]string{"chaos"}, args...), " "))
+	if out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", out)
+	}
+	if !asJSON {
+		fmt.Fprint(stdout, md)
+	}
+	if !rep.Pass() {
+		return fmt.Errorf("%w: the noisy-neighbour goal was missed (p99 ratio %.2f, %d failures of tenant B, %d errors)", errFailed, rep.Ratio, rep.QuietFailures, len(rep.Errors))
 	}
 	return nil
 }

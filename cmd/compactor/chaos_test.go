@@ -72,3 +72,34 @@ func TestChaosFailsOnABrokenBuild(t *testing.T) {
 		t.Fatalf("chaos on a broken build: exit %d, stderr:\n%s", code, stderr)
 	}
 }
+
+// TestNoisyShort: `compactor chaos --noisy` in short: on the repo's
+// nats.conf, tenant B's compactions all succeed alone, beside tenant A's
+// flood within its quotas and beside the same flood with the quotas lifted
+// (reloaded on SIGHUP); the quotas refuse A's excess, and lifted refuse
+// none. The latency goal is make chaos's (a loaded machine here).
+func TestNoisyShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a server and a serve process")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COMPACTOR_TEST_RUN_MAIN", "1")
+	rep, err := chaos.RunNoisy(context.Background(), chaos.NoisyOptions{Binary: exe, NATSConf: "../../nats.conf", Phase: 3 * time.Second,
+		Quiet: 3, Flood: 40, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", *rep)
+	if rep.Alone.N == 0 || rep.Beside.N == 0 || rep.Unprotected.N == 0 || rep.QuietFailures != 0 || len(rep.Errors) != 0 {
+		t.Fatalf("tenant B: %+v", *rep)
+	}
+	if rep.FloodRefused["requests_per_second"] == 0 || rep.FloodStored == 0 || rep.FloodStored >= rep.FloodSent {
+		t.Fatalf("A's quotas refused none of its flood: %+v", *rep)
+	}
+	if rep.UnprotectedSent == 0 || rep.UnprotectedStored+rep.UnprotectedFailed != rep.UnprotectedSent || rep.UnprotectedStored == 0 {
+		t.Fatalf("with its quotas lifted A's requests were refused: %d of %d answered, %d failed", rep.UnprotectedStored, rep.UnprotectedSent, rep.UnprotectedFailed)
+	}
+}

@@ -397,7 +397,7 @@ func TestNATSConfTenants(t *testing.T) {
 		t.Fatalf("tenant list: exit %d %v", code, tenants)
 	}
 	var shown map[string]any
-	if code := cli(t, as("admin"), &shown, "tenant", "show", "TENANT_A"); code != 0 || shown["breakers_open"].(float64) != 1 || shown["compactions"].(float64) != 1 {
+	if code := cli(t, as("admin"), &shown, "tenant", "show", "TENANT_A"); code != 0 || shown["breakers_open"].(float64) != 1 || shown["compactions"].(float64) != 1 || shown["bytes"].(float64) <= 0 {
 		t.Fatalf("tenant show: exit %d %v", code, shown)
 	}
 	var listed map[string]any

@@ -5,7 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"time"
 
+	"github.com/compactor/compactor/internal/quota"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 )
@@ -40,8 +42,8 @@ func tenantList(ctx context.Context, args []string, stdout io.Writer) error {
 	})
 }
 
-// tenantShow prints one tenant's usage, with its open breakers; a tenant
-// with no sessions shows zeros.
+// tenantShow prints one tenant's usage, with its open breakers and its
+// model use this hour; a tenant with no sessions shows zeros.
 func tenantShow(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("tenant show", flag.ContinueOnError)
 	nf := addNATSFlags(fs, defaultNATSURL)
@@ -80,6 +82,18 @@ func tenantShow(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 		}
 		u.BreakersOpen = &open
-		return printJSON(stdout, u)
+		// The model use its hourly quotas count (kept while it has one).
+		h, err := st.kv.AddHour(ctx, name, time.Now().UTC().Truncate(time.Hour), 0, 0)
+		if err != nil {
+			return err
+		}
+		out := struct {
+			session.TenantUsage
+			ModelUse *quota.Hour `json:"model_use_this_hour,omitempty"`
+		}{TenantUsage: u}
+		if h.Calls > 0 || h.Tokens > 0 {
+			out.ModelUse = &h
+		}
+		return printJSON(stdout, out)
 	})
 }

@@ -358,6 +358,10 @@ func errorCode(err error) (int, string) {
 	case errors.Is(err, errForbidden):
 		return 403, StatusNotApplied
 	case errors.As(err, new(*tenant.QuotaError)):
+		var q *tenant.QuotaError
+		if errors.As(err, &q) && q.RetryAfter <= 0 {
+			return 429, StatusNotApplied // a quota of what is stored: room comes with deletes
+		}
 		return 429, StatusRetry
 	case errors.Is(err, session.ErrNotFound):
 		return 404, StatusNotApplied
@@ -392,7 +396,10 @@ func errorAnswer(err error) (int, []byte) {
 		body.Parts = big.parts
 	}
 	if q := (*tenant.QuotaError)(nil); errors.As(err, &q) {
-		body.Quota, body.RetryAfterMS = q.Quota, max(q.RetryAfter.Milliseconds(), 1)
+		body.Quota = q.Quota
+		if q.RetryAfter > 0 {
+			body.RetryAfterMS = max(q.RetryAfter.Milliseconds(), 1)
+		}
 	}
 	data, _ := json.Marshal(body)
 	return code, data

@@ -92,6 +92,11 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s3", Model: "gpt-4o", Messages: small}); !overQuota(err, "sessions") {
 		t.Fatalf("A's third session: %v, want quota_exceeded sessions", err)
 	}
+	var eb api.ErrorBody
+	if code := call(t, ncA, api.SubjectCreate, map[string]any{"session_id": "s3", "messages": []map[string]any{{"role": "user", "content": "hi"}}}, &eb); code != "429" ||
+		eb.Quota != tenant.QuotaSessions || eb.Status != api.StatusNotApplied || eb.RetryAfterMS != 0 {
+		t.Fatalf("A's third session by the endpoint: %s %+v, want 429 sessions not_applied", code, eb)
+	}
 	if _, err := a.History(ctx, "s3"); err == nil {
 		t.Fatal("the refused session was stored")
 	}
