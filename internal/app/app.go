@@ -35,6 +35,7 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/quota"
+	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tenant"
 )
@@ -90,6 +91,10 @@ type Config struct {
 	// replaces both while the service runs).
 	Tenants map[string]pipeline.TenantPolicy
 	Limits  map[string]tenant.Limits
+	// UsageEvery is how often the store's per-tenant usage is read for the
+	// quotas of what is stored (default 10 s; six times that for the
+	// metrics alone).
+	UsageEvery time.Duration
 	// RetryDelay overrides the consumer's redelivery delays (tests).
 	RetryDelay func(delivered uint64) time.Duration
 }
@@ -221,7 +226,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	if err != nil {
 		return nil, BucketHint(err)
 	}
-	a.Quotas = quota.New(store, consumer.Backlog(a.JS), quota.Options{Logger: log})
+	a.Quotas = quota.New(store, consumer.Backlog(a.JS), quota.Options{Logger: log, RefreshEvery: cfg.UsageEvery})
 	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log),
 		pipeline.WithModelBudget(a.Quotas)); err != nil {
 		return nil, err
@@ -234,6 +239,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Preparer = preparer.New(a.Pipeline, preparer.Options{Workers: cfg.PrepareWorkers, Logger: log, Observe: a.Metrics.ObservePreparation,
 		Busy: func() bool { return a.Consumer.InFlight() >= int64(cfg.Workers) }})
 	a.Metrics.Preparations(a.Pipeline.PrepareStats, a.Preparer.Stats)
+	a.Metrics.TenantUsage(func() (time.Time, map[string]session.TenantUsage) { u := a.Quotas.Usage(); return u.At, u.Tenants })
 	observe := func(res *pipeline.Result) {
 		a.Metrics.Observe(res)
 		if res.Outcome == pipeline.OutcomeCompacted {

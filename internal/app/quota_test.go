@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/natstest"
@@ -58,7 +60,7 @@ func TestTenantOverEachQuota(t *testing.T) {
 			<-release
 		}
 		return fakeprovider.Action{}
-	}, nil)
+	}, func(c *app.Config) { c.UsageEvery = 100 * time.Millisecond })
 	ctx := context.Background()
 	_, a := tenantClient(t, srv, "tenant-a", "a-secret")
 	_, b := tenantClient(t, srv, "tenant-b", "b-secret")
@@ -114,6 +116,17 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if _, err := a.Append(ctx, "s1", []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A ok?")}}); err != nil {
 		t.Fatalf("A's append within its bytes: %v", err)
 	}
+	// The usage scan counts each tenant's sessions and bytes (metrics).
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		rec := httptest.NewRecorder()
+		svc.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		for _, want := range []string{`compactor_tenant_sessions{tenant="TENANT_A"} 2`, `compactor_tenant_bytes_stored{tenant="TENANT_A"}`, "compactor_tenant_usage_scanned_timestamp_seconds"} {
+			if !strings.Contains(rec.Body.String(), want) {
+				return fmt.Errorf("metrics lack %s", want)
+			}
+		}
+		return nil
+	})
 	for i := range 3 { // B is not counted against A
 		if _, err := b.Create(ctx, client.CreateRequest{SessionID: fmt.Sprintf("s%d", i+1), Model: "gpt-4o", ContextLimit: 500, Messages: quotaChat("MARK-B", 30)}); err != nil {
 			t.Fatalf("B's create %d: %v", i, err)

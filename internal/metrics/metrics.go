@@ -6,6 +6,7 @@ package metrics
 import (
 	"net/http"
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -14,6 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
+	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -118,6 +120,40 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 			"Requests copied to COMPACTION_DLQ and terminated, by reason: invalid_request, corrupt_session or max_deliveries.", []string{"reason"}, nil)})
 	}
 	return m
+}
+
+// TenantUsage exports what the store holds per tenant, as usage last
+// scanned it: compactor_tenant_sessions, compactor_tenant_bytes_stored and
+// when the scan started.
+func (m *Metrics) TenantUsage(usage func() (time.Time, map[string]session.TenantUsage)) {
+	m.reg.MustRegister(tenantUsage{usage: usage,
+		sessions: prometheus.NewDesc(ns+"_tenant_sessions", "Sessions stored, by tenant (as of the last usage scan).", []string{"tenant"}, nil),
+		bytes: prometheus.NewDesc(ns+"_tenant_bytes_stored", "What the stored sessions' messages say, in bytes, by tenant (as of the last usage scan): the bytes_stored quota's count.",
+			[]string{"tenant"}, nil),
+		at: prometheus.NewDesc(ns+"_tenant_usage_scanned_timestamp_seconds", "When the last per-tenant usage scan started.", nil, nil)})
+}
+
+type tenantUsage struct {
+	usage               func() (time.Time, map[string]session.TenantUsage)
+	sessions, bytes, at *prometheus.Desc
+}
+
+func (u tenantUsage) Describe(ch chan<- *prometheus.Desc) {
+	ch <- u.sessions
+	ch <- u.bytes
+	ch <- u.at
+}
+
+func (u tenantUsage) Collect(ch chan<- prometheus.Metric) {
+	at, by := u.usage()
+	if at.IsZero() {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(u.at, prometheus.GaugeValue, float64(at.UnixNano())/1e9)
+	for t, use := range by {
+		ch <- prometheus.MustNewConstMetric(u.sessions, prometheus.GaugeValue, float64(use.Sessions), t)
+		ch <- prometheus.MustNewConstMetric(u.bytes, prometheus.GaugeValue, float64(use.Bytes), t)
+	}
 }
 
 // deadLetters reports the consumer's dead letters by reason at each

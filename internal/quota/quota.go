@@ -344,13 +344,17 @@ func (q *Quotas) Tenant(ctx context.Context, t string) (session.TenantUsage, Hou
 	return have, h, err
 }
 
-// Run keeps the store's usage fresh while some tenant has a quota of what
-// is stored, until ctx ends.
+// Run keeps the store's usage fresh until ctx ends: every RefreshEvery
+// while some tenant has a quota of what is stored, else every six (for the
+// per-tenant metrics: Usage).
 func (q *Quotas) Run(ctx context.Context) {
 	t := time.NewTicker(q.opt.RefreshEvery)
 	defer t.Stop()
 	for {
-		if q.stored() {
+		q.mu.Lock()
+		due := q.loadedAt.IsZero() || q.opt.Now().Sub(q.loadedAt) >= 6*q.opt.RefreshEvery
+		q.mu.Unlock()
+		if due || q.stored() {
 			if _, err := q.refresh(ctx); err != nil && ctx.Err() == nil {
 				q.log.Warn("quota: read the store's usage", slog.String("error", err.Error()))
 			}
@@ -361,6 +365,14 @@ func (q *Quotas) Run(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// Usage returns the store's usage as last read (a scan at most a minute
+// old while Run runs).
+func (q *Quotas) Usage() Usage {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.usage
 }
 
 // Bounded says tenant t has a concurrent_compactions quota.
