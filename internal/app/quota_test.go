@@ -207,3 +207,56 @@ func TestTenantOverEachQuota(t *testing.T) {
 		t.Fatalf("A's request with its quotas lifted: %+v %v", res, err)
 	}
 }
+
+// Two replicas share a tenant's request rate: each counts the other (a
+// heartbeat in compactor_meta) and allows half of it, so a burst of two
+// lets two requests in across both, whichever replica each reaches; when
+// one stops, the other takes the whole rate.
+func TestTwoReplicasShareARequestRate(t *testing.T) {
+	srv := accountsServer(t)
+	limits := map[string]tenant.Limits{"TENANT_A": {RequestsPerSecond: 0.001, RequestsBurst: 2}}
+	var replicas []*app.App
+	for range 2 {
+		svc, _ := service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
+			c.UsageEvery, c.Limits = 100*time.Millisecond, limits
+		})
+		replicas = append(replicas, svc)
+	}
+	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		for i, r := range replicas {
+			if n := r.Quotas.Replicas(); n != 2 {
+				return fmt.Errorf("replica %d counts %d replicas", i, n)
+			}
+		}
+		return nil
+	})
+	ctx := context.Background()
+	ncA, a := tenantClient(t, srv, "tenant-a", "a-secret")
+	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s", Model: "gpt-4o", Messages: quotaChat("MARK-A", 3)}); err != nil {
+		t.Fatal(err)
+	}
+	in, refused := 0, 0
+	for i := range 12 {
+		var body api.ErrorBody
+		switch code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s", "request_id": fmt.Sprintf("r-%d", i)}, &body); {
+		case code == "":
+			in++
+		case code == "429" && body.Quota == tenant.QuotaRequestsPerSecond:
+			refused++
+		default:
+			t.Fatalf("request %d: %s %+v", i, code, body)
+		}
+	}
+	if in < 1 || in > 2 || refused != 12-in {
+		t.Fatalf("%d requests let in, %d refused: a burst of 2 shared by two replicas lets in at most 2", in, refused)
+	}
+	if err := replicas[1].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if n := replicas[0].Quotas.Replicas(); n != 1 {
+			return fmt.Errorf("the replica left counts %d replicas", n)
+		}
+		return nil
+	})
+}

@@ -57,8 +57,10 @@ const (
 	DataStreamPrefix  = "SESSIONS_"
 	DataSubjectPrefix = "sessions."
 	BreakersBucket    = "compaction_breakers"
-	// MetaBucket holds the layout (its shard count) and the leases of the
-	// work one replica does for the deployment (the idle sweep).
+	// MetaBucket holds the layout (its shard count), the leases of the
+	// work one replica does for the deployment (the idle sweep, the usage
+	// scan), the tenants' usage and model use this hour, and the replicas'
+	// heartbeats.
 	MetaBucket = "compactor_meta"
 	// DefaultTenant is the tenant of a deployment without tenants
 	// (tenant.Default): the level of the key that names a session's

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -107,4 +108,55 @@ func (s *Sessions) AddHour(ctx context.Context, t string, hour time.Time, calls,
 		return h, nil
 	}
 	return quota.Hour{}, fmt.Errorf("count the model use of tenant %s: %w after %d tries", t, session.ErrConflict, casRetries)
+}
+
+// replicaPrefix + holder: a replica's heartbeat (replicaBeat).
+const replicaPrefix = "replica."
+
+type replicaBeat struct {
+	At time.Time `json:"at"`
+}
+
+// Replicas writes this process's heartbeat to the meta bucket and returns
+// how many replicas wrote one within fresh (this one included): what a
+// quota answered by each replica apart is shared by. Heartbeats older than
+// ten times fresh (a replica gone without Leave) are deleted.
+func (s *Sessions) Replicas(ctx context.Context, fresh time.Duration) (int, error) {
+	now := s.now().UTC()
+	b, _ := json.Marshal(replicaBeat{At: now})
+	if _, err := s.meta.Put(ctx, replicaPrefix+s.holder, b); err != nil {
+		return 0, unavailable(ctx, "write the replica's heartbeat", err)
+	}
+	last := map[string]raw{} // by key: the bucket may keep history
+	prefix := "$KV." + MetaBucket + "."
+	_, err := s.directRange(ctx, "KV_"+MetaBucket, prefix+replicaPrefix+"*", 1, 0, func(r raw) (bool, error) {
+		last[strings.TrimPrefix(r.subject, prefix)] = r
+		return true, nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var gone []string
+	for key, r := range last {
+		var beat replicaBeat
+		if r.hdr.Get(hdrKVOperation) != "" || json.Unmarshal(r.data, &beat) != nil {
+			continue // deleted
+		}
+		switch age := now.Sub(beat.At); {
+		case age <= fresh:
+			n++
+		case age > 10*fresh:
+			gone = append(gone, key)
+		}
+	}
+	for _, key := range gone {
+		_ = s.meta.Purge(ctx, key)
+	}
+	return max(n, 1), nil
+}
+
+// Leave deletes this process's heartbeat (at a clean shutdown).
+func (s *Sessions) Leave(ctx context.Context) error {
+	return s.meta.Purge(ctx, replicaPrefix+s.holder)
 }

@@ -54,6 +54,16 @@ type Store interface {
 	AddHour(ctx context.Context, t string, hour time.Time, calls, tokens int64) (Hour, error)
 }
 
+// Registry is a Store where the replicas of a deployment count each other
+// (each writes a heartbeat): the request rate is shared by them.
+type Registry interface {
+	// Replicas writes this replica's heartbeat and returns how many
+	// replicas wrote one within fresh (itself included).
+	Replicas(ctx context.Context, fresh time.Duration) (int, error)
+	// Leave deletes this replica's heartbeat.
+	Leave(ctx context.Context) error
+}
+
 // Backlog returns how many of tenant t's compaction requests are stored and
 // not yet answered.
 type Backlog func(ctx context.Context, t string) (int, error)
@@ -346,11 +356,32 @@ func (q *Quotas) Tenant(ctx context.Context, t string) (session.TenantUsage, Hou
 
 // Run keeps the store's usage fresh until ctx ends: every RefreshEvery
 // while some tenant has a quota of what is stored, else every six (for the
-// per-tenant metrics: Usage).
+// per-tenant metrics: Usage). With a Registry for a store it also counts
+// the replicas every RefreshEvery, which share the request rates, and
+// leaves at the end.
 func (q *Quotas) Run(ctx context.Context) {
+	reg, _ := q.store.(Registry)
+	if reg != nil {
+		defer func() {
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := reg.Leave(lctx); err != nil {
+				q.log.Warn("quota: leave the replicas", slog.String("error", err.Error()))
+			}
+		}()
+	}
 	t := time.NewTicker(q.opt.RefreshEvery)
 	defer t.Stop()
 	for {
+		if reg != nil {
+			if n, err := reg.Replicas(ctx, 3*q.opt.RefreshEvery); err != nil {
+				if ctx.Err() == nil {
+					q.log.Warn("quota: count the replicas", slog.String("error", err.Error()))
+				}
+			} else {
+				q.rate.SetShare(n)
+			}
+		}
 		q.mu.Lock()
 		due := q.loadedAt.IsZero() || q.opt.Now().Sub(q.loadedAt) >= 6*q.opt.RefreshEvery
 		q.mu.Unlock()
@@ -366,6 +397,9 @@ func (q *Quotas) Run(ctx context.Context) {
 		}
 	}
 }
+
+// Replicas is how many replicas share the request rates (as last counted).
+func (q *Quotas) Replicas() int { return q.rate.Share() }
 
 // Usage returns the store's usage as last read (a scan at most a minute
 // old while Run runs).

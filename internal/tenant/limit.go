@@ -13,8 +13,9 @@ type Limits struct {
 	// RequestsPerSecond bounds the compaction requests a tenant makes
 	// (request events and compactor.compact), with bursts of up to
 	// RequestsBurst (default: one second's worth, at least 1); 0: no
-	// bound. Each replica counts the requests it takes, so a deployment of
-	// n replicas lets a tenant up to n times the rate.
+	// bound. Each replica counts the requests it takes against its share
+	// (Limiter.SetShare: the rate and burst over the replicas running,
+	// which take requests in turn through their queue groups).
 	RequestsPerSecond float64 `json:"requests_per_second,omitempty"`
 	RequestsBurst     int     `json:"requests_burst,omitempty"`
 	// Sessions bounds the sessions a tenant stores; BytesStored what their
@@ -78,6 +79,7 @@ type Limiter struct {
 	mu      sync.Mutex
 	limits  map[string]Limits
 	buckets map[string]*bucket
+	share   int // the replicas the rates are shared by
 }
 
 type bucket struct {
@@ -88,7 +90,22 @@ type bucket struct {
 
 // NewLimiter returns a limiter with no limits.
 func NewLimiter() *Limiter {
-	return &Limiter{limits: map[string]Limits{}, buckets: map[string]*bucket{}}
+	return &Limiter{limits: map[string]Limits{}, buckets: map[string]*bucket{}, share: 1}
+}
+
+// SetShare has each tenant's rate and burst shared by n replicas (at
+// least 1): this one allows 1/n of them.
+func (l *Limiter) SetShare(n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.share = max(n, 1)
+}
+
+// Share is the replicas the rates are shared by.
+func (l *Limiter) Share() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.share
 }
 
 // Set replaces every tenant's limits.
@@ -119,17 +136,19 @@ func (l *Limiter) Allow(t string, now time.Time) error {
 	if burst <= 0 {
 		burst = math.Max(1, math.Ceil(lim.RequestsPerSecond))
 	}
+	rate := lim.RequestsPerSecond / float64(l.share)
+	burst = math.Max(1, burst/float64(l.share))
 	b := l.buckets[t]
 	if b == nil {
 		b = &bucket{tokens: burst, at: now, limit: lim}
 		l.buckets[t] = b
 	}
-	b.tokens = math.Min(burst, b.tokens+now.Sub(b.at).Seconds()*lim.RequestsPerSecond)
+	b.tokens = math.Min(burst, b.tokens+now.Sub(b.at).Seconds()*rate)
 	b.at = now
 	if b.tokens >= 1 {
 		b.tokens--
 		return nil
 	}
-	wait := time.Duration((1 - b.tokens) / lim.RequestsPerSecond * float64(time.Second))
+	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
 	return &QuotaError{Tenant: t, Quota: QuotaRequestsPerSecond, Limit: lim.RequestsPerSecond, RetryAfter: wait}
 }

@@ -38,3 +38,28 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("after a raised limit: %v", err)
 	}
 }
+
+// Shared by two replicas, each allows half the rate and half the burst
+// (at least one request).
+func TestLimiterShare(t *testing.T) {
+	l := NewLimiter()
+	l.Set(map[string]Limits{"A": {RequestsPerSecond: 2, RequestsBurst: 4}, "B": {RequestsPerSecond: 0.5, RequestsBurst: 1}})
+	l.SetShare(2)
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	for i := range 2 {
+		if err := l.Allow("A", now); err != nil {
+			t.Fatalf("request %d of the shared burst: %v", i, err)
+		}
+	}
+	var q *QuotaError
+	if err := l.Allow("A", now); !errors.As(err, &q) || q.RetryAfter != time.Second || q.Limit != 2 {
+		t.Fatalf("over the shared burst: %v (want a retry after 1 s, at the rate of 1 per second)", err)
+	}
+	if err := l.Allow("B", now); err != nil {
+		t.Fatalf("a burst of 1 shared by two still allows one: %v", err)
+	}
+	l.SetShare(0)
+	if l.Share() != 1 {
+		t.Fatalf("share %d, want at least 1", l.Share())
+	}
+}
