@@ -134,8 +134,8 @@ func (q *Quotas) Set(limits map[string]tenant.Limits) {
 // Of returns tenant t's limits.
 func (q *Quotas) Of(t string) tenant.Limits { return (*q.limits.Load())[t] }
 
-// stored reports whether some tenant has a quota of what is stored.
-func (q *Quotas) stored() bool {
+// anyStored reports whether some tenant has a quota of what is stored.
+func (q *Quotas) anyStored() bool {
 	for _, l := range *q.limits.Load() {
 		if l.Sessions > 0 || l.BytesStored > 0 {
 			return true
@@ -264,17 +264,10 @@ func (q *Quotas) Write(ctx context.Context, newSession bool, bytes int64) error 
 	if lim.Sessions <= 0 && lim.BytesStored <= 0 {
 		return nil
 	}
-	u, err := q.current(ctx)
+	have, err := q.stored(ctx, t)
 	if err != nil {
 		return err
 	}
-	q.mu.Lock()
-	have := u.Tenants[t]
-	for _, d := range q.wrote[t] {
-		have.Sessions += d.sessions
-		have.Bytes += d.bytes
-	}
-	q.mu.Unlock()
 	if newSession && lim.Sessions > 0 && have.Sessions+1 > lim.Sessions {
 		return &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaSessions, Limit: float64(lim.Sessions)}
 	}
@@ -305,7 +298,14 @@ func (q *Quotas) current(ctx context.Context) (Usage, error) {
 	if !at.IsZero() && q.opt.Now().Sub(at) < 2*q.opt.RefreshEvery {
 		return u, nil
 	}
-	return q.refresh(ctx)
+	fresh, err := q.refresh(ctx)
+	if err != nil && !at.IsZero() {
+		// The store is away: the last usage read still answers, rather
+		// than every write failing with it.
+		q.log.Warn("quota: read the store's usage (answering with an older one)", slog.String("error", err.Error()))
+		return u, nil
+	}
+	return fresh, err
 }
 
 // refresh reads the store's usage and drops the writes it counts.
@@ -336,20 +336,30 @@ func (q *Quotas) refresh(ctx context.Context) (Usage, error) {
 	return u, nil
 }
 
-// Tenant returns tenant t's usage as this replica sees it: the last scan,
-// this replica's writes since, and the current hour's model use.
-func (q *Quotas) Tenant(ctx context.Context, t string) (session.TenantUsage, Hour, error) {
+// stored is what tenant t stores as this replica sees it: the last scan
+// and this replica's writes since.
+func (q *Quotas) stored(ctx context.Context, t string) (session.TenantUsage, error) {
 	u, err := q.current(ctx)
 	if err != nil {
-		return session.TenantUsage{}, Hour{}, err
+		return session.TenantUsage{}, err
 	}
 	q.mu.Lock()
+	defer q.mu.Unlock()
 	have := u.Tenants[t]
 	for _, d := range q.wrote[t] {
 		have.Sessions += d.sessions
 		have.Bytes += d.bytes
 	}
-	q.mu.Unlock()
+	return have, nil
+}
+
+// Tenant returns tenant t's usage as this replica sees it: the last scan,
+// this replica's writes since, and the current hour's model use.
+func (q *Quotas) Tenant(ctx context.Context, t string) (session.TenantUsage, Hour, error) {
+	have, err := q.stored(ctx, t)
+	if err != nil {
+		return session.TenantUsage{}, Hour{}, err
+	}
 	h, err := q.store.AddHour(ctx, t, hourOf(q.opt.Now()), 0, 0)
 	return have, h, err
 }
@@ -385,7 +395,7 @@ func (q *Quotas) Run(ctx context.Context) {
 		q.mu.Lock()
 		due := q.loadedAt.IsZero() || q.opt.Now().Sub(q.loadedAt) >= 6*q.opt.RefreshEvery
 		q.mu.Unlock()
-		if due || q.stored() {
+		if due || q.anyStored() {
 			if _, err := q.refresh(ctx); err != nil && ctx.Err() == nil {
 				q.log.Warn("quota: read the store's usage", slog.String("error", err.Error()))
 			}
