@@ -111,6 +111,12 @@ type Config struct {
 	// committed without a model call by the request that needs it (0:
 	// never prepared).
 	PrepareAt float64 `json:"prepare_at"`
+	// PreparedMaxAge is how long a ready preparation may wait for its
+	// request: an older one is prepared again, never applied (0: no
+	// bound). What it summarised has not changed (history is append-only),
+	// but a summary made long before the turn that needs it was made
+	// without what the session learnt since.
+	PreparedMaxAge Duration `json:"prepared_max_age,omitempty"`
 }
 
 // Steps of the reduction ladder.
@@ -169,6 +175,7 @@ func DefaultConfig() Config {
 		ClearMinTokens:      100,
 		ClearAtLeast:        0,
 		PrepareAt:           0.7,
+		PreparedMaxAge:      Duration(30 * time.Minute),
 	}
 }
 
@@ -235,6 +242,7 @@ func (c Config) Validate() error {
 	check(c.ClearMinTokens >= 1, "clear_min_tokens must be >= 1, got %d", c.ClearMinTokens)
 	check(c.ClearAtLeast >= 0, "clear_at_least must be >= 0, got %d", c.ClearAtLeast)
 	check(c.PrepareAt == 0 || c.PrepareAt > 0 && c.PrepareAt < 1, "prepare_at must be 0 (off) or in (0, 1), got %g", c.PrepareAt)
+	check(c.PreparedMaxAge >= 0, "prepared_max_age must be >= 0, got %s", time.Duration(c.PreparedMaxAge))
 	if len(errs) == 0 {
 		return nil
 	}

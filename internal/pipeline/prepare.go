@@ -379,7 +379,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 	// Plan as if the context had grown to its limit: the messages to come
 	// fill the tail.
 	p.growth = max(p.limit-p.beforeTokens, 0)
-	if stored.Usable(rec) && stored.Compaction.Compaction.FromSeq > 0 {
+	if stored.Usable(rec) && !s.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
 		// The stored preparation stands while it will still fit when the
 		// context reaches its limit: redone only to cut further.
 		if p2 := s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= s.fitLimit(p.limit) {
@@ -402,7 +402,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		return nil
 	}
 	out.FromSeq, out.ToSeq = r.selected[0].Seq, r.selected[len(r.selected)-1].Seq
-	if stored.Usable(rec) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
+	if stored.Usable(rec) && !s.tooOld(stored) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
 		out.Outcome = PrepareUnchanged // (the same range would be cut again)
 		return nil
 	}
@@ -527,7 +527,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 		// leave fits: wait for it.
 		stored = s.awaitPrepared(ctx, ps, stored)
 	}
-	if !stored.Usable(rec) {
+	if !stored.Usable(rec) || s.tooOld(stored) {
 		s.retire(ctx, ps, stored, rec)
 		return nil, false, nil
 	}
@@ -685,6 +685,12 @@ func (s *Service) retire(ctx context.Context, ps PreparedStore, p session.Prepar
 		s.prep.stale.Add(1)
 		s.prep.wasted.Add(int64(w))
 	}
+}
+
+// tooOld reports whether a ready preparation has waited past
+// prepared_max_age: it is prepared again, never applied.
+func (s *Service) tooOld(p session.PreparedCompaction) bool {
+	return s.cfg.PreparedMaxAge > 0 && !p.ReadyAt.IsZero() && s.now().Sub(p.ReadyAt) > time.Duration(s.cfg.PreparedMaxAge)
 }
 
 // processName names this process in the preparations it claims: host,

@@ -280,3 +280,47 @@ func TestOnePreparationInFlight(t *testing.T) {
 		t.Fatalf("%d preparations, want 1: %+v", done, outs)
 	}
 }
+
+// A preparation ready for longer than prepared_max_age is never applied:
+// the request compacts anew (it counts as stale), and a trigger before the
+// request prepares the session again rather than keeping it.
+func TestPreparationPastItsMaxAgeIsRedone(t *testing.T) {
+	const limit = 6000
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	cfg := prepCfg()
+	cfg.PreparedMaxAge = pipeline.Duration(10 * time.Minute)
+	rec := &recorder{next: extractive.New(counter(t))}
+	e := newEnv(t, rec, cfg)
+	svc, err := pipeline.New(e.store, e.breakers, rec, cfg, pipeline.WithClock(func() time.Time { return now }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.svc = svc
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	if p := prepare(t, e, "s"); p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("%+v", p)
+	}
+	now = now.Add(5 * time.Minute)
+	if p := prepare(t, e, "s"); p.Outcome != pipeline.PrepareUnchanged {
+		t.Fatalf("within its age, the preparation stands: %+v", p)
+	}
+	now = now.Add(6 * time.Minute)
+	calls := rec.count.Load()
+	if p := prepare(t, e, "s"); p.Outcome != pipeline.PrepareDone || rec.count.Load() == calls {
+		t.Fatalf("past its age, the session is prepared again: %+v", p)
+	}
+	// Again past its age when the request comes: not applied.
+	now = now.Add(11 * time.Minute)
+	e.grow(t, "s", next, limit, 1.01)
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy == "prepared" || res.Strategy == "prepared_topup" || res.LLMCalls == 0 {
+		t.Fatalf("a preparation past its age was applied: %+v", res)
+	}
+	if st := svc.PrepareStats(); st.Stale != 2 || st.Used != 0 {
+		t.Fatalf("stats %+v, want both preparations stale (the first replaced, the second too old)", st)
+	}
+	if sp, _ := e.store.Prepared(context.Background(), "s"); sp.State != session.PreparedStale {
+		t.Fatalf("stored preparation %s, want stale", sp.State)
+	}
+}
