@@ -92,7 +92,7 @@ type Config struct {
 	Tenants map[string]pipeline.TenantPolicy
 	Limits  map[string]tenant.Limits
 	// UsageEvery is how often the store's per-tenant usage is read for the
-	// quotas of what is stored (default 10 s; six times that for the
+	// quotas of what is stored (default 10 s; thirty times that for the
 	// metrics alone).
 	UsageEvery time.Duration
 	// RetryDelay overrides the consumer's redelivery delays (tests).

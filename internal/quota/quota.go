@@ -365,8 +365,9 @@ func (q *Quotas) Tenant(ctx context.Context, t string) (session.TenantUsage, Hou
 }
 
 // Run keeps the store's usage fresh until ctx ends: every RefreshEvery
-// while some tenant has a quota of what is stored, else every six (for the
-// per-tenant metrics: Usage). With a Registry for a store it also counts
+// while some tenant has a quota of what is stored, else every
+// metricsEvery of them (for the per-tenant metrics: Usage; a scan reads
+// every session's record). With a Registry for a store it also counts
 // the replicas every RefreshEvery, which share the request rates, and
 // leaves at the end.
 func (q *Quotas) Run(ctx context.Context) {
@@ -393,7 +394,7 @@ func (q *Quotas) Run(ctx context.Context) {
 			}
 		}
 		q.mu.Lock()
-		due := q.loadedAt.IsZero() || q.opt.Now().Sub(q.loadedAt) >= 6*q.opt.RefreshEvery
+		due := q.loadedAt.IsZero() || q.opt.Now().Sub(q.loadedAt) >= metricsEvery*q.opt.RefreshEvery
 		q.mu.Unlock()
 		if due || q.anyStored() {
 			if _, err := q.refresh(ctx); err != nil && ctx.Err() == nil {
@@ -411,8 +412,12 @@ func (q *Quotas) Run(ctx context.Context) {
 // Replicas is how many replicas share the request rates (as last counted).
 func (q *Quotas) Replicas() int { return q.rate.Share() }
 
-// Usage returns the store's usage as last read (a scan at most a minute
-// old while Run runs).
+// metricsEvery: without quotas of what is stored, the usage is read every
+// metricsEvery refreshes (5 minutes by default), for the metrics alone.
+const metricsEvery = 30
+
+// Usage returns the store's usage as last read (by Run: a scan at most
+// metricsEvery refreshes old).
 func (q *Quotas) Usage() Usage {
 	q.mu.Lock()
 	defer q.mu.Unlock()
