@@ -182,6 +182,7 @@ func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 	err := s.compact(ctx, req, res)
 	res.DurationMS = s.now().Sub(start).Milliseconds()
 	if err == nil {
+		res.CacheWriteTokens = max(res.TokensAfter-res.PrefixKeptTokens, 0)
 		s.log.LogAttrs(ctx, slog.LevelInfo, "compaction completed", slog.String("session_id", req.SessionID),
 			slog.String("request_id", req.ID), slog.String("outcome", string(res.Outcome)),
 			slog.Int("tokens_before", res.TokensBefore), slog.Int("tokens_after", res.TokensAfter),

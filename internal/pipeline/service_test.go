@@ -105,6 +105,11 @@ func TestCompactOutcomes(t *testing.T) {
 	if res.LLMCalls != 1 || res.MessagesSummarised == 0 || res.CompactionMessageID == "" || res.IdempotencyKey == "" {
 		t.Fatalf("result fields missing: %+v", res)
 	}
+	// The system prompt stays cached; the summary and the tail are
+	// written anew.
+	if res.PrefixKeptTokens == 0 || res.CacheWriteTokens != res.TokensAfter-res.PrefixKeptTokens || res.CacheWriteTokens <= res.SummaryTokens {
+		t.Fatalf("prefix kept %d, cache writes %d of %d tokens after (summary %d)", res.PrefixKeptTokens, res.CacheWriteTokens, res.TokensAfter, res.SummaryTokens)
+	}
 	ctx := e.context(t, "big")
 	if ctx[0].Role != session.RoleSystem || !ctx[1].IsCompaction || ctx[2].Role != session.RoleUser {
 		t.Fatalf("context is not pinned + summary + raw tail: %v %v %v", ctx[0].Role, ctx[1].IsCompaction, ctx[2].Role)
@@ -115,8 +120,8 @@ func TestCompactOutcomes(t *testing.T) {
 
 	// The same request again: the context fits now.
 	calls := len(rec.requests())
-	if got := compact(t, e, "big", pipeline.TriggerOverBudget).Outcome; got != pipeline.OutcomeNoop {
-		t.Errorf("repeat over_budget: %s, want noop", got)
+	if got := compact(t, e, "big", pipeline.TriggerOverBudget); got.Outcome != pipeline.OutcomeNoop || got.CacheWriteTokens != 0 {
+		t.Errorf("repeat over_budget: %s writing %d tokens anew, want noop writing none", got.Outcome, got.CacheWriteTokens)
 	}
 	// The model insists: nothing new since the compaction, no model call.
 	again := compact(t, e, "big", pipeline.TriggerOverflow)

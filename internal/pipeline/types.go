@@ -119,6 +119,10 @@ type Result struct {
 	// identical to the old one: a provider's cached prefix stays valid up
 	// to there (all of it when nothing changed).
 	PrefixKeptTokens int `json:"prefix_kept_tokens"`
+	// CacheWriteTokens is what a provider must write to its prompt cache
+	// anew on the next turn: the new context's tokens past the kept prefix
+	// (TokensAfter less PrefixKeptTokens).
+	CacheWriteTokens int `json:"cache_write_tokens"`
 	// ToolResultsCleared and ClearedTokens say what clearing did: the
 	// messages it cleared and the tokens that saved.
 	ToolResultsCleared int `json:"tool_results_cleared"`
