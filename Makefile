@@ -24,8 +24,9 @@ test-short:
 	$(GO) test -short -timeout 5m $(PKGS)
 
 # Overhead and throughput against the JetStream floor, model cost over the
-# LoCoMo replay (when ../shared/data is there), scale; writes
-# docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 3 minutes on 2 cores).
+# LoCoMo replay (when ../shared/data is there), scale, prepared compactions
+# (the bundled sets at 4k, the long agent runs at 32k and 64k); writes
+# docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 7 minutes on 2 cores).
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
 

@@ -605,6 +605,10 @@ type Report struct {
 	// service on paced replays (issue 14).
 	Prepared     *PreparedComparison `json:"prepared,omitempty"`
 	PreparedNote string              `json:"prepared_note,omitempty"`
+	// Long is the same comparison on the long agent runs
+	// (agent_trajectories/long), one per LongLimits.
+	Long     []*PreparedComparison `json:"long_prepared,omitempty"`
+	LongNote string                `json:"long_prepared_note,omitempty"`
 }
 
 // Run runs every measure. It returns an error if any fails.
@@ -651,6 +655,9 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	if rep.Prepared, rep.PreparedNote, err = prepared(ctx, opt.Data, opt.Prepared, opt.Progress); err != nil {
 		return nil, fmt.Errorf("prepared: %w", err)
+	}
+	if rep.Long, rep.LongNote, err = longPrepared(ctx, opt.Data, opt.Prepared, opt.Progress); err != nil {
+		return nil, fmt.Errorf("long runs: %w", err)
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil

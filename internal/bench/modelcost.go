@@ -140,6 +140,38 @@ func prepared(ctx context.Context, data string, opt PreparedOptions, progress io
 	return cmp, "", err
 }
 
+// LongLimits are the windows the long agent runs are replayed at: where
+// agents work, tens of thousands of tokens deep.
+var LongLimits = []int{32000, 64000}
+
+// longPrepared runs ComparePrepared on the long agent runs of the data
+// folder (agent_trajectories/long), at each of LongLimits.
+func longPrepared(ctx context.Context, data string, opt PreparedOptions, progress io.Writer) ([]*PreparedComparison, string, error) {
+	if data == "" {
+		return nil, "skipped: no data folder given (--data)", nil
+	}
+	dir := filepath.Join(data, "agent_trajectories", "long")
+	convs, err := transcript.LoadLongDir(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(convs) == 0 {
+		return nil, fmt.Sprintf("skipped: no long agent runs under %s", dir), nil
+	}
+	opt.Progress = progress
+	var out []*PreparedComparison
+	for _, limit := range LongLimits {
+		o := opt
+		o.Limit = limit
+		cmp, err := ComparePrepared(ctx, convs, pipeline.DefaultConfig(), o)
+		if err != nil {
+			return nil, "", fmt.Errorf("at %d tokens: %w", limit, err)
+		}
+		out = append(out, cmp)
+	}
+	return out, "", nil
+}
+
 // ladder replays the agent trajectories of data (tau-bench, SWE-agent,
 // OpenHands) and LoCoMo through the runtime loop with the reduction ladder
 // and with summary only, at LadderLimits, with the token limit as the only

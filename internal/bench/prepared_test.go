@@ -55,9 +55,14 @@ func TestComparePreparedSmall(t *testing.T) {
 		t.Fatalf("latency %+v", p.Latency)
 	}
 	var out strings.Builder
-	rep := &Report{Prepared: cmp}
+	rep := &Report{Prepared: cmp, Long: []*PreparedComparison{cmp}}
 	out.WriteString(rep.Markdown(""))
-	if !strings.Contains(out.String(), "## 6. Prepared compactions") || !strings.Contains(out.String(), "| prepared |") {
+	if !strings.Contains(out.String(), "## 6. Prepared compactions") || !strings.Contains(out.String(), "| prepared |") ||
+		!strings.Contains(out.String(), "## 7. Prepared compactions on long agent runs\n\nThe long agent runs") ||
+		!strings.Contains(out.String(), fmt.Sprintf("### %d tokens", cmp.Prepared.Limit)) {
 		t.Fatalf("report:\n%s", out.String())
+	}
+	if none := (&Report{LongNote: "skipped: no long agent runs"}).Markdown(""); !strings.Contains(none, "## 7. Prepared compactions on long agent runs\n\nskipped: no long agent runs.") {
+		t.Fatalf("report without long runs:\n%s", none)
 	}
 }

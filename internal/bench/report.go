@@ -130,14 +130,7 @@ func (r *Report) Markdown(chart string) string {
 			"extractive summary of the transcript it is sent. A preparation was *possible* for a request that needed a model (one was called, "+
 			"or a prepared summary committed; a compaction that clearing settles is instant in both modes) when its session had passed "+
 			"`prepare_at` at least one model call's time before it. Latencies are request to result, in ms.\n\n", c.Pace, c.Prepared.Limit, c.ModelDelayMS)
-		w("| mode | requests | compacted | from a preparation (no model call) | topped up | no model call at all | p50 | p95 | p99 | where possible: n | p50 | p95 | p99 | model calls (preparations) | summary input tokens (preparations) | wasted tokens | LoCoMo retention |\n")
-		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
-		for _, m := range []PreparedRow{c.Blocking, c.Prepared} {
-			w("| %s | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d | %.0f | %.0f | %.0f | %d (%d) | %d (%d) | %d | %.1f %% |\n", m.Mode, m.Requests, m.Compacted,
-				m.FromPreparation, m.TopUps, m.NoModelCall, m.Latency.P50, m.Latency.P95, m.Latency.P99, m.LatencyPossible.N, m.LatencyPossible.P50,
-				m.LatencyPossible.P95, m.LatencyPossible.P99, m.ModelCalls, m.PrepCalls, m.InputTokens, m.PrepInputTokens, m.WastedTokens, 100*m.RetentionShare)
-		}
-		w("\nSummary input, prepared over blocking: **%.2f×**; p95 where a preparation was possible, blocking over prepared: **%.1f×**.\n", c.InputRatio, c.Speedup)
+		preparedTable(w, c)
 		var sets []string
 		for s := range c.Prepared.BySet {
 			sets = append(sets, s)
@@ -151,11 +144,34 @@ func (r *Report) Markdown(chart string) string {
 			}
 		}
 	}
+	w("\n## 7. Prepared compactions on long agent runs\n\n")
+	if len(r.Long) == 0 {
+		w("%s.\n", r.LongNote)
+	} else {
+		w("The long agent runs of `agent_trajectories/long` (mini-swe-agent and OpenHands, 75k-290k tokens each) replayed as in section 6, " +
+			"at windows where agents work.\n")
+		for _, c := range r.Long {
+			w("\n### %d tokens\n\n", c.Prepared.Limit)
+			preparedTable(w, c)
+		}
+	}
 	w("\n## Against the thresholds\n\n")
 	for _, f := range r.Flags() {
 		w("- %s\n", f)
 	}
 	return b.String()
+}
+
+// preparedTable writes a comparison's two modes and their ratios.
+func preparedTable(w func(string, ...any), c *PreparedComparison) {
+	w("| mode | requests | compacted | from a preparation (no model call) | topped up | no model call at all | p50 | p95 | p99 | where possible: n | p50 | p95 | p99 | model calls (preparations) | summary input tokens (preparations) | wasted tokens | LoCoMo retention |\n")
+	w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, m := range []PreparedRow{c.Blocking, c.Prepared} {
+		w("| %s | %d | %d | %d | %d | %d | %.0f | %.0f | %.0f | %d | %.0f | %.0f | %.0f | %d (%d) | %d (%d) | %d | %.1f %% |\n", m.Mode, m.Requests, m.Compacted,
+			m.FromPreparation, m.TopUps, m.NoModelCall, m.Latency.P50, m.Latency.P95, m.Latency.P99, m.LatencyPossible.N, m.LatencyPossible.P50,
+			m.LatencyPossible.P95, m.LatencyPossible.P99, m.ModelCalls, m.PrepCalls, m.InputTokens, m.PrepInputTokens, m.WastedTokens, 100*m.RetentionShare)
+	}
+	w("\nSummary input, prepared over blocking: **%.2f×**; p95 where a preparation was possible, blocking over prepared: **%.1f×**.\n", c.InputRatio, c.Speedup)
 }
 
 func linearity(growth, cost float64) string {
