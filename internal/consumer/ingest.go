@@ -49,33 +49,50 @@ type Ingest struct {
 	mu      sync.Mutex
 	stopped bool
 	wg      sync.WaitGroup
-	serial  map[string]*sync.Mutex // per bounded tenant
+	serial  map[string]*serial // per bounded tenant
 }
 
-// serialize holds t's lock, for a bounded tenant, until the returned
-// func is called.
-func (in *Ingest) serialize(t string) func() {
-	if in.admit == nil || !in.admit.Bounded(t) {
-		return func() {}
-	}
+// serialize holds the lock of t, a tenant with a concurrent_compactions
+// quota of limit, until the returned func is called. With limit of its
+// requests waiting already it answers false: they could not all be let
+// in, and a flood must not take every ingest slot from the other tenants.
+func (in *Ingest) serialize(t string, limit int) (func(), bool) {
 	in.mu.Lock()
 	l := in.serial[t]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &serial{}
 		in.serial[t] = l
 	}
+	if l.waiting >= limit {
+		in.mu.Unlock()
+		return nil, false
+	}
+	l.waiting++
 	in.mu.Unlock()
-	l.Lock()
-	return l.Unlock
+	l.mu.Lock()
+	in.mu.Lock()
+	l.waiting--
+	in.mu.Unlock()
+	return l.mu.Unlock, true
+}
+
+// serial orders one tenant's requests in this replica.
+type serial struct {
+	mu      sync.Mutex
+	waiting int // under Ingest.mu
 }
 
 // Admission answers a tenant's request quotas (quota.Quotas).
 type Admission interface {
-	Request(ctx context.Context, t string) error
-	// Bounded says t has a quota of its requests stored and not answered:
-	// a replica stores t's requests one at a time, each admitted on the
-	// count that includes the one before.
-	Bounded(t string) bool
+	// Rate takes one request of t's rate (no I/O).
+	Rate(t string) error
+	// Queue answers t's quotas of what one more request adds to: its
+	// requests stored and not answered, its model use this hour.
+	Queue(ctx context.Context, t string) error
+	// Bounded is t's concurrent_compactions quota (0: none): a replica
+	// stores such a tenant's requests one at a time, each admitted on
+	// the count that includes the one before.
+	Bounded(t string) int
 }
 
 // StartIngest subscribes the replica to every tenant's requests; admit,
@@ -85,7 +102,7 @@ func StartIngest(nc *nats.Conn, admit Admission, log *slog.Logger) (*Ingest, err
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	in := &Ingest{nc: nc, admit: admit, log: log, sem: make(chan struct{}, maxIngesting), serial: map[string]*sync.Mutex{}}
+	in := &Ingest{nc: nc, admit: admit, log: log, sem: make(chan struct{}, maxIngesting), serial: map[string]*serial{}}
 	sub, err := nc.QueueSubscribe(tenant.Wildcard(events.IngestPrefix+">"), IngestQueue, func(m *nats.Msg) {
 		in.mu.Lock()
 		if in.stopped {
@@ -135,10 +152,20 @@ func (in *Ingest) store(m *nats.Msg) {
 		return
 	}
 	if in.admit != nil && route.Trigger != pipeline.TriggerNearBudget { // a hint is no request
-		defer in.serialize(t)()
-		ctx, cancel := context.WithTimeout(context.Background(), ingestTimeout)
-		err := in.admit.Request(ctx, t)
-		cancel()
+		err := in.admit.Rate(t)
+		if n := in.admit.Bounded(t); err == nil && n > 0 {
+			unlock, ok := in.serialize(t, n)
+			if !ok {
+				err = &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaConcurrentCompactions, Limit: float64(n), RetryAfter: time.Second}
+			} else {
+				defer unlock()
+			}
+		}
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), ingestTimeout)
+			err = in.admit.Queue(ctx, t)
+			cancel()
+		}
 		if err != nil {
 			code := 503
 			if errors.As(err, new(*tenant.QuotaError)) {

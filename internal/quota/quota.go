@@ -145,11 +145,21 @@ func (q *Quotas) anyStored() bool {
 }
 
 // Request admits one compaction request event of tenant t, to be stored:
-// its rate, its concurrent compactions (the one admitted included) and its
-// hourly model budgets.
+// its rate (Rate), then what it adds to (Queue).
 func (q *Quotas) Request(ctx context.Context, t string) error {
-	return q.admit(ctx, t, 1)
+	if err := q.Rate(t); err != nil {
+		return err
+	}
+	return q.Queue(ctx, t)
 }
+
+// Rate takes one request of tenant t's rate (no I/O).
+func (q *Quotas) Rate(t string) error { return q.rate.Allow(t, q.opt.Now()) }
+
+// Queue answers tenant t's quotas of what one more request event adds to:
+// its concurrent compactions (the one admitted included) and its hourly
+// model budgets.
+func (q *Quotas) Queue(ctx context.Context, t string) error { return q.queue(ctx, t, 1) }
 
 // Compact admits a compactor.compact call of tenant t, which counts as one
 // of its concurrent compactions until done is called.
@@ -167,21 +177,22 @@ func (q *Quotas) Compact(ctx context.Context, t string) (done func(), err error)
 			q.mu.Unlock()
 		})
 	}
-	if err := q.admit(ctx, t, 0); err != nil { // counted in calls already
+	err = q.Rate(t)
+	if err == nil {
+		err = q.queue(ctx, t, 0) // counted in calls already
+	}
+	if err != nil {
 		done()
 		return nil, err
 	}
 	return done, nil
 }
 
-// admit answers t's request quotas for a request that adds more to what
-// is stored and running.
-func (q *Quotas) admit(ctx context.Context, t string, more int) error {
+// queue answers t's quotas of what is stored and running, for a request
+// that adds more to it, and of its model use.
+func (q *Quotas) queue(ctx context.Context, t string, more int) error {
 	lim := q.Of(t)
 	now := q.opt.Now()
-	if err := q.rate.Allow(t, now); err != nil {
-		return err
-	}
 	if lim.ConcurrentCompactions > 0 {
 		n, err := q.backlog(ctx, t)
 		if err != nil {
@@ -424,5 +435,5 @@ func (q *Quotas) Usage() Usage {
 	return q.usage
 }
 
-// Bounded says tenant t has a concurrent_compactions quota.
-func (q *Quotas) Bounded(t string) bool { return q.Of(t).ConcurrentCompactions > 0 }
+// Bounded is tenant t's concurrent_compactions quota (0: none).
+func (q *Quotas) Bounded(t string) int { return q.Of(t).ConcurrentCompactions }

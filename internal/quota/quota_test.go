@@ -156,7 +156,7 @@ func TestConcurrentCompactions(t *testing.T) {
 	if err := q.Request(ctx, "A"); err != nil {
 		t.Fatalf("after the call ended: %v", err)
 	}
-	if !q.Bounded("A") || q.Bounded("B") {
+	if q.Bounded("A") != 2 || q.Bounded("B") != 0 {
 		t.Fatal("Bounded")
 	}
 	backlog = 5

@@ -1,0 +1,60 @@
+package consumer
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// A bounded tenant's requests are stored one at a time; with as many
+// waiting as its quota, the next is refused at once rather than taking
+// another ingest slot; another tenant is not held up.
+func TestSerializeRefusesPastTheQuotaWaiting(t *testing.T) {
+	in := &Ingest{serial: map[string]*serial{}}
+	unlock, ok := in.serialize("A", 2)
+	if !ok {
+		t.Fatal("the first request refused")
+	}
+	waiting := func() int {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		return in.serial["A"].waiting
+	}
+	var wg sync.WaitGroup
+	got := make(chan bool, 2)
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			u, ok := in.serialize("A", 2)
+			got <- ok
+			if ok {
+				u()
+			}
+		}()
+	}
+	for deadline := time.Now().Add(10 * time.Second); waiting() != 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d waiting, want 2", waiting())
+		}
+	}
+	if _, ok := in.serialize("A", 2); ok {
+		t.Fatal("a third waiting request was let wait")
+	}
+	ub, ok := in.serialize("B", 2)
+	if !ok {
+		t.Fatal("tenant B held up by A")
+	}
+	ub()
+	unlock()
+	wg.Wait()
+	close(got)
+	for ok := range got {
+		if !ok {
+			t.Fatal("a waiting request was refused once the lock was free")
+		}
+	}
+	if waiting() != 0 {
+		t.Fatalf("%d still counted waiting", waiting())
+	}
+}
