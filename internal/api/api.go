@@ -558,6 +558,9 @@ func (s *Server) compact(r micro.Request) {
 		if s.d.Observe != nil && !interrupted {
 			s.d.Observe(res)
 		}
+		if !interrupted {
+			pipeline.LogResult(ctx, s.log, res)
+		}
 		if disp != events.Retry {
 			// A repeated request may have been answered before.
 			if err := s.d.Publisher.Once(ctx, res, res.Strategy == "redelivered"); err != nil {

@@ -408,6 +408,9 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	if c.opt.Observe != nil {
 		c.opt.Observe(res)
 	}
+	if disp != events.Retry { // a retry says so below
+		pipeline.LogResult(ctx, c.log, res)
+	}
 	if disp == events.Retry {
 		delay := c.opt.RetryDelay(md.NumDelivered)
 		log.Warn("transient failure, retrying", slog.String("reason", string(res.Reason)), slog.String("error", res.Error), slog.Duration("delay", delay))

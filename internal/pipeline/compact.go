@@ -183,10 +183,8 @@ func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 	res.DurationMS = s.now().Sub(start).Milliseconds()
 	if err == nil {
 		res.CacheWriteTokens = max(res.TokensAfter-res.PrefixKeptTokens, 0)
-		s.log.LogAttrs(ctx, slog.LevelInfo, "compaction completed", slog.String("session_id", req.SessionID),
-			slog.String("request_id", req.ID), slog.String("outcome", string(res.Outcome)),
-			slog.Int("tokens_before", res.TokensBefore), slog.Int("tokens_after", res.TokensAfter),
-			slog.Int("llm_calls", res.LLMCalls), slog.Int64("duration_ms", res.DurationMS))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "compaction completed", slog.String("session_id", req.SessionID),
+			slog.String("request_id", req.ID), slog.String("outcome", string(res.Outcome)))
 		return res, nil
 	}
 	var pe *Error
@@ -198,10 +196,26 @@ func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 		res.Quota, res.RetryAfterMS = qe.Quota, qe.RetryAfter.Milliseconds()
 	}
 	res.Outcome = ""
-	s.log.LogAttrs(ctx, slog.LevelWarn, "compaction failed", slog.String("session_id", req.SessionID),
-		slog.String("request_id", req.ID), slog.String("reason", string(pe.Reason)), slog.String("error", res.Error),
-		slog.Int("failures", res.Failures), slog.Bool("circuit_opened", res.CircuitOpened))
+	s.log.LogAttrs(ctx, slog.LevelDebug, "compaction failed", slog.String("session_id", req.SessionID),
+		slog.String("request_id", req.ID), slog.String("reason", string(pe.Reason)), slog.String("error", res.Error))
 	return res, pe
+}
+
+// LogResult writes a request's result as the drivers (the consumer, the
+// compactor.compact endpoint) log it: the pipeline itself logs at debug
+// level only. Completed at info, failed at warn; the logger's handler adds
+// the tenant and the trace from ctx.
+func LogResult(ctx context.Context, log *slog.Logger, res *Result) {
+	if !res.Failed {
+		log.LogAttrs(ctx, slog.LevelInfo, "compaction completed", slog.String("session_id", res.SessionID),
+			slog.String("request_id", res.RequestID), slog.String("outcome", string(res.Outcome)), slog.String("strategy", res.Strategy),
+			slog.Int("tokens_before", res.TokensBefore), slog.Int("tokens_after", res.TokensAfter),
+			slog.Int("llm_calls", res.LLMCalls), slog.Int64("duration_ms", res.DurationMS))
+		return
+	}
+	log.LogAttrs(ctx, slog.LevelWarn, "compaction failed", slog.String("session_id", res.SessionID),
+		slog.String("request_id", res.RequestID), slog.String("reason", string(res.Reason)), slog.String("error", res.Error),
+		slog.Int("failures", res.Failures), slog.Bool("circuit_opened", res.CircuitOpened))
 }
 
 func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
@@ -256,7 +270,7 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	if err == nil {
 		if b.Failures > 0 || b.Open() {
 			if _, rerr := s.breakers.Reset(ctx, req.SessionID, s.now()); rerr != nil {
-				s.log.LogAttrs(ctx, slog.LevelWarn, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
+				s.log.LogAttrs(ctx, slog.LevelDebug, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
 			} else if b.Open() {
 				res.CircuitClosed = true // a half-open probe succeeded
 				prev := b
@@ -1102,7 +1116,7 @@ func (s *Service) ResetBreaker(ctx context.Context, sessionID string) (session.B
 		return session.Breaker{}, fmt.Errorf("%w: reset breaker: %w", ErrPersistFailed, err)
 	}
 	if prev.Open() {
-		s.log.LogAttrs(ctx, slog.LevelInfo, "breaker reset", slog.String("session_id", sessionID), slog.Int("failures", prev.Failures))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "breaker reset", slog.String("session_id", sessionID), slog.Int("failures", prev.Failures))
 	}
 	return prev, nil
 }

@@ -306,11 +306,7 @@ func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (Preparation,
 	out := Preparation{SessionID: req.SessionID}
 	err := s.prepare(ctx, req, &out)
 	out.DurationMS = s.now().Sub(start).Milliseconds()
-	level := slog.LevelDebug
-	if out.Outcome == PrepareDone || out.Outcome == PrepareFailed {
-		level = slog.LevelInfo
-	}
-	s.log.LogAttrs(ctx, level, "preparation", slog.String("session_id", req.SessionID), slog.String("trigger", req.Trigger),
+	s.log.LogAttrs(ctx, slog.LevelDebug, "preparation", slog.String("session_id", req.SessionID), slog.String("trigger", req.Trigger),
 		slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int64("duration_ms", out.DurationMS))
 	return out, err
 }
@@ -546,7 +542,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 	}
 	if err := Verify(VerifyInput{Before: p.before, After: p2.before, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: p2.beforeTokens,
 		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: s.cfg.MaxSummaryTokens}); err != nil {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
+		s.log.LogAttrs(ctx, slog.LevelDebug, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
 		return nil, false, nil
 	}
 	if err := s.checkProgress(d, p.beforeTokens, p2.beforeTokens, len(p2.before)); err != nil {

@@ -288,8 +288,12 @@ func (p *Preparer) work(ctx context.Context) {
 			Model: j.model, ContextLimit: j.limit})
 		p.learn(j.key(), out, err)
 		p.done(j.key())
-		if err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled) { // (a request cancelled it: it took its own path)
+		switch {
+		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled): // (a request cancelled it: it took its own path)
 			p.log.Warn("preparation failed", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
+		case err == nil && (out.Outcome == pipeline.PrepareDone || out.Outcome == pipeline.PrepareFailed):
+			p.log.Info("preparation", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("trigger", j.trigger),
+				slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int("llm_calls", out.LLMCalls), slog.Int64("duration_ms", out.DurationMS))
 		}
 		if p.opt.Observe != nil && ctx.Err() == nil {
 			p.opt.Observe(out, err)

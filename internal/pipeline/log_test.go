@@ -1,0 +1,52 @@
+package pipeline_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+)
+
+// The pipeline logs at debug level only: the drivers log each result
+// (LogResult), completed at info, failed at warn.
+func TestPipelineLogsAtDebugOnly(t *testing.T) {
+	var buf strings.Builder
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	rec := &recorder{next: extractive.New(counter(t))}
+	store, breakers := memstore.New(), memstore.NewBreakers()
+	svc, err := pipeline.New(store, breakers, rec, pipeline.DefaultConfig(), pipeline.WithLogger(log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	msgs := chat(30)
+	c := counter(t)
+	for i := range msgs {
+		c.Ensure(&msgs[i])
+	}
+	if _, err := store.Create(ctx, session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: 3000}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	done, err := svc.Compact(ctx, pipeline.Request{ID: "r1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, err := svc.Compact(ctx, pipeline.Request{ID: "r2", SessionID: "missing", Trigger: pipeline.TriggerOverBudget})
+	if err == nil {
+		t.Fatal("a missing session compacted")
+	}
+	if buf.Len() != 0 {
+		t.Fatalf("the pipeline logged above debug:\n%s", buf.String())
+	}
+	pipeline.LogResult(ctx, log, done)
+	pipeline.LogResult(ctx, log, failed)
+	if l := buf.String(); !strings.Contains(l, `level=INFO msg="compaction completed" session_id=s request_id=r1 outcome=compacted`) ||
+		!strings.Contains(l, `level=WARN msg="compaction failed" session_id=missing request_id=r2 reason=session_not_found`) {
+		t.Fatalf("LogResult:\n%s", l)
+	}
+}
