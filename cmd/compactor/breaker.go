@@ -9,10 +9,8 @@ import (
 
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/extractive"
-	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/session"
-	"github.com/compactor/compactor/internal/tokens"
 )
 
 const breakerUsage = `  compactor breaker list [--limit N] [--after CURSOR]
@@ -102,15 +100,8 @@ func breakerReset(ctx context.Context, args []string, stdout io.Writer) error {
 	case !*all && !events.ValidSessionID(pos[0]):
 		return fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, pos[0])
 	}
-	counter, err := tokens.ForEncoding("cl100k_base")
-	if err != nil {
-		return err
-	}
 	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
-		svc, err := pipeline.New(st.kv, st.breakers, extractive.New(counter), pipeline.DefaultConfig())
-		if err != nil {
-			return err
-		}
+		svc := sessions.New(st.kv, st.breakers, nil)
 		pub := &events.Publisher{JS: st.js, Source: cliSource}
 		if *all {
 			out, err := api.ResetAll(ctx, svc, pub, st.breakers, nil)

@@ -631,7 +631,7 @@ func (s *Server) breakerReset(r micro.Request) {
 			return
 		}
 		s.answer(r, func(ctx context.Context) (any, error) {
-			return ResetAll(ctx, s.d.Pipeline, s.d.Publisher, s.d.Breakers, s.log)
+			return ResetAll(ctx, s.d.Sessions, s.d.Publisher, s.d.Breakers, s.log)
 		})
 		return
 	}
@@ -640,7 +640,7 @@ func (s *Server) breakerReset(r micro.Request) {
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) {
-		prev, err := events.ResetBreaker(ctx, s.d.Pipeline, s.d.Publisher, body.SessionID)
+		prev, err := events.ResetBreaker(ctx, s.d.Sessions, s.d.Publisher, body.SessionID)
 		if err != nil {
 			return nil, err
 		}
@@ -651,7 +651,7 @@ func (s *Server) breakerReset(r micro.Request) {
 
 // ResetAll resets every stored breaker (an operator's move after an
 // outage), publishing CompactionCircuitClosed for each that was open.
-func ResetAll(ctx context.Context, svc *pipeline.Service, pub *events.Publisher, breakers BreakerLister, log *slog.Logger) (ResetAllAnswer, error) {
+func ResetAll(ctx context.Context, svc events.BreakerResetter, pub *events.Publisher, breakers BreakerLister, log *slog.Logger) (ResetAllAnswer, error) {
 	list, err := breakers.List(ctx)
 	if err != nil {
 		return ResetAllAnswer{}, err

@@ -16,6 +16,7 @@ import (
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/schemas"
 )
@@ -361,10 +362,7 @@ func TestBreakerOpensOnceAndResets(t *testing.T) {
 	}
 	r.stop()
 
-	svc, err := pipeline.New(e.store, e.breakers, extractive.New(e.counter), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := sessions.New(e.store, e.breakers, nil)
 	pub := &events.Publisher{JS: e.js}
 	for range 2 { // a second reset is a no-op and publishes nothing
 		if _, err := events.ResetBreaker(context.Background(), svc, pub, "s1"); err != nil {

@@ -224,7 +224,7 @@ func Dispose(res *pipeline.Result, interrupted, last bool) Disposition {
 // CompactionCircuitClosed (by "operator"). It returns the breaker's state
 // before the reset. Resetting a closed breaker changes and publishes
 // nothing; resetting one opening twice publishes one event.
-func ResetBreaker(ctx context.Context, svc *pipeline.Service, pub *Publisher, sessionID string) (session.Breaker, error) {
+func ResetBreaker(ctx context.Context, svc BreakerResetter, pub *Publisher, sessionID string) (session.Breaker, error) {
 	prev, err := svc.ResetBreaker(ctx, sessionID)
 	if err != nil {
 		return prev, err
@@ -237,10 +237,16 @@ func ResetBreaker(ctx context.Context, svc *pipeline.Service, pub *Publisher, se
 	return prev, nil
 }
 
+// BreakerResetter closes a session's breaker and returns its state before
+// (sessions.Service).
+type BreakerResetter interface {
+	ResetBreaker(ctx context.Context, sessionID string) (session.Breaker, error)
+}
+
 // ResetAll resets every breaker in list (an operator's move after an
 // outage) and returns the states before the reset, stopping at the first
 // error.
-func ResetAll(ctx context.Context, svc *pipeline.Service, pub *Publisher, list []session.Breaker) ([]session.Breaker, error) {
+func ResetAll(ctx context.Context, svc BreakerResetter, pub *Publisher, list []session.Breaker) ([]session.Breaker, error) {
 	out := make([]session.Breaker, 0, len(list))
 	for _, b := range list {
 		prev, err := ResetBreaker(ctx, svc, pub, b.SessionID)

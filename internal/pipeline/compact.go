@@ -1103,20 +1103,3 @@ func firstPositive(vals ...int) int {
 	return 0
 }
 
-// ResetBreaker closes a session's circuit breaker, as an operator does, and
-// returns its state before the reset: when that was open, the caller
-// publishes CompactionCircuitClosed. It always succeeds unless the breaker
-// store fails.
-func (s *Service) ResetBreaker(ctx context.Context, sessionID string) (session.Breaker, error) {
-	if sessionID == "" {
-		return session.Breaker{}, fmt.Errorf("%w: session_id is required", ErrInvalidRequest)
-	}
-	prev, err := s.breakers.Reset(ctx, sessionID, s.now())
-	if err != nil {
-		return session.Breaker{}, fmt.Errorf("%w: reset breaker: %w", ErrPersistFailed, err)
-	}
-	if prev.Open() {
-		s.log.LogAttrs(ctx, slog.LevelDebug, "breaker reset", slog.String("session_id", sessionID), slog.Int("failures", prev.Failures))
-	}
-	return prev, nil
-}

@@ -339,9 +339,9 @@ func TestBreakerOpensAndResets(t *testing.T) {
 	if rec.count.Load() != calls {
 		t.Fatal("an open breaker still called the summariser")
 	}
-	prev, err := e.svc.ResetBreaker(context.Background(), "s")
+	prev, err := e.breakers.Reset(context.Background(), "s", time.Now()) // an operator's reset (sessions.Service.ResetBreaker)
 	if err != nil || !prev.Open() || prev.Failures != cfg.MaxFailures {
-		t.Fatalf("ResetBreaker = %+v, %v", prev, err)
+		t.Fatalf("Reset = %+v, %v", prev, err)
 	}
 	if res := compact(t, e, "s", pipeline.TriggerOverBudget); res.Outcome != pipeline.OutcomeCompacted {
 		t.Fatalf("after reset: %+v", res)

@@ -58,6 +58,8 @@ type Store interface {
 // Breakers is what deleting a session needs of the breaker store.
 type Breakers interface {
 	Delete(ctx context.Context, sessionID string) error
+	// Reset closes the session's breaker and returns its state before.
+	Reset(ctx context.Context, sessionID string, now time.Time) (session.Breaker, error)
 }
 
 // DefaultRetryFor bounds how long a use case retries a store that is
@@ -427,6 +429,25 @@ func (s *Service) List(ctx context.Context, opt session.ListOptions) (session.Se
 		return err
 	})
 	return page, err
+}
+
+// ResetBreaker closes the session's breaker (an operator's move) and
+// returns its state before the reset: when that was open, the caller
+// publishes CompactionCircuitClosed (events.ResetBreaker). Resetting a
+// closed breaker changes nothing.
+func (s *Service) ResetBreaker(ctx context.Context, sid string) (session.Breaker, error) {
+	if sid == "" {
+		return session.Breaker{}, fmt.Errorf("%w: session_id is required", session.ErrInvalid)
+	}
+	if s.breakers == nil {
+		return session.Breaker{}, errors.New("sessions: no breaker store")
+	}
+	var prev session.Breaker
+	err := s.retry(ctx, func() (err error) {
+		prev, err = s.breakers.Reset(ctx, sid, time.Now())
+		return err
+	})
+	return prev, err
 }
 
 // Sweeper is a store that can delete idle sessions itself.
