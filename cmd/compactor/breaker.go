@@ -9,8 +9,8 @@ import (
 
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 )
 
 const breakerUsage = `  compactor breaker list [--limit N] [--after CURSOR]

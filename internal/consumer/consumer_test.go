@@ -16,8 +16,8 @@ import (
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/schemas"
 )
 

@@ -1102,4 +1102,3 @@ func firstPositive(vals ...int) int {
 	}
 	return 0
 }
-
