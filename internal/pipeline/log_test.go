@@ -6,10 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactor/compactor/internal/extractive"
-	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/session"
 )
 
 // The pipeline logs at debug level only: the drivers log each result
@@ -17,21 +14,13 @@ import (
 func TestPipelineLogsAtDebugOnly(t *testing.T) {
 	var buf strings.Builder
 	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	rec := &recorder{next: extractive.New(counter(t))}
-	store, breakers := memstore.New(), memstore.NewBreakers()
-	svc, err := pipeline.New(store, breakers, rec, pipeline.DefaultConfig(), pipeline.WithLogger(log))
+	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+	svc, err := pipeline.New(e.store, e.breakers, rec, pipeline.DefaultConfig(), pipeline.WithLogger(log))
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.importSession(t, "s", 3000, chat(30))
 	ctx := context.Background()
-	msgs := chat(30)
-	c := counter(t)
-	for i := range msgs {
-		c.Ensure(&msgs[i])
-	}
-	if _, err := store.Create(ctx, session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: 3000}, msgs); err != nil {
-		t.Fatal(err)
-	}
 	done, err := svc.Compact(ctx, pipeline.Request{ID: "r1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
 	if err != nil {
 		t.Fatal(err)
