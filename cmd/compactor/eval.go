@@ -45,7 +45,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	mode := fs.String("mode", "both", "`MODE`: incremental, scratch or both")
 	maxSummary := fs.Int("max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
 	perFile := fs.Bool("per-file", false, "print a report line per conversation too")
-	maxMessages := fs.Int("max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit)")
+	maxMessages := fs.Int("max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit; with --long, 0 unless set: an agent at a real window compacts at its limit)")
 	compare := fs.Bool("compare-ladder", false, "compare the reduction ladder (clear tool results, then summarise) with summary only, in one run: the agent trajectories and LoCoMo, a line per set and limit")
 	progress := fs.Bool("progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
 	comparePrepared := fs.Bool("compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
@@ -64,6 +64,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err := noArgs(pos); err != nil {
 		return err
+	}
+	if *long && !flagSet(fs, "max-messages") {
+		*maxMessages = 0
 	}
 	var lims []int
 	for _, f := range strings.Split(*limits, ",") {

@@ -112,7 +112,9 @@ func TestHelp(t *testing.T) {
 
 func TestCompactFileConfig(t *testing.T) {
 	conf := filepath.Join(t.TempDir(), "compactor.json")
-	os.WriteFile(conf, []byte(`{"compaction": {"max_summary_tokens": 300, "keep_recent_turns": 1}}`), 0o644)
+	// ledger_window_share 0: no ledger beyond max_summary_tokens, which
+	// then bounds the whole summary.
+	os.WriteFile(conf, []byte(`{"compaction": {"max_summary_tokens": 300, "keep_recent_turns": 1, "ledger_window_share": 0}}`), 0o644)
 	code, out, stderr := runCLI(t, "compact", "--config", conf, "--file", fixture, "--context-limit", "6000")
 	if code != 0 || !strings.Contains(out, `"outcome": "compacted"`) {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -197,7 +197,7 @@ func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *
 			if view, n, err = contextOf(); err != nil {
 				return rep, err
 			}
-			if err := CheckContext(all, view, n, limit, counter, cfg.MaxSummaryTokens); err != nil {
+			if err := CheckContext(all, view, n, limit, counter, cfg.SummaryBound(limit)); err != nil {
 				return rep, fmt.Errorf("%s after message %d: %w", c.Name, i, err)
 			}
 			if after != nil {

@@ -19,9 +19,13 @@ var (
 // more ("Please always run the linter", "Never change the public API"),
 // not encouragement that opens the same way ("Don't worry").
 func IsInstruction(sentence string) bool {
-	t := strings.TrimSpace(sentence)
+	t := reOpener.ReplaceAllString(strings.TrimSpace(sentence), "")
 	return reInstr.MatchString(t) && !reNotInstr.MatchString(t) && len(strings.Fields(t)) >= 4
 }
+
+// reOpener is a discourse marker an instruction may open with ("Actually,
+// use spaces ..."), not part of its imperative.
+var reOpener = regexp.MustCompile(`(?i)^(actually|ok(ay)?|also|and|so|oh|wait|instead|one more thing|correction|update|change of plan|scratch that)\s*[,:;.!-]*\s+`)
 
 var (
 	reSentenceEnd = regexp.MustCompile(`[.!?]+["')]*(\s+|$)`)

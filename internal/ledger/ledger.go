@@ -35,7 +35,7 @@ var opOrder = []string{OpEdited, OpCreated, OpDeleted, OpRead}
 // tokens): the oldest entries go first.
 const (
 	maxFiles    = 400
-	maxCommands = 40
+	maxCommands = 200
 	maxErrors   = 40
 	maxTests    = 20
 	maxRefs     = 60
@@ -57,8 +57,28 @@ type Ledger struct {
 	// their placeholders.
 	Attachments []Attachment `json:"attachments,omitempty"`
 	// Instructions are the user's standing instructions, verbatim
-	// (IsInstruction), each once.
-	Instructions []string `json:"instructions,omitempty"`
+	// (IsInstruction), each once; Superseded, those a later one replaced.
+	Instructions []string       `json:"instructions,omitempty"`
+	Superseded   []Supersession `json:"superseded,omitempty"`
+
+	// The working state where the range ends (state.go).
+	//
+	// Task is the opening of the session's first user message.
+	Task string `json:"task,omitempty"`
+	// Plan is the agent's plan as last written, with each item's status.
+	Plan *Plan `json:"plan,omitempty"`
+	// Approvals are the questions asking leave to act that the user
+	// answered, and how.
+	Approvals []Approval `json:"approvals,omitempty"`
+	// InFlight are tool calls with no result yet and sub-agents still
+	// running.
+	InFlight []Pending `json:"in_flight,omitempty"`
+	// Editing is the file the agent last edited or created.
+	Editing string `json:"editing,omitempty"`
+
+	// answered are the tool calls whose results the range holds (for
+	// Merge: they take an earlier range's calls off InFlight).
+	answered map[string]bool
 }
 
 // Attachment is an image or file a message carried.
@@ -100,7 +120,8 @@ type Test struct {
 
 // Empty reports whether the ledger records nothing.
 func (l *Ledger) Empty() bool {
-	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs)+len(l.Attachments)+len(l.Instructions) == 0
+	return l == nil || len(l.Files)+len(l.Commands)+len(l.Errors)+len(l.Tests)+len(l.Refs)+len(l.Attachments)+len(l.Instructions)+
+		len(l.Approvals)+len(l.InFlight) == 0 && l.Task == "" && l.Plan == nil
 }
 
 // Clone returns a deep copy (nil for nil).
@@ -110,7 +131,13 @@ func (l *Ledger) Clone() *Ledger {
 	}
 	out := &Ledger{Files: make([]File, len(l.Files)), Commands: slices.Clone(l.Commands), Errors: slices.Clone(l.Errors),
 		Tests: slices.Clone(l.Tests), Refs: slices.Clone(l.Refs), Attachments: slices.Clone(l.Attachments),
-		Instructions: slices.Clone(l.Instructions)}
+		Instructions: slices.Clone(l.Instructions), Superseded: slices.Clone(l.Superseded), Task: l.Task,
+		Approvals: slices.Clone(l.Approvals), InFlight: slices.Clone(l.InFlight), Editing: l.Editing}
+	if l.Plan != nil {
+		p := *l.Plan
+		p.Items = slices.Clone(p.Items)
+		out.Plan = &p
+	}
 	for i, f := range l.Files {
 		out.Files[i] = File{Path: f.Path, Ops: slices.Clone(f.Ops), Seq: f.Seq}
 	}
@@ -145,6 +172,24 @@ func Merge(prev, next *Ledger) *Ledger {
 	for _, in := range next.Instructions {
 		out.instruction(in)
 	}
+	for _, sup := range next.Superseded {
+		if !slices.Contains(out.Superseded, sup) {
+			out.Superseded = append(out.Superseded, sup)
+		}
+	}
+	if out.Task == "" {
+		out.Task = next.Task
+	}
+	if next.Plan != nil {
+		p := *next.Plan
+		p.Items = slices.Clone(p.Items)
+		out.setPlan(&p)
+	}
+	out.Approvals = append(out.Approvals, next.Approvals...)
+	out.InFlight = append(resolve(out.InFlight, next.answered), next.InFlight...)
+	if next.Editing != "" {
+		out.Editing = next.Editing
+	}
 	out.bound()
 	return out
 }
@@ -161,10 +206,20 @@ func (l *Ledger) bound() {
 	l.Refs = lastN(l.Refs, maxRefs)
 	l.Attachments = lastN(l.Attachments, maxAttach)
 	l.Instructions = lastN(l.Instructions, maxInstr)
+	var sup []Supersession
+	for _, x := range l.Superseded {
+		if slices.Contains(l.Instructions, x.Old) {
+			sup = append(sup, x)
+		}
+	}
+	l.Superseded = sup
+	l.Approvals = lastN(l.Approvals, maxApprovals)
+	l.InFlight = lastN(l.InFlight, maxInFlight)
 }
 
 func (l *Ledger) instruction(s string) {
 	if !slices.Contains(l.Instructions, s) {
+		l.supersede(s)
 		l.Instructions = append(l.Instructions, s)
 	}
 }
@@ -191,6 +246,9 @@ func (l *Ledger) file(path, op string, seq int64) {
 			l.Files[i].Path = path
 		}
 		if l.Files[i].Path == path {
+			if op == OpEdited || op == OpCreated {
+				l.Editing = path
+			}
 			if !slices.Contains(l.Files[i].Ops, op) {
 				l.Files[i].Ops = append(l.Files[i].Ops, op)
 			}
@@ -199,6 +257,9 @@ func (l *Ledger) file(path, op string, seq int64) {
 		}
 	}
 	l.Files = append(l.Files, File{Path: path, Ops: []string{op}, Seq: seq})
+	if op == OpEdited || op == OpCreated {
+		l.Editing = path
+	}
 }
 
 func (l *Ledger) addError(e Issue) {
@@ -252,9 +313,15 @@ type Call struct {
 
 // Extract reads msgs (in session order) and returns their ledger.
 func Extract(msgs []Message) *Ledger {
-	x := extractor{l: &Ledger{}, calls: map[string]*call{}, people: people(msgs)}
+	x := extractor{l: &Ledger{answered: map[string]bool{}}, calls: map[string]*call{}, people: people(msgs)}
 	for i := range msgs {
 		x.message(msgs, i)
+	}
+	for _, id := range x.order {
+		c := x.calls[id]
+		if !x.l.answered[id] || c.running {
+			x.inFlight(id, c)
+		}
 	}
 	x.l.bound()
 	return x.l
@@ -269,6 +336,8 @@ type call struct {
 	cmd, shown string
 	cmdAt      int
 	seq        int64
+	// running: a sub-agent whose result says it runs on.
+	running bool
 }
 
 // people reports whether msgs are a conversation between people (no
@@ -286,9 +355,13 @@ func people(msgs []Message) bool {
 }
 
 type extractor struct {
-	people   bool
-	l        *Ledger
-	calls    map[string]*call
+	people bool
+	l      *Ledger
+	calls  map[string]*call
+	order  []string // calls' ids, in the order they were made
+	// spoken is set once a message other than the system's came: the
+	// first user message before it is the task.
+	spoken   bool
 	openFile string // SWE-agent's open file: its edit tool names none
 	// open errors, by the program that reported them: the files edited
 	// since, and the command that reported it.
@@ -316,12 +389,35 @@ func (x *extractor) message(msgs []Message, i int) {
 			x.l.instruction(in)
 		}
 	}
+	if m.Role == "user" && !x.spoken && !x.people && strings.TrimSpace(m.Text) != "" {
+		x.l.Task = firstUser(m)
+	}
+	if m.Role == "user" && i > 0 && msgs[i-1].Role == "assistant" && !x.people {
+		if a, ok := approval(msgs[i-1].Text, m.Text, m.Seq); ok {
+			x.l.Approvals = append(x.l.Approvals, a)
+		}
+	}
+	if m.Role != "system" {
+		x.spoken = true
+	}
 	switch m.Role {
 	case "assistant":
+		if !x.people {
+			if p := textPlan(m.Text); p != nil {
+				p.Seq = m.Seq
+				x.l.setPlan(p)
+			}
+		}
 		for _, tc := range m.ToolCalls {
 			c := &call{name: tc.Name, seq: m.Seq}
 			_ = json.Unmarshal([]byte(tc.Arguments), &c.args)
 			x.action(c)
+			if items := toolPlan(c.args); items != nil {
+				x.l.setPlan(&Plan{Items: items, From: tc.Name, Seq: m.Seq})
+			}
+			if _, seen := x.calls[tc.ID]; !seen && tc.ID != "" {
+				x.order = append(x.order, tc.ID)
+			}
 			x.calls[tc.ID] = c
 		}
 		if len(m.ToolCalls) == 0 && i+1 < len(msgs) && msgs[i+1].Role == "user" {
@@ -338,6 +434,10 @@ func (x *extractor) message(msgs []Message, i int) {
 		if c == nil {
 			c = &call{name: m.Name, seq: m.Seq}
 		}
+		if m.ToolCallID != "" {
+			x.l.answered[m.ToolCallID] = true
+		}
+		c.running = reAgentTool.MatchString(c.name) && reBackground.MatchString(m.Text)
 		x.result(c, m.Text, m.Seq)
 	}
 }
@@ -604,7 +704,7 @@ func (x *extractor) result(c *call, text string, seq int64) {
 				keep = append(keep, p)
 				continue
 			}
-			fix := "then `" + from + "` succeeded"
+			fix := "then `" + short(from, 60) + "` succeeded"
 			if len(p.edited) > 0 {
 				fix = "fixed by editing " + strings.Join(p.edited, ", ") + "; " + fix
 			}

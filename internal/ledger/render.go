@@ -2,11 +2,13 @@ package ledger
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
 // Rendered is a ledger written as summary bullets.
 type Rendered struct {
+	State        []string // for "Working state"
 	Instructions []string // for "User instructions": the user's words
 	Files        []string // for "Files and artifacts"
 	Errors       []string // for "Errors and fixes"
@@ -17,7 +19,7 @@ type Rendered struct {
 
 // All returns every bullet.
 func (r Rendered) All() []string {
-	return append(append(append([]string(nil), r.Instructions...), r.Files...), r.Errors...)
+	return append(append(append(append([]string(nil), r.State...), r.Instructions...), r.Files...), r.Errors...)
 }
 
 // limits is how much of each list a rendering shows (the newest entries).
@@ -30,16 +32,62 @@ type limits struct {
 	attachments  int
 	open         int // errors still open
 	instructions int
+	task         int // characters of the task
+	plan         int // plan items (the newest)
+	approvals    int
+	inFlight     int
+	state        bool // the working state is rendered
 }
 
 // Render writes the ledger as bullets whose lines, counted with count
-// ("- " + bullet + "\n" each), total at most maxTokens. When the whole
-// ledger is over, it shows less, in this order: identifiers, commands, test
-// runs, fixed errors, open errors down to two, attachments down to four,
-// files only read, then the oldest files changed, the last open errors and
-// attachments, and the oldest instructions last; a list of files cut short
+// ("- " + bullet + "\n" each), total at most maxTokens. The task shows
+// at most maxTokens/2 characters (it is the summary's goal too). When the
+// whole ledger is over, it shows less, in this order: approvals down to
+// the last, the task down to 160 characters, identifiers, commands, test
+// runs, fixed errors, open
+// errors down to two, attachments down to four, files only read, calls
+// in flight down to two, then the oldest files changed, the last open
+// errors and attachments, the task, the oldest approvals, calls in
+// flight, plan items and instructions last; a list of files cut short
 // says how many it leaves out.
 func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
+	return RenderWithState(l, count, maxTokens, -1)
+}
+
+// RenderWithState is Render with the working state apart: the rest of
+// the ledger within maxTokens as if there were no state, and the state
+// within stateTokens and what the rest leaves of maxTokens (its plan,
+// approvals and task shortened, else none of it). A negative stateTokens
+// renders all of it within maxTokens (Render).
+func RenderWithState(l *Ledger, count func(string) int, maxTokens, stateTokens int) Rendered {
+	if stateTokens < 0 {
+		return render(l, count, maxTokens, true)
+	}
+	rest := render(l, count, maxTokens, false)
+	st := render(l.stateOnly(), count, stateTokens+maxTokens-rest.Tokens, true)
+	rest.State, rest.Tokens = st.State, rest.Tokens+st.Tokens
+	return rest
+}
+
+// stateOnly is a ledger of l's working state (and the last command and
+// the errors still open, which the state names).
+func (l *Ledger) stateOnly() *Ledger {
+	if l == nil {
+		return nil
+	}
+	out := &Ledger{Task: l.Task, Plan: l.Plan, Approvals: l.Approvals, InFlight: l.InFlight, Editing: l.Editing}
+	if n := len(l.Commands); n > 0 {
+		out.Commands = l.Commands[n-1:]
+	}
+	for _, e := range l.Errors {
+		if e.Fix == "" {
+			out.Errors = append(out.Errors, Issue{Error: e.Error})
+		}
+	}
+	return out
+}
+
+func render(l *Ledger, count func(string) int, maxTokens int, withState bool) Rendered {
 	if l.Empty() || maxTokens <= 0 {
 		return Rendered{}
 	}
@@ -52,7 +100,12 @@ func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 			open++
 		}
 	}
-	lim := limits{instructions: len(l.Instructions), attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: len(l.Commands), refs: len(l.Refs), fixed: fixed, open: open}
+	lim := limits{instructions: len(l.Instructions), attachments: len(l.Attachments), tests: min(len(l.Tests), 3), commands: len(distinctCommands(l.Commands)), refs: len(l.Refs), fixed: fixed, open: open,
+		task: min(len(l.Task), max(maxTokens/2, minTask)), approvals: len(l.Approvals), inFlight: len(l.InFlight)}
+	if l.Plan != nil {
+		lim.plan = len(l.Plan.Items)
+	}
+	lim.state = withState
 	for i, op := range opOrder {
 		lim.files[i] = len(byOp[op])
 	}
@@ -90,8 +143,9 @@ func (lim *limits) shrink() bool {
 		return true
 	}
 	switch {
-	case half(&lim.refs), half(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
-		half(&lim.files[3]), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments), half(&lim.instructions):
+	case lim.approvals > 1 && half(&lim.approvals), lim.task > minTask && half(&lim.task), half(&lim.refs), half(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
+		half(&lim.files[3]), lim.inFlight > 2 && half(&lim.inFlight), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments),
+		half(&lim.task), half(&lim.approvals), half(&lim.inFlight), half(&lim.plan), half(&lim.instructions):
 		return true
 	}
 	return false
@@ -125,8 +179,16 @@ func containsOp(ops []string, op string) bool {
 
 func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 	var r Rendered
+	if lim.state {
+		r.State = l.renderState(lim)
+	}
 	if n := lim.instructions; n > 0 {
-		r.Instructions = append(r.Instructions, l.Instructions[len(l.Instructions)-n:]...)
+		for _, in := range l.Instructions[len(l.Instructions)-n:] {
+			if by := l.supersededBy(in); by != "" {
+				in = fmt.Sprintf("%q (superseded by %q)", in, by)
+			}
+			r.Instructions = append(r.Instructions, in)
+		}
 	}
 	prefix := commonDir(l.Files)
 	if prefix != "" {
@@ -145,15 +207,22 @@ func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 		r.Files = append(r.Files, "tests: "+strings.Join(parts, "; "))
 	}
 	if n := lim.commands; n > 0 {
+		// The newest n commands, each once (where it ran last), oldest
+		// first; an exit status other than 0 is shown.
+		cmds := distinctCommands(l.Commands)
 		var parts []string
-		for _, c := range l.Commands[len(l.Commands)-n:] {
-			s := "`" + short(c.Cmd, 80) + "`"
-			if c.Exit != nil {
+		for _, c := range cmds[len(cmds)-min(n, len(cmds)):] {
+			s := "`" + strings.ReplaceAll(short(c.Cmd, 60), "`", "'") + "`"
+			if c.Exit != nil && *c.Exit != 0 {
 				s += fmt.Sprintf(" (exit %d)", *c.Exit)
 			}
 			parts = append(parts, s)
 		}
-		r.Files = append(r.Files, "commands: "+strings.Join(parts, "; "))
+		b := "commands: " + strings.Join(parts, "; ")
+		if left := len(cmds) - len(parts); left > 0 {
+			b += fmt.Sprintf(" (and %d older)", left)
+		}
+		r.Files = append(r.Files, b)
 	}
 	if n := lim.attachments; n > 0 {
 		var parts []string
@@ -263,3 +332,123 @@ func short(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// minTask is the fewest characters of the task a rendering shows before
+// it drops the task.
+const minTask = 160
+
+// renderState writes the working state: the task, the plan with each
+// item's status, the approvals given or refused, what is in flight, the
+// file being edited, the last command and its outcome, the errors open.
+func (l *Ledger) renderState(lim limits) []string {
+	var out []string
+	if l.Task != "" && lim.task > 0 {
+		out = append(out, "task, as the user gave it: "+oneLine(short(l.Task, lim.task)))
+	}
+	if p := l.Plan; p != nil && len(p.Items) > 0 {
+		n := map[string]int{}
+		for _, it := range p.Items {
+			n[it.Status]++
+		}
+		head := "plan"
+		switch {
+		case p.From == planStated:
+			head += " (as stated, not tracked)"
+		case p.From != "":
+			head += " (" + p.From + ")"
+		}
+		if p.Seq > 0 {
+			head += fmt.Sprintf(", as of message %d", p.Seq)
+		}
+		if p.tracked() {
+			var parts []string
+			for _, st := range []string{PlanDone, PlanInProgress, PlanPending, PlanCancelled} {
+				if n[st] > 0 {
+					parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
+				}
+			}
+			head += ": " + strings.Join(parts, ", ") + "; done items are finished, not next steps"
+		}
+		out = append(out, head)
+		shown := p.Items[len(p.Items)-min(lim.plan, len(p.Items)):]
+		if left := len(p.Items) - len(shown); left > 0 {
+			out = append(out, fmt.Sprintf("(%d earlier plan items not shown)", left))
+		}
+		for _, it := range shown {
+			out = append(out, "["+it.Status+"] "+it.Text)
+		}
+	}
+	if n := min(lim.approvals, len(l.Approvals)); n > 0 {
+		for _, a := range l.Approvals[len(l.Approvals)-n:] {
+			verb := "approved"
+			if !a.Approved {
+				verb = "declined"
+			}
+			b := fmt.Sprintf("%s by the user: %q (answer: %q)", verb, a.Asked, a.Answer)
+			if a.Seq > 0 {
+				b += fmt.Sprintf(", message %d", a.Seq)
+			}
+			out = append(out, b)
+		}
+	}
+	if left := len(l.InFlight) - lim.inFlight; left > 0 && lim.inFlight > 0 {
+		out = append(out, fmt.Sprintf("(%d earlier calls in flight not shown)", left))
+	}
+	for _, p := range l.InFlight[len(l.InFlight)-min(lim.inFlight, len(l.InFlight)):] {
+		b := "awaiting the result of " + p.Name
+		if p.Agent {
+			b = "sub-agent running: " + p.Name
+		}
+		if p.What != "" {
+			b += ": " + strings.ReplaceAll(p.What, "`", "'")
+		}
+		if p.ID != "" {
+			b += " (call " + p.ID + ")"
+		}
+		out = append(out, b)
+	}
+	if l.Editing != "" {
+		out = append(out, "editing: "+l.Editing)
+	}
+	if len(l.Commands) > 0 {
+		c := l.Commands[len(l.Commands)-1]
+		b := "last command: `" + strings.ReplaceAll(short(reHeredoc.ReplaceAllString(c.Cmd, "$1"), 60), "`", "'") + "`"
+		if c.Exit != nil {
+			b += fmt.Sprintf(" (exit %d)", *c.Exit)
+		}
+		out = append(out, b)
+	}
+	open, last := 0, ""
+	for _, e := range l.Errors {
+		if e.Fix == "" {
+			open++
+			last = e.Error
+		}
+	}
+	if open > 0 {
+		out = append(out, fmt.Sprintf("open errors: %d, the last `%s`", open, strings.ReplaceAll(short(last, 80), "`", "'")))
+	}
+	return out
+}
+
+// distinctCommands is cmds with each command once, where it ran last; a
+// command that writes a here-document shows up to its marker (the file it
+// writes, not the text).
+func distinctCommands(cmds []Command) []Command {
+	shown := make([]string, len(cmds))
+	last := make(map[string]int, len(cmds))
+	for i, c := range cmds {
+		shown[i] = reHeredoc.ReplaceAllString(c.Cmd, "$1")
+		last[shown[i]] = i
+	}
+	out := make([]Command, 0, len(last))
+	for i, c := range cmds {
+		if last[shown[i]] == i {
+			c.Cmd = shown[i]
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+var reHeredoc = regexp.MustCompile(`^(.*?<<-?\s*['"]?\w+['"]?)\s.*$`)

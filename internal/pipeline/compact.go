@@ -420,7 +420,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	}
 	a := s.assemble(p, req, key, r, res)
 	if err := Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
-		Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.cfg.MaxSummaryTokens)}); err != nil {
+		Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit)), State: r.state}); err != nil {
 		return &Error{Reason: ReasonInvariantViolated, Err: err}
 	}
 	if err := s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context)); err != nil {
@@ -523,24 +523,42 @@ func (s *Service) target(p *plan) int {
 // preparations never used). Preparations are redesigned in issue 26.
 func (s *Service) summaryReserve(p *plan) int {
 	if p.growth > 0 {
-		return s.cfg.MaxSummaryTokens
+		return s.maxSummary(p.limit)
 	}
-	return max(minSummaryTokens, min(s.cfg.MaxSummaryTokens, (s.target(p)-p.pinnedTokens-2*summaryFraming)*2/3))
+	return max(minSummaryTokens, min(s.maxSummary(p.limit), (s.target(p)-p.pinnedTokens-2*summaryFraming)*2/3))
 }
+
+// maxSummary bounds a summary at a window of limit tokens
+// (Config.SummaryBound).
+func (s *Service) maxSummary(limit int) int { return s.cfg.SummaryBound(limit) }
+
+// ledgerExtra is Config.LedgerExtra.
+func (s *Service) ledgerExtra(limit int) int { return s.cfg.LedgerExtra(limit) }
 
 // ledgerBudget is what the artifact ledger may take of a summary's budget:
 // its share of max_summary_tokens, so that a summary shortened to fit a
 // small window keeps the files, commands and errors it would have kept
 // and shortens its prose first; never over maxLedgerShare of the budget.
-func (s *Service) ledgerBudget(budget int) int {
-	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens)), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
+func (s *Service) ledgerBudget(budget, limit int) int {
+	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens))+s.ledgerExtra(limit), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
 		budget-minSummariserTokens))
 }
 
+// stateBudget is what the working state may take beside the ledger's
+// budget (and what the rest of the ledger leaves of it), out of the
+// summariser's prose: an eighth of the budget, at most 200 tokens, so
+// that at a small window it does not crowd out the commands, files and
+// identifiers the ledger lists.
+func (s *Service) stateBudget(budget, limit int) int {
+	return max(0, min(budget/8, 200, budget-minSummariserTokens-s.ledgerBudget(budget, limit)))
+}
+
 // minSummariserTokens is what the summariser keeps beside the ledger: the
-// template's headings (about 40 tokens) and a bullet. Below it a summary
-// has no room for anything and fails as empty.
-const minSummariserTokens = minSummaryTokens * 2 / 3
+// template's headings (about 40 tokens) and a bullet or two. Below it a
+// summary has no room for anything and fails as empty (at two thirds of
+// it, tau-bench's sessions at 4k failed once the working state filled the
+// ledger's share).
+const minSummariserTokens = minSummaryTokens
 
 // maxLedgerShare bounds the ledger's share of a shortened summary: the
 // summariser keeps room for the goal, the decisions and the open tasks.
@@ -588,8 +606,11 @@ type reduction struct {
 	// ledger is the artifact ledger of what the summary covers, rendered
 	// into it as ledgerBullets; instructionsDropped counts the
 	// summariser's instruction bullets the user never wrote.
-	ledger              *ledger.Ledger
-	ledgerBullets       []string
+	ledger        *ledger.Ledger
+	ledgerBullets []string
+	// state is the working state's bullets (of ledgerBullets), which
+	// the summary must hold as they are (Verify).
+	state               []string
 	instructionsDropped int
 }
 
@@ -697,7 +718,7 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	if aim := target - p.pinnedTokens - summaryFraming - tailTokens; aim >= minSummaryTokens && p.growth == 0 {
 		room = aim // (a preparation: see summaryReserve)
 	}
-	r.budget = min(s.cfg.MaxSummaryTokens, room, replaced-summaryFraming-1)
+	r.budget = min(s.maxSummary(p.limit), room, replaced-summaryFraming-1)
 	if r.budget < minSummaryTokens {
 		if cleared {
 			return asCleared(), nil
@@ -750,14 +771,6 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	sumModel := firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, p.model)
 	inputLimit := firstPositive(req.SummaryContextLimit, pol.SummaryContextLimit, s.cfg.SummaryContextLimit, s.table.Lookup(sumModel).ContextWindow)
 	provider := firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider)
-	sm, err := newSummariser(s.sum, p.counter, sumModel, provider, r.budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
-	if err != nil {
-		return &Error{Reason: ReasonInvalidRequest, Err: err}
-	}
-	if rr, ok := s.sum.(Rereader); !ok || !rr.RereadsAll(SummaryRequest{Model: sumModel, Provider: provider, Encoding: p.counter.Encoding()}) {
-		sm.quota = s.quota // a model's calls, not the offline summariser's
-	}
-	sm.sources = instructionSources(p.pinned, input, prev)
 	// The artifact ledger of everything the summary will cover takes its
 	// share of the budget first; the summariser writes within the rest.
 	var stale []string
@@ -766,13 +779,23 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	}
 	var led ledgerPart
 	if s.cfg.LedgerShare > 0 {
-		led.ledger = ledgerOf(prev, input, r.incremental)
-		led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget))
+		led.ledger = ledgerOf(prev, input, r.incremental, pinsUser(p.pinned))
+		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit))
 		if led.ledger.Empty() {
 			led.ledger = nil
 		}
 	}
-	budget := r.budget - led.rendered.Tokens
+	// The summariser writes within max_summary_tokens: what the ledger
+	// may take beyond it at a large window is the ledger's alone.
+	budget := min(r.budget-led.rendered.Tokens, s.cfg.MaxSummaryTokens)
+	sm, err := newSummariser(s.sum, p.counter, sumModel, provider, budget, inputLimit, s.cfg.MaxChunkDepth, req.Focus)
+	if err != nil {
+		return &Error{Reason: ReasonInvalidRequest, Err: err}
+	}
+	if rr, ok := s.sum.(Rereader); !ok || !rr.RereadsAll(SummaryRequest{Model: sumModel, Provider: provider, Encoding: p.counter.Encoding()}) {
+		sm.quota = s.quota // a model's calls, not the offline summariser's
+	}
+	sm.sources = instructionSources(p.pinned, input, prev)
 	var text string
 	strategy := "single"
 	if r.incremental {
@@ -803,9 +826,9 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if err != nil {
 		return err
 	}
-	text = withLedger(p.counter, text, led.rendered, stale, r.budget)
+	text = withLedger(p.counter, text, led.ledger, led.rendered, stale, r.budget)
 	r.summary, r.summaryTokens = text, sm.count(text)
-	r.ledger, r.ledgerBullets, r.instructionsDropped = led.ledger, led.rendered.All(), sm.dropped
+	r.ledger, r.ledgerBullets, r.state, r.instructionsDropped = led.ledger, led.rendered.All(), led.rendered.State, sm.dropped
 	return nil
 }
 

@@ -25,13 +25,30 @@ func ledgerMessages(msgs []session.Message) []ledger.Message {
 
 // ledgerOf is the ledger of what the summary will cover: the summary in
 // force's ledger (when the summary is extended incrementally) followed by
-// input's.
-func ledgerOf(prev *session.Message, input []session.Message, incremental bool) *ledger.Ledger {
+// input's. The task is the first user message of a range that starts the
+// session; one pinned (keep_first_user_message) is in the context as it
+// was, and a later range's first user message is not the task.
+func ledgerOf(prev *session.Message, input []session.Message, incremental, taskPinned bool) *ledger.Ledger {
 	cur := ledger.Extract(ledgerMessages(input))
+	if taskPinned {
+		cur.Task = ""
+	}
 	if incremental && prev != nil && prev.Compaction != nil {
+		cur.Task = ""
 		return ledger.Merge(prev.Compaction.Ledger, cur)
 	}
 	return cur
+}
+
+// pinsUser reports whether the pinned messages hold a user message (the
+// task, kept as it was).
+func pinsUser(pinned []session.Message) bool {
+	for i := range pinned {
+		if pinned[i].Role == session.RoleUser {
+			return true
+		}
+	}
+	return false
 }
 
 // withoutBullets returns s without the given bullets (the ledger an
@@ -45,7 +62,7 @@ func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
 		drop[strings.TrimSpace(strings.ReplaceAll(b, "\n", " "))] = true
 	}
 	out := summary.New()
-	for _, h := range summary.Headings {
+	for _, h := range summary.All {
 		for _, b := range s.Sections[h] {
 			if !drop[b] {
 				out.Add(h, b)
@@ -57,22 +74,36 @@ func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
 
 // withLedger puts the ledger's bullets first in their sections of text,
 // after removing stale ones (an earlier ledger's), and keeps the
-// summariser's bullets after them. Within maxTokens: the summariser's
-// bullets go before the ledger's.
-func withLedger(c *tokens.Counter, text string, r ledger.Rendered, stale []string, maxTokens int) string {
-	if len(r.Instructions)+len(r.Files)+len(r.Errors)+len(stale) == 0 {
+// summariser's bullets after them; the working state is the ledger's
+// alone. A summariser's open task that the plan says is done is dropped,
+// and so is its verbatim copy of an instruction the ledger shows
+// superseded. Within maxTokens: the summariser's bullets go before the
+// ledger's.
+func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rendered, stale []string, maxTokens int) string {
+	if len(r.All())+len(stale) == 0 && len(summaryState(text)) == 0 {
 		return text
 	}
 	parsed, _ := summary.Parse(text)
 	parsed = withoutBullets(parsed, stale)
 	out := summary.New()
+	for _, b := range r.State {
+		out.Add(summary.State, b)
+	}
+	superseded := map[string]bool{}
+	if l != nil {
+		for _, s := range l.Superseded {
+			superseded[normalise(s.Old)] = true
+		}
+	}
 	for _, h := range summary.Headings {
 		switch h {
 		case summary.Instructions:
 			// The summariser's (verified) bullets first, then the user's
 			// instructions it did not quote.
 			for _, b := range parsed.Sections[h] {
-				out.Add(h, b)
+				if !superseded[normalise(strings.Trim(b, `"'`))] {
+					out.Add(h, b)
+				}
 			}
 			for _, in := range r.Instructions {
 				if !quoted(out.Sections[h], in) {
@@ -88,6 +119,13 @@ func withLedger(c *tokens.Counter, text string, r ledger.Rendered, stale []strin
 			for _, b := range r.Errors {
 				out.Add(h, b)
 			}
+		case summary.OpenTasks:
+			for _, b := range parsed.Sections[h] {
+				if !l.Done(b) {
+					out.Add(h, b)
+				}
+			}
+			continue
 		}
 		for _, b := range parsed.Sections[h] {
 			out.Add(h, b)
@@ -116,4 +154,13 @@ func quoted(bullets []string, instruction string) bool {
 		}
 	}
 	return false
+}
+
+// summaryState is the working state's bullets in a summary's text.
+func summaryState(text string) []string {
+	if !strings.Contains(text, summary.State) {
+		return nil
+	}
+	s, _ := summary.Parse(text)
+	return s.Sections[summary.State]
 }

@@ -298,3 +298,126 @@ func TestLedgerCarriedForward(t *testing.T) {
 		t.Fatalf("%d edited bullets (the old ledger's stayed):\n%s", edited, text)
 	}
 }
+
+// stateRun is an agent run with a plan (a TodoWrite list: one item done,
+// one in progress, one pending), an approval, an instruction superseded
+// by a later one, and a file being edited.
+func stateRun() []session.Message {
+	out := []session.Message{
+		{Role: session.RoleSystem, Content: session.TextContent("You are a coding agent.")},
+		{Role: session.RoleUser, Content: session.TextContent("Port the importer to the new codec. Always use tabs for indentation in the Go files.")},
+	}
+	call := func(id, name, args, result string) {
+		out = append(out,
+			session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function", Function: session.FunctionCall{Name: name, Arguments: args}}}},
+			session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(result)})
+	}
+	call("p1", "TodoWrite", `{"todos":[{"content":"Reproduce the codec crash","status":"in_progress"},{"content":"Port the importer to the new codec","status":"pending"},{"content":"Run the full test suite","status":"pending"}]}`, "Todos updated")
+	call("b1", "bash", `{"command":"go test ./importer/..."}`, strings.Repeat("--- FAIL: TestCodec\n", 40)+"FAIL\nexit status 1")
+	call("p2", "TodoWrite", `{"todos":[{"content":"Reproduce the codec crash","status":"completed"},{"content":"Port the importer to the new codec","status":"in_progress"},{"content":"Run the full test suite","status":"pending"}]}`, "Todos updated")
+	out = append(out,
+		session.Message{Role: session.RoleAssistant, Content: session.TextContent("The port rewrites importer/codec.go. Shall I go ahead with rewriting the public decoder too?")},
+		session.Message{Role: session.RoleUser, Content: session.TextContent("Yes, go ahead. Actually, use spaces for indentation in the Go files from now on.")})
+	call("e1", "str_replace_editor", `{"command":"str_replace","path":"/repo/importer/codec.go","old_str":"a","new_str":"b"}`, "The file /repo/importer/codec.go has been edited.")
+	for i := range 8 {
+		out = append(out, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Step %d: carry on.", i))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(strings.Repeat("Porting the decoder, function by function. ", 30))})
+	}
+	return out
+}
+
+// A stand-in model that lists a finished item as an open task, writes a
+// working state of its own and copies the superseded instruction as if it
+// stood: the compacted context's working state is the ledger's (the plan
+// with each status, the approval, the file edited, the last command), the
+// finished item is not an open task, the superseded instruction says by
+// what, and the state is stored and verified.
+func TestWorkingStateKept(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	cfg.Reductions = []string{pipeline.StepSummarise}
+	rec := scripted(`## Working state
+- everything is finished
+## Goal
+- Port the importer.
+## User instructions
+- Always use tabs for indentation in the Go files.
+## Decisions
+- (none)
+## Facts and identifiers
+- The codec lives in importer/codec.go.
+## Files and artifacts
+- (none)
+## Errors and fixes
+- (none)
+## Open tasks
+- Reproduce the codec crash.
+- Finish porting the decoder.`)
+	e := newEnv(t, rec, cfg)
+	e.importSession(t, "s", 2400, stateRun())
+	res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "1", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted {
+		t.Fatalf("%v %+v", err, res)
+	}
+	view := e.context(t, "s")
+	meta := view[1].Compaction
+	s, _ := summary.Parse(meta.SummaryText)
+	state := strings.Join(s.Sections[summary.State], "\n")
+	for _, want := range []string{
+		"task, as the user gave it: Port the importer to the new codec.",
+		"plan (TodoWrite), as of message ", "1 done, 1 in progress, 1 pending",
+		"[done] Reproduce the codec crash", "[in progress] Port the importer to the new codec", "[pending] Run the full test suite",
+		`approved by the user: "Shall I go ahead with rewriting the public decoder too?" (answer: "Yes, go ahead.`,
+		"editing: /repo/importer/codec.go", "last command: `go test ./importer/...`",
+	} {
+		if !strings.Contains(state, want) {
+			t.Errorf("working state lacks %q:\n%s", want, state)
+		}
+	}
+	if strings.Contains(state, "everything is finished") {
+		t.Errorf("the summariser's own working state was kept:\n%s", state)
+	}
+	if got := s.Sections[summary.OpenTasks]; len(got) != 1 || got[0] != "Finish porting the decoder." {
+		t.Errorf("open tasks %q: the finished item must go, the other stay", got)
+	}
+	instr := strings.Join(s.Sections[summary.Instructions], "\n")
+	if !strings.Contains(instr, `"Always use tabs for indentation in the Go files." (superseded by "Actually, use spaces for indentation in the Go files from now on.")`) ||
+		strings.Contains(instr, "\nAlways use tabs") || strings.HasPrefix(instr, "Always use tabs") {
+		t.Errorf("instructions:\n%s", instr)
+	}
+	if meta.Ledger == nil || meta.Ledger.Plan == nil || len(meta.Ledger.Approvals) != 1 || !strings.HasPrefix(view[1].Content.Text, "Summary of the earlier part") ||
+		!strings.Contains(view[1].Content.Text, "## Working state\n- task, as the user gave it") {
+		t.Fatalf("stored ledger %+v\n%s", meta.Ledger, view[1].Content.Text)
+	}
+	if bound := cfg.SummaryBound(2400); res.SummaryTokens > bound {
+		t.Fatalf("summary %d tokens, over %d", res.SummaryTokens, bound)
+	}
+
+	// The next compaction: the plan moved on (all done); the state says
+	// so and none of the first state's bullets stay.
+	more := []session.Message{
+		{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: "p3", Type: "function", Function: session.FunctionCall{Name: "TodoWrite",
+			Arguments: `{"todos":[{"content":"Reproduce the codec crash","status":"completed"},{"content":"Port the importer to the new codec","status":"completed"},{"content":"Run the full test suite","status":"completed"}]}`}}}},
+		{Role: session.RoleTool, ToolCallID: "p3", Content: session.TextContent("Todos updated")},
+	}
+	for i := range 8 {
+		more = append(more, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Later step %d.", i))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(strings.Repeat("Checking the suite once more. ", 60))})
+	}
+	for i := range more {
+		e.counter.Ensure(&more[i])
+	}
+	if _, err := e.store.Append(context.Background(), "s", more...); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "2", SessionID: "s", Trigger: pipeline.TriggerOverBudget}); err != nil || res.Outcome != pipeline.OutcomeCompacted {
+		t.Fatalf("%v %+v", err, res)
+	}
+	view = e.context(t, "s")
+	s, _ = summary.Parse(view[1].Compaction.SummaryText)
+	state = strings.Join(s.Sections[summary.State], "\n")
+	if !strings.Contains(state, "3 done;") || strings.Contains(state, "[in progress]") || strings.Contains(state, "[pending]") ||
+		!strings.Contains(state, "task, as the user gave it: Port the importer") || len(s.Sections[summary.OpenTasks]) != 1 {
+		t.Fatalf("second working state:\n%s\nopen tasks %q", state, s.Sections[summary.OpenTasks])
+	}
+}

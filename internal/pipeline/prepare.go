@@ -453,7 +453,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		a := s.assemble(p, req2, r.key(req.SessionID, rec.HeadSeq), r, &res)
 		a.msg.Compaction.RequestID = ""
 		err = Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
-			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.cfg.MaxSummaryTokens)})
+			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit))})
 		if err == nil {
 			// Progress as the request will see it: both sides grown by
 			// what the preparation planned for.
@@ -541,7 +541,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 		return s.topUp(p, p2, d, stored, age)
 	}
 	if err := Verify(VerifyInput{Before: p.before, After: p2.before, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: p2.beforeTokens,
-		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: s.cfg.MaxSummaryTokens}); err != nil {
+		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: s.maxSummary(p.limit)}); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelDebug, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
 		return nil, false, nil
 	}

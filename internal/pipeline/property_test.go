@@ -137,7 +137,7 @@ func TestPropertyCompaction(t *testing.T) {
 			}
 		}
 		// No call separated from its results, summary and context in budget.
-		if err := eval.CheckContext(all, out, c.Context(out), limit, c, cfg.MaxSummaryTokens); err != nil {
+		if err := eval.CheckContext(all, out, c.Context(out), limit, c, cfg.SummaryBound(limit)); err != nil {
 			t.Fatal(err)
 		}
 		// The last K turns stay raw unless they alone overflow the headroom.
@@ -223,7 +223,7 @@ func TestPropertyCompaction(t *testing.T) {
 			sess2, _ := store.Load(ctx, "s", false)
 			all2, _, _ := store.History(ctx, "s")
 			out2 := pipeline.ContextOf(sess2)
-			if err := eval.CheckContext(all2, out2, c.Context(out2), limit, c, cfg.MaxSummaryTokens); err != nil {
+			if err := eval.CheckContext(all2, out2, c.Context(out2), limit, c, cfg.SummaryBound(limit)); err != nil {
 				t.Fatalf("second compaction: %v", err)
 			}
 		}

@@ -480,7 +480,7 @@ func fitSummaryKeeping(counter *tokens.Counter, text string, maxTokens int, keep
 		kept[strings.TrimSpace(strings.ReplaceAll(b, "\n", " "))] = true
 	}
 	total := counter.Count(summary.New().Render())
-	for _, h := range summary.Headings {
+	for _, h := range summary.All {
 		for _, b := range s.Sections[h] {
 			total += counter.Count("- "+b+"\n") + 1
 		}
@@ -504,10 +504,10 @@ func fitSummaryKeeping(counter *tokens.Counter, text string, maxTokens int, keep
 // nothing else is left. It returns the bullet, or "" when the summary has
 // no bullets.
 func dropOldest(s *summary.Summary, keep map[string]bool) string {
-	protected := map[string]bool{summary.Goal: true, summary.Instructions: true}
+	protected := map[string]bool{summary.State: true, summary.Goal: true, summary.Instructions: true}
 	for pass := 0; pass < 3; pass++ {
 		victim, at, most := "", -1, 0
-		for _, h := range summary.Headings {
+		for _, h := range summary.All {
 			if protected[h] && pass < 2 {
 				continue
 			}

@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
 )
 
 // VerifyInput is a compaction's before and after.
@@ -18,6 +20,9 @@ type VerifyInput struct {
 	Summary          bool
 	SummaryTokens    int
 	MaxSummaryTokens int
+	// State is the working state the summary must hold, bullet for
+	// bullet, under its heading.
+	State []string
 }
 
 // Verify checks the context a compaction would produce, and returns an
@@ -30,6 +35,7 @@ type VerifyInput struct {
 //   - no tool call is in the context without its result, when the result was
 //     in the context before;
 //   - the summary is within its budget and the context within its limit;
+//   - the summary holds the working state it was given, every bullet;
 //   - the context is smaller than it was: a compaction never makes it
 //     bigger.
 func Verify(in VerifyInput) error {
@@ -57,6 +63,20 @@ func Verify(in VerifyInput) error {
 	}
 	if compactions != summaries {
 		return fmt.Errorf("%w: context has %d compaction messages, want %d", ErrInvariant, compactions, summaries)
+	}
+	if len(in.State) > 0 {
+		have := map[string]bool{}
+		if summaries == 1 {
+			s, _ := summary.Parse(SummaryText(&after[len(in.Pinned)]))
+			for _, b := range s.Sections[summary.State] {
+				have[b] = true
+			}
+		}
+		for _, b := range in.State {
+			if !have[strings.TrimSpace(strings.ReplaceAll(b, "\n", " "))] {
+				return fmt.Errorf("%w: the summary lost the working state's %q", ErrInvariant, b)
+			}
+		}
 	}
 
 	// Pairs as they were before; orphans of the input stay as they were.

@@ -21,8 +21,19 @@ const (
 	OpenTasks    = "Open tasks"
 )
 
-// Headings lists the sections in the order they are rendered.
+// Headings lists the template's sections, every one of which a summariser
+// writes, in the order they are rendered.
 var Headings = []string{Goal, Instructions, Decisions, Facts, Files, Errors, OpenTasks}
+
+// State is the working state's section: what the agent was doing (its
+// task, plan and each item's status, approvals, calls in flight, the file
+// being edited, the last command), written by the service from the
+// messages, never by a summariser. It is rendered first, and only when it
+// has bullets; Merge leaves it out (each compaction writes it anew).
+const State = "Working state"
+
+// All lists every section a summary may hold, in render order.
+var All = append([]string{State}, Headings...)
 
 // None is the bullet an empty section carries, so that every heading is
 // present and a reader can tell "nothing" from "missing".
@@ -75,8 +86,11 @@ func (s *Summary) Bullets() int {
 // its bullets or "- (none)".
 func (s *Summary) Render() string {
 	var sb strings.Builder
-	for i, h := range Headings {
-		if i > 0 {
+	for _, h := range All {
+		if h == State && len(s.Sections[h]) == 0 {
+			continue
+		}
+		if sb.Len() > 0 {
 			sb.WriteByte('\n')
 		}
 		sb.WriteString("## ")
@@ -100,7 +114,7 @@ func (s *Summary) Render() string {
 // case, trailing colons and markdown emphasis.
 func canonical(h string) (string, bool) {
 	h = strings.Trim(strings.TrimSpace(h), "*_:# ")
-	for _, want := range Headings {
+	for _, want := range All {
 		if strings.EqualFold(h, want) {
 			return want, true
 		}
@@ -195,8 +209,8 @@ func Validate(text string) error {
 }
 
 // Merge appends delta's bullets to base section by section, skipping
-// bullets base already has, and returns a new summary; the inputs are not
-// changed. This is the incremental step: the existing summary stays as it
+// bullets base already has, and returns a new summary without a working
+// state; the inputs are not changed. This is the incremental step: the existing summary stays as it
 // was and the new messages' facts follow it.
 func Merge(base, delta *Summary) *Summary {
 	out := New()
