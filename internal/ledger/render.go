@@ -51,20 +51,23 @@ type limits struct {
 // flight, plan items and instructions last; a list of files cut short
 // says how many it leaves out.
 func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
-	return RenderWithState(l, count, maxTokens, -1)
+	return RenderWithState(l, count, maxTokens, -1, false)
 }
 
 // RenderWithState is Render with the working state apart: the rest of
 // the ledger within maxTokens as if there were no state, and the state
-// within stateTokens and what the rest leaves of maxTokens (its plan,
-// approvals and task shortened, else none of it). A negative stateTokens
-// renders all of it within maxTokens (Render).
-func RenderWithState(l *Ledger, count func(string) int, maxTokens, stateTokens int) Rendered {
+// within stateTokens, and what the rest leaves of maxTokens when
+// withLeft (its plan, approvals and task shortened, else none of it). A
+// negative stateTokens renders all of it within maxTokens (Render).
+func RenderWithState(l *Ledger, count func(string) int, maxTokens, stateTokens int, withLeft bool) Rendered {
 	if stateTokens < 0 {
 		return render(l, count, maxTokens, true)
 	}
 	rest := render(l, count, maxTokens, false)
-	st := render(l.stateOnly(), count, stateTokens+maxTokens-rest.Tokens, true)
+	if withLeft {
+		stateTokens += maxTokens - rest.Tokens
+	}
+	st := render(l.stateOnly(), count, stateTokens, true)
 	rest.State, rest.Tokens = st.State, rest.Tokens+st.Tokens
 	return rest
 }
@@ -333,6 +336,9 @@ func short(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// TaskPrefix opens the working state's task bullet.
+const TaskPrefix = "task, as the user gave it: "
+
 // minTask is the fewest characters of the task a rendering shows before
 // it drops the task.
 const minTask = 160
@@ -343,7 +349,7 @@ const minTask = 160
 func (l *Ledger) renderState(lim limits) []string {
 	var out []string
 	if l.Task != "" && lim.task > 0 {
-		out = append(out, "task, as the user gave it: "+oneLine(short(l.Task, lim.task)))
+		out = append(out, TaskPrefix+oneLine(short(l.Task, lim.task)))
 	}
 	if p := l.Plan; p != nil && len(p.Items) > 0 {
 		n := map[string]int{}

@@ -553,6 +553,12 @@ func (s *Service) stateBudget(budget, limit int) int {
 	return max(0, min(budget/8, 200, budget-minSummariserTokens-s.ledgerBudget(budget, limit)))
 }
 
+// roomyBudget is the summary budget from which the working state has a
+// share of its own beside the ledger's (below it, a summariser left with
+// little more than minSummariserTokens wrote nothing: the property test's
+// 200-token summaries).
+const roomyBudget = 4 * minSummaryTokens
+
 // minSummariserTokens is what the summariser keeps beside the ledger: the
 // template's headings (about 40 tokens) and a bullet or two. Below it a
 // summary has no room for anything and fails as empty (at two thirds of
@@ -780,7 +786,12 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	var led ledgerPart
 	if s.cfg.LedgerShare > 0 {
 		led.ledger = ledgerOf(prev, input, r.incremental, pinsUser(p.pinned))
-		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit))
+		// Under roomyBudget the state shares the ledger's budget: the
+		// summariser keeps all the rest.
+		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit), true)
+		if r.budget < roomyBudget {
+			led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit))
+		}
 		if led.ledger.Empty() {
 			led.ledger = nil
 		}
@@ -826,6 +837,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if err != nil {
 		return err
 	}
+	led.rendered = withoutQuotedTask(text, led.ledger, led.rendered)
 	text = withLedger(p.counter, text, led.ledger, led.rendered, stale, r.budget)
 	r.summary, r.summaryTokens = text, sm.count(text)
 	r.ledger, r.ledgerBullets, r.state, r.instructionsDropped = led.ledger, led.rendered.All(), led.rendered.State, sm.dropped

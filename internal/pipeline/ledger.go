@@ -156,6 +156,25 @@ func quoted(bullets []string, instruction string) bool {
 	return false
 }
 
+// withoutQuotedTask drops the task from the working state r when the
+// summariser's goal already quotes it (its first 100 characters,
+// whitespace, quotes and case aside): the same words twice cost a small
+// window the progress a compaction must make.
+func withoutQuotedTask(text string, l *ledger.Ledger, r ledger.Rendered) ledger.Rendered {
+	if l == nil || l.Task == "" || len(r.State) == 0 || !strings.HasPrefix(r.State[0], ledger.TaskPrefix) {
+		return r
+	}
+	parsed, _ := summary.Parse(text)
+	task := normalise(l.Task[:min(len(l.Task), 100)])
+	for _, b := range parsed.Sections[summary.Goal] {
+		if strings.Contains(normalise(b), task) {
+			r.State = r.State[1:]
+			return r
+		}
+	}
+	return r
+}
+
 // summaryState is the working state's bullets in a summary's text.
 func summaryState(text string) []string {
 	if !strings.Contains(text, summary.State) {
