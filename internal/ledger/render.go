@@ -44,29 +44,22 @@ type limits struct {
 // at most maxTokens/2 characters (it is the summary's goal too). When the
 // whole ledger is over, it shows less, in this order: approvals down to
 // the last, the task down to 160 characters, identifiers, commands, test
-// runs, fixed errors, open
-// errors down to two, attachments down to four, files only read, calls
-// in flight down to two, then the oldest files changed, the last open
-// errors and attachments, the task, the oldest approvals, calls in
-// flight, plan items and instructions last; a list of files cut short
-// says how many it leaves out.
+// runs, fixed errors, open errors down to two, attachments down to four,
+// files only read, calls in flight down to two, then the oldest files
+// changed, the last open errors and attachments, the task, the oldest
+// approvals, calls in flight, plan items and instructions last; a list of
+// files cut short says how many it leaves out.
 func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
-	return RenderWithState(l, count, maxTokens, -1, false)
+	return render(l, count, maxTokens, true)
 }
 
 // RenderWithState is Render with the working state apart: the rest of
 // the ledger within maxTokens as if there were no state, and the state
-// within stateTokens, and what the rest leaves of maxTokens when
-// withLeft (its plan, approvals and task shortened, else none of it). A
-// negative stateTokens renders all of it within maxTokens (Render).
-func RenderWithState(l *Ledger, count func(string) int, maxTokens, stateTokens int, withLeft bool) Rendered {
-	if stateTokens < 0 {
-		return render(l, count, maxTokens, true)
-	}
+// within stateTokens and what the rest leaves of maxTokens (its plan,
+// approvals and task shortened, else none of it).
+func RenderWithState(l *Ledger, count func(string) int, maxTokens, stateTokens int) Rendered {
 	rest := render(l, count, maxTokens, false)
-	if withLeft {
-		stateTokens += maxTokens - rest.Tokens
-	}
+	stateTokens += maxTokens - rest.Tokens
 	st := render(l.stateOnly(), count, stateTokens, true)
 	rest.State, rest.Tokens = st.State, rest.Tokens+st.Tokens
 	return rest

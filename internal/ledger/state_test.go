@@ -211,7 +211,7 @@ func TestRenderWithStateApart(t *testing.T) {
 	cp := *l
 	cp.Task, cp.Plan, cp.Approvals, cp.InFlight, cp.Editing = "", nil, nil, nil, ""
 	alone := ledger.Render(&cp, count, 60)
-	r := ledger.RenderWithState(l, count, 60, 30, true)
+	r := ledger.RenderWithState(l, count, 60, 30)
 	if strings.Join(r.Files, "\n") != strings.Join(alone.Files, "\n") || len(r.State) == 0 || r.Tokens > 90 {
 		t.Fatalf("rest %q (alone %q), state %q, %d tokens", r.Files, alone.Files, r.State, r.Tokens)
 	}

@@ -532,15 +532,12 @@ func (s *Service) summaryReserve(p *plan) int {
 // (Config.SummaryBound).
 func (s *Service) maxSummary(limit int) int { return s.cfg.SummaryBound(limit) }
 
-// ledgerExtra is Config.LedgerExtra.
-func (s *Service) ledgerExtra(limit int) int { return s.cfg.LedgerExtra(limit) }
-
 // ledgerBudget is what the artifact ledger may take of a summary's budget:
 // its share of max_summary_tokens, so that a summary shortened to fit a
 // small window keeps the files, commands and errors it would have kept
 // and shortens its prose first; never over maxLedgerShare of the budget.
 func (s *Service) ledgerBudget(budget, limit int) int {
-	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens))+s.ledgerExtra(limit), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
+	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens))+s.cfg.LedgerExtra(limit), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
 		budget-minSummariserTokens))
 }
 
@@ -788,9 +785,10 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 		led.ledger = ledgerOf(prev, input, r.incremental, pinsUser(p.pinned))
 		// Under roomyBudget the state shares the ledger's budget: the
 		// summariser keeps all the rest.
-		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit), true)
 		if r.budget < roomyBudget {
 			led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit))
+		} else {
+			led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit))
 		}
 		if led.ledger.Empty() {
 			led.ledger = nil

@@ -80,7 +80,7 @@ func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
 // superseded. Within maxTokens: the summariser's bullets go before the
 // ledger's.
 func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rendered, stale []string, maxTokens int) string {
-	if len(r.All())+len(stale) == 0 && len(summaryState(text)) == 0 {
+	if len(r.All())+len(stale) == 0 && !strings.Contains(text, summary.State) {
 		return text
 	}
 	parsed, _ := summary.Parse(text)
@@ -173,13 +173,4 @@ func withoutQuotedTask(text string, l *ledger.Ledger, r ledger.Rendered) ledger.
 		}
 	}
 	return r
-}
-
-// summaryState is the working state's bullets in a summary's text.
-func summaryState(text string) []string {
-	if !strings.Contains(text, summary.State) {
-		return nil
-	}
-	s, _ := summary.Parse(text)
-	return s.Sections[summary.State]
 }

@@ -121,11 +121,7 @@ func editRun(files int) []session.Message {
 		{Role: session.RoleSystem, Content: session.TextContent("You are a coding agent.")},
 		{Role: session.RoleUser, Content: session.TextContent("Fix the crash in the importer. Please keep the public API unchanged.")},
 	}
-	call := func(id, name, args, result string) {
-		out = append(out,
-			session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function", Function: session.FunctionCall{Name: name, Arguments: args}}}},
-			session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(result)})
-	}
+	call := func(id, name, args, result string) { out = withCall(out, id, name, args, result) }
 	for i := range files {
 		path := fmt.Sprintf("/repo/pkg/importer/part_%02d.py", i)
 		call(fmt.Sprintf("v%d", i), "str_replace_editor", fmt.Sprintf(`{"command":"view","path":%q}`, path),
@@ -144,6 +140,13 @@ func editRun(files int) []session.Message {
 			session.Message{Role: session.RoleAssistant, Content: session.TextContent(strings.Repeat("Working through the module list. ", 30))})
 	}
 	return out
+}
+
+// withCall appends a tool call and its result to out.
+func withCall(out []session.Message, id, name, args, result string) []session.Message {
+	return append(out,
+		session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function", Function: session.FunctionCall{Name: name, Arguments: args}}}},
+		session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(result)})
 }
 
 // scripted answers every summary call with the same text.
@@ -307,11 +310,7 @@ func stateRun() []session.Message {
 		{Role: session.RoleSystem, Content: session.TextContent("You are a coding agent.")},
 		{Role: session.RoleUser, Content: session.TextContent("Port the importer to the new codec. Always use tabs for indentation in the Go files.")},
 	}
-	call := func(id, name, args, result string) {
-		out = append(out,
-			session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function", Function: session.FunctionCall{Name: name, Arguments: args}}}},
-			session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(result)})
-	}
+	call := func(id, name, args, result string) { out = withCall(out, id, name, args, result) }
 	call("p1", "TodoWrite", `{"todos":[{"content":"Reproduce the codec crash","status":"in_progress"},{"content":"Port the importer to the new codec","status":"pending"},{"content":"Run the full test suite","status":"pending"}]}`, "Todos updated")
 	call("b1", "bash", `{"command":"go test ./importer/..."}`, strings.Repeat("--- FAIL: TestCodec\n", 40)+"FAIL\nexit status 1")
 	call("p2", "TodoWrite", `{"todos":[{"content":"Reproduce the codec crash","status":"completed"},{"content":"Port the importer to the new codec","status":"in_progress"},{"content":"Run the full test suite","status":"pending"}]}`, "Todos updated")
