@@ -486,10 +486,18 @@ func TestServeBreakerOverCLI(t *testing.T) {
 		t.Fatalf("after the reset: exit %d, %v", code, res)
 	}
 	_, js := natstest.Connect(t, srv)
-	types, _ := streamData(t, js, consumer.ResultStream)
-	count := map[string]int{}
-	for _, typ := range types {
-		count[typ]++
+	// The CLI got the last result from its subject, which the stream may
+	// store a moment later.
+	var count map[string]int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		types, _ := streamData(t, js, consumer.ResultStream)
+		count = map[string]int{}
+		for _, typ := range types {
+			count[typ]++
+		}
+		if count[events.TypeCompactionCompleted] > 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if count[events.TypeCompactionCircuitOpened] != 1 || count[events.TypeCompactionCircuitClosed] != 1 ||
 		count[events.TypeCompactionFailed] != 4 || count[events.TypeCompactionCompleted] != 1 {
