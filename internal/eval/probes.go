@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/compactor/compactor/internal/ledger"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
@@ -124,6 +125,15 @@ func BuildProbes(c transcript.Conversation) []Probe {
 		seen[kind+"\x00"+want] = true
 		out = append(out, Probe{Kind: kind, Msg: i, Want: want})
 	}
+	// A shell command: its opening, and the files it names.
+	command := func(i int, cmd string) {
+		add(ProbeCommands, i, opening(cmd, 30))
+		for _, p := range probePath.FindAllStringSubmatch(cmd, -1) {
+			if !strings.Contains(p[1], "://") && !isNumberish(p[1]) && fileName(p[1]) {
+				add(ProbeFiles, i, base(p[1]))
+			}
+		}
+	}
 	for i, m := range c.Messages {
 		for _, tc := range m.ToolCalls {
 			var args map[string]any
@@ -136,12 +146,7 @@ func BuildProbes(c transcript.Conversation) []Probe {
 				}
 			}
 			if cmd, ok := args["command"].(string); ok && !editorCommand(cmd) {
-				add(ProbeCommands, i, opening(cmd, 30))
-				for _, p := range probePath.FindAllStringSubmatch(cmd, -1) {
-					if !strings.Contains(p[1], "://") && !isNumberish(p[1]) {
-						add(ProbeFiles, i, base(p[1]))
-					}
-				}
+				command(i, cmd)
 			}
 			if stateCalls.MatchString(tc.Function.Name) {
 				for k, v := range args {
@@ -151,8 +156,13 @@ func BuildProbes(c transcript.Conversation) []Probe {
 				}
 			}
 		}
+		if cmd := textAction(c.Messages, i); cmd != "" && !sweAgentCommand(cmd) {
+			command(i, cmd)
+		}
 		switch {
-		case m.Role == session.RoleTool:
+		case m.Role == session.RoleTool || m.Role == session.RoleUser && textAction(c.Messages, i-1) != "":
+			// A tool's result, or the output of an action the assistant
+			// wrote in its text (mini-swe-agent 1.x, SWE-agent).
 			for _, line := range strings.Split(m.Content.Text, "\n") {
 				if t := strings.TrimSpace(line); probeErr.MatchString(t) {
 					add(ProbeErrors, i, opening(t, 40))
@@ -169,12 +179,39 @@ func BuildProbes(c transcript.Conversation) []Probe {
 	return out
 }
 
+// textAction is the shell command message i writes as its action in a
+// fenced block (mini-swe-agent 1.x, SWE-agent: an assistant message
+// without tool calls, answered by a user message): its first line.
+func textAction(msgs []session.Message, i int) string {
+	if i < 0 || i+1 >= len(msgs) || msgs[i].Role != session.RoleAssistant || len(msgs[i].ToolCalls) > 0 || msgs[i+1].Role != session.RoleUser {
+		return ""
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(ledger.ShellBlock(msgs[i].Content.Text)), "\n")
+	return strings.TrimSpace(first)
+}
+
+// sweAgentCommand reports whether a text action is one of SWE-agent's
+// file viewer and editor commands rather than a shell command.
+func sweAgentCommand(s string) bool {
+	switch verb, _, _ := strings.Cut(s, " "); verb {
+	case "open", "create", "edit", "insert", "append", "goto", "scroll_down", "scroll_up", "find_file", "search_file", "search_dir", "submit", "exit":
+		return true
+	}
+	return false
+}
+
 func editorCommand(s string) bool {
 	switch s {
 	case "view", "create", "str_replace", "insert", "undo_edit":
 		return true
 	}
 	return false
+}
+
+// fileName tells a file named in a command from a name in code: a bare
+// name ("seg.raw", "os.path") is a file only by a file's extension.
+func fileName(s string) bool {
+	return strings.ContainsRune(s, '/') || ledger.IsFileExt(s[strings.LastIndexByte(s, '.')+1:])
 }
 
 func isNumberish(s string) bool { return strings.Trim(s, "0123456789.") == "" }

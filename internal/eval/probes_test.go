@@ -146,3 +146,29 @@ func probeOffline(t *testing.T, c transcript.Conversation, counter *tokens.Count
 	}
 	return rep
 }
+
+// Probes of text actions (mini-swe-agent 1.x): the ```bash block is a
+// command, a ```python example is not, SWE-agent's editor commands are
+// not shell commands, the action's output (a user message) holds no
+// instruction of the user, and a name in code is not a file.
+func TestProbesOfTextActions(t *testing.T) {
+	msgs := []session.Message{
+		{Role: session.RoleUser, Content: session.TextContent("Fix the collector. You must not modify the tests.")},
+		{Role: session.RoleAssistant, Content: session.TextContent("This looks wrong:\n```python\nx = seg.raw\n```\nLet me check.\n```bash\ngrep -n \"seg.raw\" src/rules/L036.py\n```")},
+		{Role: session.RoleUser, Content: session.TextContent("<returncode>0</returncode>\n<output>\nraise TypeError(\"you should provide an instance of Foo\")\n</output>")},
+		{Role: session.RoleAssistant, Content: session.TextContent("```\nopen src/rules/L036.py\n```")},
+		{Role: session.RoleUser, Content: session.TextContent("[File: src/rules/L036.py (90 lines total)]")},
+	}
+	got := map[string][]string{}
+	for _, p := range eval.BuildProbes(transcript.Conversation{Name: "mini", Source: "mini-swe-agent", Messages: msgs}) {
+		got[p.Kind] = append(got[p.Kind], p.Want)
+	}
+	want := map[string][]string{
+		eval.ProbeCommands:     {`grep -n "seg.raw"`},
+		eval.ProbeFiles:        {"l036.py"},
+		eval.ProbeInstructions: {"you must not modify the tests"},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("probes %q, want %q", got, want)
+	}
+}

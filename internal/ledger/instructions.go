@@ -32,8 +32,15 @@ var (
 	reListItem    = regexp.MustCompile(`^\s*(?:[-*•>]+|\d{1,2}[.)])\s+`)
 )
 
+// reRule is a rule an agent's user (or its harness) sets anywhere in a
+// sentence: "When you're done, you must submit ...", "... you should
+// verify again". Between people it is advice, so only agents' sessions
+// read it (instructions' rules).
+var reRule = regexp.MustCompile(`(?i)\byou (must|should|need to|have to|are required to|may not|cannot|can't)\b`)
+
 // instructions returns the instructions among text's sentences, verbatim:
-// each line (list markers dropped) split at sentence ends.
+// each line (list markers dropped) split at sentence ends; sentences that
+// set a rule for "you" (reRule) too.
 func instructions(text string) []string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
@@ -46,7 +53,7 @@ func instructions(text string) []string {
 			}
 			s := strings.TrimSpace(rest[:end])
 			rest = rest[end:]
-			if IsInstruction(s) && len(s) <= 400 {
+			if (IsInstruction(s) || reRule.MatchString(s) && len(strings.Fields(s)) >= 4) && len(s) <= 400 {
 				out = append(out, s)
 			}
 		}

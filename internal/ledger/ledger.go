@@ -384,7 +384,10 @@ func (x *extractor) message(msgs []Message, i int) {
 			x.l.Attachments = append(x.l.Attachments, Attachment{Placeholder: ph, Role: m.Role, Seq: m.Seq})
 		}
 	}
-	if m.Role == "user" && !x.people {
+	// A user message that answers an assistant's text action is the
+	// action's output (mini-swe-agent, SWE-agent), not the user's words.
+	observation := m.Role == "user" && i > 0 && msgs[i-1].Role == "assistant" && len(msgs[i-1].ToolCalls) == 0 && lastFence(msgs[i-1].Text) != ""
+	if m.Role == "user" && !x.people && !observation {
 		for _, in := range instructions(m.Text) {
 			x.l.instruction(in)
 		}
@@ -392,7 +395,7 @@ func (x *extractor) message(msgs []Message, i int) {
 	if m.Role == "user" && !x.spoken && !x.people && strings.TrimSpace(m.Text) != "" {
 		x.l.Task = firstUser(m)
 	}
-	if m.Role == "user" && i > 0 && msgs[i-1].Role == "assistant" && !x.people {
+	if m.Role == "user" && i > 0 && msgs[i-1].Role == "assistant" && !x.people && !observation {
 		if a, ok := approval(msgs[i-1].Text, m.Text, m.Seq); ok {
 			x.l.Approvals = append(x.l.Approvals, a)
 		}
@@ -456,7 +459,7 @@ func (x *extractor) action(c *call) {
 		c.cmd = s
 	}
 	if c.cmd != "" {
-		c.shown, c.cmdAt = clip(oneLine(c.cmd)), len(x.l.Commands)
+		c.shown, c.cmdAt = clip(reHeredoc.ReplaceAllString(oneLine(c.cmd), "$1")), len(x.l.Commands)
 		x.l.Commands = append(x.l.Commands, Command{Cmd: c.shown, Seq: c.seq})
 		for _, f := range shellFiles(c.cmd) {
 			x.file(f.path, f.op, c.seq)
@@ -580,6 +583,36 @@ func looksLikePath(s string) bool {
 	return reFileName.MatchString(base)
 }
 
+// namesFile is looksLikePath for a word that may as well be a name in code
+// (a program's argument, not a redirection's target): a bare name is a
+// file only by a file's extension, so "seg.raw", "os.path" and
+// "sqlfluff.core.rules" are not.
+func namesFile(s string) bool {
+	if !looksLikePath(s) {
+		return false
+	}
+	s = strings.TrimSpace(s)
+	base := s[strings.LastIndexByte(s, '/')+1:]
+	return strings.ContainsRune(s, '/') || knownFiles[base] || IsFileExt(base[strings.LastIndexByte(base, '.')+1:])
+}
+
+// IsFileExt reports whether ext (without its dot) is a common file
+// extension: source, config, data, documents, archives, logs.
+func IsFileExt(ext string) bool { return fileExts[strings.ToLower(ext)] }
+
+var fileExts = func() map[string]bool {
+	m := map[string]bool{}
+	for _, e := range strings.Fields(`py pyi pyx pxd ipynb go mod sum js mjs cjs ts tsx jsx vue svelte json jsonl ndjson yaml yml toml ini cfg conf config env properties
+		md markdown rst txt adoc tex html htm css scss sass less xml xsd svg csv tsv sql db sqlite parquet log out err
+		c h cc cpp cxx hpp hh hxx m mm rs java kt kts scala groovy gradle clj rb erb php pl pm lua r jl ex exs erl hrl hs ml mli fs fsx cs vb swift dart zig nim
+		sh bash zsh fish ps1 bat cmd mk cmake bzl bazel proto thrift graphql gql tf tfvars hcl nix dockerfile lock patch diff
+		png jpg jpeg gif webp bmp ico pdf doc docx xls xlsx ppt pptx odt zip tar gz tgz bz2 xz zst 7z jar war whl egg so dylib dll exe o a bin dat npy npz pkl pickle pt pth h5 onnx
+		j2 jinja jinja2 tpl tmpl mustache hbs ejs twig po pot mo crt pem key pub csr gitignore editorconfig bak orig tmp swp rej`) {
+		m[e] = true
+	}
+	return m
+}()
+
 var (
 	reFileName = regexp.MustCompile(`^[\w.@+-]*[\w@+-]\.[A-Za-z][A-Za-z0-9]{0,9}$`)
 	knownFiles = map[string]bool{"Makefile": true, "Dockerfile": true, "README": true, "LICENSE": true, "Gemfile": true, "Rakefile": true,
@@ -619,16 +652,34 @@ func textAction(cmd string, seq int64) *call {
 	return c
 }
 
-var reFence = regexp.MustCompile("(?s)```[a-zA-Z]*\\n(.*?)```")
+// ShellBlock returns the body of text's last fenced block that holds a
+// shell command: a line opening with ``` and no language, or bash, sh,
+// shell or console, up to the next ``` line ("" when there is none). A
+// block in another language (```python) is an example, not an action.
+func ShellBlock(text string) string {
+	last, in, shell := "", false, false
+	var cur []string
+	for _, line := range strings.Split(text, "\n") {
+		t := strings.TrimSpace(line)
+		switch {
+		case !in && strings.HasPrefix(t, "```"):
+			lang := strings.ToLower(strings.TrimSpace(t[3:]))
+			in, shell, cur = true, lang == "" || lang == "bash" || lang == "sh" || lang == "shell" || lang == "console", cur[:0]
+		case in && t == "```":
+			if in = false; shell {
+				last = strings.Join(cur, "\n")
+			}
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	return last
+}
 
 // lastFence returns the last fenced block's first line and, for an edit,
 // nothing more (its body is the new text, not a command).
 func lastFence(text string) string {
-	all := reFence.FindAllStringSubmatch(text, -1)
-	if len(all) == 0 {
-		return ""
-	}
-	body := strings.TrimSpace(all[len(all)-1][1])
+	body := strings.TrimSpace(ShellBlock(text))
 	if body == "" {
 		return ""
 	}

@@ -57,6 +57,42 @@ func TestShellCommands(t *testing.T) {
 	}
 }
 
+// A program's arguments name a file only by a file's extension or a
+// directory: names in code ("seg.raw", "os.path") are not files, while a
+// redirection's target is one whatever its extension.
+func TestNamesInCodeAreNotFiles(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		bash("1", `grep -n "seg.raw" src/rules/L036.py && python -c "import os.path" && rg f.name lib/x.ts`, 1),
+		bash("2", `grep sqlfluff.core.rules setup.cfg; echo 'actor Main' > test.pony && ponyc test.pony`, 2),
+	})
+	for _, want := range []string{"src/rules/L036.py", "lib/x.ts", "setup.cfg", "test.pony"} {
+		if ops(l, want) == nil {
+			t.Errorf("%s: not recorded (files %+v)", want, l.Files)
+		}
+	}
+	for _, bad := range []string{"seg.raw", "f.name", "sqlfluff.core.rules", "os.path"} {
+		if ops(l, bad) != nil {
+			t.Errorf("%q is a name in code, not a file", bad)
+		}
+	}
+}
+
+// A here-document shows as its command and the file it writes, not its
+// text: in the commands, the last command and an error's source.
+func TestHeredocShownByItsTarget(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		bash("1", "cat <<'EOF' > reproduce.py\nimport sys\nprint(sys.argv)\nEOF\npython reproduce.py", 1),
+		result("1", "Traceback (most recent call last):\n  File \"reproduce.py\", line 2\nNameError: name 'sys' is not defined", 2),
+	})
+	r := strings.Join(ledger.Render(l, func(s string) int { return len(s) / 4 }, 1000).All(), "\n")
+	if !strings.Contains(r, "`cat <<'EOF' > reproduce.py`") || strings.Contains(r, "import sys") {
+		t.Fatalf("rendered:\n%s", r)
+	}
+	if len(l.Errors) != 1 || l.Errors[0].From != "cat <<'EOF' > reproduce.py" {
+		t.Fatalf("errors %+v", l.Errors)
+	}
+}
+
 // An error, the edit after it, and the same command passing: the error is
 // fixed by that edit. Exit codes and a test summary are read.
 func TestErrorFixedByEdit(t *testing.T) {
@@ -154,6 +190,27 @@ func TestTextActions(t *testing.T) {
 	}
 	if len(l.Errors) != 1 || l.Errors[0].Error != "NameError: name 'foo' is not defined" || l.Errors[0].From != "python reproduce.py" {
 		t.Fatalf("errors %+v", l.Errors)
+	}
+}
+
+// mini-swe-agent 1.x: the action is the ```bash block, not an example in
+// another language before it; its output (a user message) says nothing
+// the user asked, even where it reads like an instruction.
+func TestTextActionIsTheShellBlock(t *testing.T) {
+	l := ledger.Extract([]ledger.Message{
+		{Role: "system", Seq: 1, Text: "You are a helpful assistant."},
+		{Role: "user", Seq: 2, Text: "Fix the collector. When you are done, you MUST submit with `echo SUBMIT`."},
+		{Role: "assistant", Seq: 3, Text: "THOUGHT: this line looks wrong:\n\n```python\npath + [\"__init__.py\"]\n```\n\nLet me look.\n\n```bash\ngrep -n collect src/main.py\n```"},
+		{Role: "user", Seq: 4, Text: "<returncode>0</returncode>\n<output>\n12: raise TypeError(\"you should provide an instance of Foo\")\nPlease always pass a Foo to collect().\n</output>"},
+	})
+	if len(l.Commands) != 1 || l.Commands[0].Cmd != "grep -n collect src/main.py" {
+		t.Fatalf("commands %+v", l.Commands)
+	}
+	if !slices.Equal(l.Instructions, []string{"When you are done, you MUST submit with `echo SUBMIT`."}) {
+		t.Fatalf("instructions %q", l.Instructions)
+	}
+	if got := ledger.ShellBlock("```sh\nls\n```\ntext\n```python\nx = 1\n```"); got != "ls" {
+		t.Fatalf("ShellBlock %q", got)
 	}
 }
 

@@ -43,12 +43,14 @@ type limits struct {
 // ("- " + bullet + "\n" each), total at most maxTokens. The task shows
 // at most maxTokens/2 characters (it is the summary's goal too). When the
 // whole ledger is over, it shows less, in this order: approvals down to
-// the last, the task down to 160 characters, identifiers, commands, test
-// runs, fixed errors, open errors down to two, attachments down to four,
-// files only read, calls in flight down to two, then the oldest files
-// changed, the last open errors and attachments, the task, the oldest
-// approvals, calls in flight, plan items and instructions last; a list of
-// files cut short says how many it leaves out.
+// the last, the task down to 160 characters, commands, test runs, fixed
+// errors, open errors down to two, attachments down to four, files only
+// read, calls in flight down to two, identifiers down to eight, then the
+// oldest files changed, the last open errors and attachments, the task,
+// the approvals, the last identifiers (the ids a session acted on outlast
+// the quote of an approval), calls in flight, plan items and instructions,
+// and the state's own bullets last; a list cut short says how many it
+// leaves out. Long lists lose a quarter at a time.
 func Render(l *Ledger, count func(string) int, maxTokens int) Rendered {
 	return render(l, count, maxTokens, true)
 }
@@ -138,10 +140,25 @@ func (lim *limits) shrink() bool {
 		*n /= 2
 		return true
 	}
+	// A long list loses a quarter at a time, so what is left of the
+	// budget is not wasted.
+	quarter := func(n *int) bool {
+		if *n < 8 {
+			return half(n)
+		}
+		*n -= *n / 4
+		return true
+	}
 	switch {
-	case lim.approvals > 1 && half(&lim.approvals), lim.task > minTask && half(&lim.task), half(&lim.refs), half(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
-		half(&lim.files[3]), lim.inFlight > 2 && half(&lim.inFlight), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments),
-		half(&lim.task), half(&lim.approvals), half(&lim.inFlight), half(&lim.plan), half(&lim.instructions):
+	case lim.approvals > 1 && half(&lim.approvals), lim.task > minTask && half(&lim.task), quarter(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
+		half(&lim.files[3]), lim.inFlight > 2 && half(&lim.inFlight), lim.refs > 8 && quarter(&lim.refs), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments),
+		half(&lim.task), half(&lim.approvals), quarter(&lim.refs), half(&lim.inFlight), half(&lim.plan), half(&lim.instructions):
+		return true
+	case lim.state:
+		// Last, the state's own bullets (the file being edited, the last
+		// command, the count of open errors) go, so a small budget still
+		// renders what else fits.
+		lim.state = false
 		return true
 	}
 	return false
@@ -450,4 +467,7 @@ func distinctCommands(cmds []Command) []Command {
 	return out
 }
 
-var reHeredoc = regexp.MustCompile(`^(.*?<<-?\s*['"]?\w+['"]?)\s.*$`)
+// reHeredoc is a command that writes a here-document: $1 is the command
+// up to its marker and a redirection right after it (cat <<'EOF' > f.py),
+// without the text.
+var reHeredoc = regexp.MustCompile(`^(.*?<<-?\s*['"]?\w+['"]?(?:\s*>{1,2}\s*[^\s;&|]+)?)(?:\s.*)?$`)

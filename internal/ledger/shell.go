@@ -103,7 +103,11 @@ func shellFiles(cmd string) []fileOp {
 		case "echo", "printf", "mkdir", "ls", "find", "cd", "export", "pwd", "which", "pip", "apt-get", "apt", "npm", "yarn", "chmod", "chown", "kill", "sleep":
 			// They name no file they read (their redirections are handled above).
 		default:
-			out = addAll(out, rest, OpRead)
+			for _, a := range paths(rest) {
+				if namesFile(strings.Trim(a, `'"`)) {
+					out = add(out, a, OpRead)
+				}
+			}
 			if looksLikePath(verb) && strings.ContainsRune(verb, '/') {
 				out = add(out, verb, OpRead) // ./script.sh
 			}

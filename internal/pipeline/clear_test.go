@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/summary"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -371,5 +373,41 @@ func TestPlaceholderCounts(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A tool result cleared by one compaction is read whole by the ledger of
+// the summary that later covers it: the error it reported survives the
+// clearing.
+func TestClearedErrorReachesTheLedger(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	e := newEnv(t, scripted(forgetfulSummary), cfg)
+	msgs := agentRun(20, 500)
+	const failure = "ValueError: bad header in part 7"
+	msgs[3].Content = session.TextContent("Traceback (most recent call last):\n  File \"parser.py\", line 3\n" + failure + "\n" + msgs[3].Content.Text)
+	e.importSession(t, "s", 8000, msgs)
+	if res := compact(t, e, "s", pipeline.TriggerOverBudget); res.Strategy != "cleared" || !strings.HasPrefix(e.context(t, "s")[3].Content.Text, pipeline.ClearedPrefix) {
+		t.Fatalf("first compaction %+v: the failing result must be cleared", res)
+	}
+	// Talk that clearing cannot shrink: the next compaction summarises.
+	var more []session.Message
+	for i := range 8 {
+		m := session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Thinking about step %d. ", i) + strings.Repeat("The parser keeps its state per line. ", 60))}
+		e.counter.Ensure(&m)
+		more = append(more, m)
+	}
+	if _, err := e.store.Append(context.Background(), "s", more...); err != nil {
+		t.Fatal(err)
+	}
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.LLMCalls == 0 {
+		t.Fatalf("second compaction %+v", res)
+	}
+	i := slices.IndexFunc(e.context(t, "s"), func(m session.Message) bool { return m.IsCompaction })
+	meta := e.context(t, "s")[i].Compaction
+	s, _ := summary.Parse(meta.SummaryText)
+	if errs := strings.Join(s.Sections[summary.Errors], "\n"); !strings.Contains(errs, failure) {
+		t.Fatalf("the cleared result's error is not in the summary:\n%s", meta.SummaryText)
 	}
 }

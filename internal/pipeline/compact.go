@@ -769,6 +769,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if hasSummary(prev) && !r.incremental {
 		input = append(withoutPinned(p.sess.Summarised, p.pinned), r.selected...)
 	}
+	ledgerInput := asStored(input, p.sess.Messages)
 	input = ClampToolOutputs(WithPlaceholders(input, p.counter), s.cfg.ToolOutputMaxTokens)
 	pol := s.policyOf(ctx)
 	sumModel := firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, p.model)
@@ -782,7 +783,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	}
 	var led ledgerPart
 	if s.cfg.LedgerShare > 0 {
-		led.ledger = ledgerOf(prev, input, r.incremental, pinsUser(p.pinned))
+		led.ledger = ledgerOf(prev, ledgerInput, r.incremental, pinsUser(p.pinned))
 		// Under roomyBudget the state shares the ledger's budget: the
 		// summariser keeps all the rest.
 		if r.budget < roomyBudget {

@@ -68,8 +68,8 @@ type Config struct {
 	// the working state may take where that is more than their share of
 	// max_summary_tokens (at most 8,000 tokens): beyond max_summary_tokens,
 	// so a session tens of thousands of tokens deep keeps the commands and
-	// files it ran and touched. Default 0.05 (at a 32k window, 1,600
-	// tokens; at 8k and under, no more than ledger_share gives).
+	// files it ran and touched. Default 0.1 (at a 32k window, 3,200
+	// tokens; at 4k and under, no more than ledger_share gives).
 	LedgerWindowShare float64 `json:"ledger_window_share"`
 	// ImageTokens is what an image whose size cannot be read (a remote
 	// URL) counts; 0: 765, a 1024x1024 image in high detail. Images whose
@@ -174,7 +174,7 @@ func DefaultConfig() Config {
 		MinReduction:        0.10,
 		CondenseRatio:       0.75,
 		LedgerShare:         0.4,
-		LedgerWindowShare:   0.05,
+		LedgerWindowShare:   0.1,
 		ToolOutputMaxTokens: 2000,
 		MaxChunkDepth:       6,
 		CommitRetries:       3,

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/compactor/compactor/internal/ledger"
@@ -38,6 +39,29 @@ func ledgerOf(prev *session.Message, input []session.Message, incremental, taskP
 		return ledger.Merge(prev.Compaction.Ledger, cur)
 	}
 	return cur
+}
+
+// asStored returns msgs as the store holds them (from stored, by seq and
+// id): a tool result cleared from the context is still read whole by the
+// ledger, so an error it reported is not lost to the clearing (or to the
+// clamp of a long output) before the summary covers it.
+func asStored(msgs, stored []session.Message) []session.Message {
+	bySeq := make(map[int64]int, len(stored))
+	for i := range stored {
+		bySeq[stored[i].Seq] = i
+	}
+	out := msgs
+	for i := range msgs {
+		j, ok := bySeq[msgs[i].Seq]
+		if !ok || stored[j].ID != msgs[i].ID || sameForModel(&stored[j], &msgs[i]) {
+			continue
+		}
+		if &out[0] == &msgs[0] {
+			out = slices.Clone(msgs)
+		}
+		out[i] = stored[j]
+	}
+	return out
 }
 
 // pinsUser reports whether the pinned messages hold a user message (the
