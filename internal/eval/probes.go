@@ -23,11 +23,12 @@ const (
 	ProbeCommands     = "commands"     // a shell command the agent ran: its opening
 	ProbeDecisions    = "decisions"    // an identifier a state-changing call acted on (book, cancel, update, submit)
 	ProbeInstructions = "instructions" // an imperative sentence the user wrote, verbatim
+	ProbePlan         = "plan"         // a plan item and its status, from the last planning call summarised
 	ProbeLoCoMo       = "locomo"       // a LoCoMo answer (evidence summarised)
 )
 
 // ProbeKinds lists the categories in report order.
-var ProbeKinds = []string{ProbeFiles, ProbeErrors, ProbeCommands, ProbeDecisions, ProbeInstructions, ProbeLoCoMo}
+var ProbeKinds = []string{ProbeFiles, ProbeErrors, ProbeCommands, ProbeDecisions, ProbeInstructions, ProbePlan, ProbeLoCoMo}
 
 // Probe is one thing the compacted context should still say once the
 // message it comes from is summarised.
@@ -35,6 +36,10 @@ type Probe struct {
 	Kind string `json:"kind"`
 	Msg  int    `json:"msg"`  // index in the conversation
 	Want string `json:"want"` // normalised text the context must contain
+	// Until is the message that supersedes the probe (the next planning
+	// call, for a plan item); 0: none. A superseded probe is not checked
+	// once its successor is summarised too.
+	Until int `json:"until,omitempty"`
 }
 
 // Tally counts probe checks: one per probe per compaction after which its
@@ -134,10 +139,24 @@ func BuildProbes(c transcript.Conversation) []Probe {
 			}
 		}
 	}
+	lastPlan := -1 // the first probe of the last planning call
 	for i, m := range c.Messages {
 		for _, tc := range m.ToolCalls {
 			var args map[string]any
 			_ = json.Unmarshal([]byte(tc.Function.Arguments), &args)
+			if items := planItems(args); items != nil {
+				for j := lastPlan; j >= 0 && j < len(out); j++ {
+					if out[j].Kind == ProbePlan && out[j].Until == 0 {
+						out[j].Until = i
+					}
+				}
+				lastPlan = len(out)
+				for _, it := range items {
+					// Each call's items are probes of their own: the
+					// same item with a new status is a new probe.
+					out = append(out, Probe{Kind: ProbePlan, Msg: i, Want: norm(it)})
+				}
+			}
 			for _, k := range fileArgs {
 				if s, ok := args[k].(string); ok {
 					if p := probePath.FindStringSubmatch(" " + s); p != nil {
@@ -188,6 +207,47 @@ func textAction(msgs []session.Message, i int) string {
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(ledger.ShellBlock(msgs[i].Content.Text)), "\n")
 	return strings.TrimSpace(first)
+}
+
+// planItems reads a planning tool's whole list as the runtimes write it
+// (Claude Code's TodoWrite todos, Codex's update_plan plan, OpenHands'
+// task_tracker task_list): "[status] text" each, the status done, in
+// progress or pending; nil when args hold no plan.
+func planItems(args map[string]any) []string {
+	for _, k := range []string{"todos", "plan", "task_list"} {
+		list, ok := args[k].([]any)
+		if !ok {
+			continue
+		}
+		var out []string
+		for _, e := range list {
+			obj, _ := e.(map[string]any)
+			text := ""
+			for _, tk := range []string{"content", "step", "title"} {
+				if s, ok := obj[tk].(string); ok && s != "" {
+					text = s
+					break
+				}
+			}
+			status, _ := obj["status"].(string)
+			switch status {
+			case "completed", "done":
+				status = "done"
+			case "in_progress":
+				status = "in progress"
+			case "pending", "todo":
+				status = "pending"
+			default:
+				return nil
+			}
+			if text == "" {
+				return nil
+			}
+			out = append(out, "["+status+"] "+opening(text, 40))
+		}
+		return out
+	}
+	return nil
 }
 
 // sweAgentCommand reports whether a text action is one of SWE-agent's
@@ -259,7 +319,7 @@ func ProbeReplay(ctx context.Context, loop Loop, c transcript.Conversation, coun
 		text := norm(contextText(view))
 		summarised := func(i int) bool { return int64(i+1) < tail }
 		for _, p := range probes {
-			if !summarised(p.Msg) {
+			if !summarised(p.Msg) || p.Until > 0 && summarised(p.Until) {
 				continue
 			}
 			t := rep.Scores[p.Kind]

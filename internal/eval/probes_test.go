@@ -172,3 +172,65 @@ func TestProbesOfTextActions(t *testing.T) {
 		t.Fatalf("probes %q, want %q", got, want)
 	}
 }
+
+// Plan probes: each planning call's items with their status, checked
+// until a later planning call is summarised too. The ledger keeps them;
+// without it, a summary that never names the plan loses them.
+func TestPlanProbes(t *testing.T) {
+	counter, _ := tokens.ForEncoding("o200k_base")
+	todo := func(statuses ...string) string {
+		items := []string{"Reproduce the codec crash", "Port the importer to the new codec", "Run the full test suite"}
+		var parts []string
+		for i, st := range statuses {
+			parts = append(parts, fmt.Sprintf(`{"content":%q,"status":%q,"activeForm":"working"}`, items[i], st))
+		}
+		return `{"todos":[` + strings.Join(parts, ",") + `]}`
+	}
+	msgs := []session.Message{{Role: session.RoleUser, Content: session.TextContent("Port the importer to the new codec.")}}
+	step := func(id, name, args, result string) {
+		msgs = append(msgs, session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function", Function: session.FunctionCall{Name: name, Arguments: args}}}},
+			session.Message{Role: session.RoleTool, ToolCallID: id, Content: session.TextContent(result)})
+	}
+	step("p1", "TodoWrite", todo("pending", "pending", "pending"), "Todos have been modified successfully.")
+	for i := range 8 {
+		step(fmt.Sprintf("a%d", i), "bash", fmt.Sprintf(`{"command":"cat importer/part_%d.py"}`, i), strings.Repeat(fmt.Sprintf("def part_%d(row): return row\n", i), 60))
+	}
+	step("p2", "TodoWrite", todo("completed", "in_progress", "pending"), "Todos have been modified successfully.")
+	for i := range 16 {
+		step(fmt.Sprintf("b%d", i), "bash", fmt.Sprintf(`{"command":"python -m pytest tests/test_part_%d.py"}`, i), strings.Repeat(fmt.Sprintf("test_part_%d PASSED\n", i), 80))
+	}
+	c := transcript.Conversation{Name: "plan", Source: "synthetic", Messages: msgs}
+	var plans, superseded int
+	for _, p := range eval.BuildProbes(c) {
+		if p.Kind == eval.ProbePlan {
+			plans++
+			if p.Until > 0 {
+				superseded++
+			}
+		}
+	}
+	if plans != 6 || superseded != 3 {
+		t.Fatalf("%d plan probes, %d superseded; want 6 and 3", plans, superseded)
+	}
+	run := func(ledgerShare float64) eval.ProbeReport {
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxMessages, cfg.LedgerShare = 0, ledgerShare
+		cfg.Reductions = []string{pipeline.StepSummarise}
+		loop, err := eval.NewMemoryLoop(forgetful{}, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 4000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	with := run(0.4)
+	if got := with.Scores[eval.ProbePlan]; got.Checks == 0 || got.Share() != 1 {
+		t.Fatalf("with the ledger: plan %+v, missed %+v", got, with.Missed)
+	}
+	if got := run(0).Scores[eval.ProbePlan]; got.Checks == 0 || got.Share() == 1 {
+		t.Fatalf("without the ledger the plan still counts as kept: %+v", got)
+	}
+}
