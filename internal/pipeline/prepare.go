@@ -344,33 +344,64 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.cfg.Timeout))
 		defer cancel()
 	}
-	if b, err := s.breakers.Breaker(ctx, req.SessionID); err != nil {
+	job, err := s.due(ctx, ps, req, out)
+	if err != nil || job == nil {
 		return err
+	}
+	s.mu.Lock()
+	f.planned, f.base, f.tailStart, f.budget = true, job.rec.CompactionID, job.rec.HeadSeq+1, job.r.budget
+	if len(job.r.tail) > 0 {
+		f.tailStart = job.r.tail[0].Seq
+	}
+	s.mu.Unlock()
+	return s.run(ctx, ps, req, job, out)
+}
+
+// prepJob is a preparation found due: the session as planned at the
+// limit (p, grown by p.growth), the summary step planned (r), and the
+// preparation it replaces (stored).
+type prepJob struct {
+	p      *plan
+	r      *reduction
+	d      Decision
+	rec    session.Record
+	stored session.PreparedCompaction
+}
+
+// due decides whether a preparation is due, without a model call: the
+// context past prepare_at (for an append) and under its limit, no
+// preparation claimed or standing that will still fit at the limit, and a
+// summary needed at the limit (clearing alone will not do) that makes the
+// progress the request will require and fits. It returns nil, with out
+// saying why, when none is.
+func (s *Service) due(ctx context.Context, ps PreparedStore, req PrepareRequest, out *Preparation) (*prepJob, error) {
+	if b, err := s.breakers.Breaker(ctx, req.SessionID); err != nil {
+		return nil, err
 	} else if b.Open() {
 		out.Outcome, out.Detail = PrepareNothing, "the session's breaker is open"
-		return nil
+		return nil, nil
 	}
 	p, err := s.load(ctx, Request{SessionID: req.SessionID, Model: req.Model, ContextLimit: req.ContextLimit})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	rec := p.sess.Record
 	out.HeadSeq, out.Limit, out.TokensBefore = rec.HeadSeq, p.limit, p.beforeTokens
 	switch {
 	case req.Trigger == PrepareAppend && float64(p.beforeTokens) < s.cfg.PrepareAt*float64(p.limit):
 		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, under %.0f%% of %d", p.beforeTokens, 100*s.cfg.PrepareAt, p.limit)
-		return nil
+		return nil, nil
 	case p.beforeTokens > p.limit:
 		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, over the limit %d: the request is due", p.beforeTokens, p.limit)
-		return nil
+		return nil, nil
 	}
 	stored, err := ps.Prepared(ctx, req.SessionID)
 	if err != nil && !errors.Is(err, session.ErrNotFound) {
-		return err
+		return nil, err
 	}
 	if stored.Claimed(s.now(), s.claimTTL()) {
 		out.Outcome, out.Detail = PrepareInFlight, "claimed by "+stored.Owner
-		return nil
+		return nil, nil
 	}
 	// Plan as if the context had grown to its limit: the messages to come
 	// fill the tail.
@@ -380,7 +411,7 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		// context reaches its limit: redone only to cut further.
 		if p2 := s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= s.fitLimit(p.limit) {
 			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
-			return nil
+			return nil, nil
 		}
 	}
 	d := Decision{Needed: true, Reason: DecisionTokens}
@@ -391,16 +422,16 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 		if err != nil {
 			out.Detail = err.Error()
 		}
-		return nil
+		return nil, nil
 	}
 	if r.step != StepSummarise {
 		out.Outcome = PrepareNoModel
-		return nil
+		return nil, nil
 	}
 	out.FromSeq, out.ToSeq = r.selected[0].Seq, r.selected[len(r.selected)-1].Seq
 	if stored.Usable(rec) && !s.tooOld(stored) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
 		out.Outcome = PrepareUnchanged // (the same range would be cut again)
-		return nil
+		return nil, nil
 	}
 	// Before any model call: with a summary as long as its budget, the
 	// compaction must make the progress the request will require, and
@@ -413,22 +444,27 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 	}
 	if err := s.checkProgress(d, p.beforeTokens+p.growth, worst+p.growth, len(p.pinned)+1+len(r.tail)); err != nil {
 		out.Outcome, out.Detail = PrepareNothing, err.Error()
-		return nil
+		return nil, nil
 	}
 	if worst+p.growth > s.fitLimit(p.limit) {
 		out.Outcome, out.Detail = PrepareNothing, fmt.Sprintf("it would leave about %d tokens at the limit, over the %d it must fit in (pinned %d, summary %d)",
 			worst+p.growth, s.fitLimit(p.limit), p.pinnedTokens, r.budget)
-		return nil
+		return nil, nil
 	}
-	s.mu.Lock()
-	f.planned, f.base, f.tailStart, f.budget = true, rec.CompactionID, rec.HeadSeq+1, r.budget
-	if len(r.tail) > 0 {
-		f.tailStart = r.tail[0].Seq
-	}
-	s.mu.Unlock()
+	return &prepJob{p: p, r: r, d: d, rec: rec, stored: stored}, nil
+}
+
+// run makes the preparation job plans: it claims the session's
+// preparation (another replica's claim wins), summarises with the claim
+// kept alive, verifies the compaction as the request will, and stores it
+// ready (or failed).
+func (s *Service) run(ctx context.Context, ps PreparedStore, req PrepareRequest, job *prepJob, out *Preparation) error {
+	p, r, d, rec, stored := job.p, job.r, job.d, job.rec, job.stored
+	var res Result
 	claim := session.PreparedCompaction{SessionID: req.SessionID, State: session.PreparedRunning, Base: rec.CompactionID, HeadSeq: rec.HeadSeq,
 		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Budget: r.budget, Owner: s.owner, StartedAt: s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
-	if claim, err = ps.PutPrepared(ctx, claim); errors.Is(err, session.ErrConflict) {
+	claim, err := ps.PutPrepared(ctx, claim)
+	if errors.Is(err, session.ErrConflict) {
 		out.Outcome, out.Detail = PrepareInFlight, "another replica claimed it"
 		return nil
 	} else if err != nil {

@@ -346,24 +346,32 @@ func agentStep(i, lines int) []session.Message {
 // with the request's at the limit, in two shapes of agent run: where
 // clearing will do (results worth clearing), nothing is prepared and the
 // request clears; where it will not (results too small to clear), the
-// summary is prepared and the request is answered from it. Either way the
-// request calls no model. (A guard for a better model of the growth: a
-// long OpenHands run at 32k is mispredicted today, see issue 26's notes;
-// counting the growth as raw tail fails the first shape.)
+// summary is prepared and the request is answered from it; and where
+// the history had results worth clearing but the growth has none, so
+// clearing cut enough at 72 % of the limit and not at the limit, the
+// summary is prepared too (judging clearing by the context at the
+// preparation, not at the limit, said no model was needed and the
+// request then called one: a long mini-swe-agent run at 32k did so).
+// Either way the request calls no model.
 func TestPreparationJudgesClearingAtTheLimit(t *testing.T) {
 	const limit = 6000
 	for _, c := range []struct {
-		name     string
-		lines    int
-		prepared bool
-	}{{"results worth clearing", 10, false}, {"results too small to clear", 3, true}} {
+		name         string
+		lines, after int // lines of each tool result before and after the preparation
+		every        int // before it, only every such step has lines (the others after)
+		prepared     bool
+	}{{"results worth clearing", 10, 10, 1, false}, {"results too small to clear", 3, 3, 1, true}, {"some results worth clearing, then none", 12, 0, 3, true}} {
 		t.Run(c.name, func(t *testing.T) {
 			e, rec := newRecorderEnv(t, prepCfg())
 			e.importSession(t, "a", limit, []session.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a coding agent.")},
 				{Role: session.RoleUser, Content: session.TextContent("Make the request timeout configurable in src/, with a default of 30 s.")}})
 			next := 0
 			for ; e.tokens(t, "a") < int(0.72*limit); next++ {
-				if _, err := e.store.Append(context.Background(), "a", agentStep(next, c.lines)...); err != nil {
+				lines := c.lines
+				if c.every > 1 && next%c.every != 0 {
+					lines = c.after
+				}
+				if _, err := e.store.Append(context.Background(), "a", agentStep(next, lines)...); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -372,7 +380,7 @@ func TestPreparationJudgesClearingAtTheLimit(t *testing.T) {
 				t.Fatalf("preparation at %d tokens: %+v, want %s", e.tokens(t, "a"), p, want)
 			}
 			for ; e.tokens(t, "a") <= limit; next++ {
-				if _, err := e.store.Append(context.Background(), "a", agentStep(next, c.lines)...); err != nil {
+				if _, err := e.store.Append(context.Background(), "a", agentStep(next, c.after)...); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -160,8 +160,8 @@ func TestPropertyCompaction(t *testing.T) {
 			for i := 0; i < len(all) && all[i].Role == session.RoleSystem; i++ {
 				pinned += all[i].Tokens
 			}
-			overBudget := float64(lastK+pinned+cfg.MaxSummaryTokens+40) > cfg.HeadroomRatio*float64(limit) ||
-				lastK+pinned+cfg.MaxSummaryTokens+40 > limit
+			reserve := cfg.SummaryBound(limit) + 40 // the summary's bound, with the ledger's window share
+			overBudget := float64(lastK+pinned+reserve) > cfg.HeadroomRatio*float64(limit) || lastK+pinned+reserve > limit
 			overCount := cfg.MaxMessages > 0 && len(all)-turnStart > cfg.MaxMessages-2
 			if !overBudget && !overCount {
 				t.Fatalf("the last %d turns (%d tokens) were summarised although they fit", cfg.KeepRecentTurns, lastK)
