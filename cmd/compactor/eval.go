@@ -52,6 +52,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	modelDelay := fs.Duration("model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
 	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
 	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
+	speakers := fs.String("speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
 	probes := fs.Bool("probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, plan items and their status, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
 	provider := fs.String("provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
 	baseURL := fs.String("base-url", "", "with --probes: the provider's endpoint `URL`")
@@ -89,6 +90,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	convs, err := load(*data)
 	if err != nil {
 		return err
+	}
+	if convs, err = transcript.WithSpeakers(convs, *speakers); err != nil {
+		return fmt.Errorf("%w: --speakers: %v", errUsage, err)
 	}
 	if len(convs) == 0 {
 		return fmt.Errorf("no conversations found under %s", *data)

@@ -113,22 +113,29 @@ func TestReplayProbesLoCoMo(t *testing.T) {
 	if raceEnabled {
 		t.Skip("every LoCoMo conversation replayed: run without -race (make test does)")
 	}
-	convs := loCoMo(t)
 	counter, _ := tokens.ForEncoding("o200k_base")
 	cfg := pipeline.DefaultConfig()
 	cfg.MaxMessages = 0
-	var all eval.ProbeReport
-	for _, c := range convs {
-		rep := probeOffline(t, c, counter, cfg, 4000)
-		kept, base := rep.Scores[eval.ProbeLoCoMo].Kept, max(rep.First.Kept, rep.Last.Kept)
-		t.Logf("%s: %d kept, truncation %d (first) / %d (last)", c.Name, kept, rep.First.Kept, rep.Last.Kept)
-		if base == 0 || kept < 2*base {
-			t.Errorf("%s: %d answers kept, under twice the better truncation's %d", c.Name, kept, base)
+	// The speakers in the name field, or written into the text: the same
+	// conversations, kept as well.
+	for _, form := range []string{transcript.SpeakersName, transcript.SpeakersPrefix} {
+		convs, err := transcript.WithSpeakers(loCoMo(t), form)
+		if err != nil {
+			t.Fatal(err)
 		}
-		all.Add(rep)
-	}
-	if kept, base := all.Scores[eval.ProbeLoCoMo].Kept, max(all.First.Kept, all.Last.Kept); kept < 5*base/2 {
-		t.Fatalf("all: %d answers kept, under 2.5x the better truncation's %d", kept, base)
+		var all eval.ProbeReport
+		for _, c := range convs {
+			rep := probeOffline(t, c, counter, cfg, 4000)
+			kept, base := rep.Scores[eval.ProbeLoCoMo].Kept, max(rep.First.Kept, rep.Last.Kept)
+			t.Logf("%s, %s: %d kept, truncation %d (first) / %d (last)", form, c.Name, kept, rep.First.Kept, rep.Last.Kept)
+			if base == 0 || kept < 2*base {
+				t.Errorf("%s, %s: %d answers kept, under twice the better truncation's %d", form, c.Name, kept, base)
+			}
+			all.Add(rep)
+		}
+		if kept, base := all.Scores[eval.ProbeLoCoMo].Kept, max(all.First.Kept, all.Last.Kept); kept < 5*base/2 {
+			t.Fatalf("%s, all: %d answers kept, under 2.5x the better truncation's %d", form, kept, base)
+		}
 	}
 }
 

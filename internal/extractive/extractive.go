@@ -132,6 +132,7 @@ func (u *unit) estCost() int {
 // tools) gets sections that fit it: who talks (Goal), what they said, by
 // date, with relative times resolved (Facts), their plans (Decisions).
 func fromMessages(msgs []session.Message) []*unit {
+	msgs = session.WithSpeakerNames(msgs)
 	var units []*unit
 	order, curMsg := 0, -1
 	var curDate time.Time

@@ -10,8 +10,10 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 )
 
-// ledgerMessages is what the ledger reads of msgs.
+// ledgerMessages is what the ledger reads of msgs (a chat that writes its
+// speakers into the text read as if they were named).
 func ledgerMessages(msgs []session.Message) []ledger.Message {
+	msgs = session.WithSpeakerNames(msgs)
 	out := make([]ledger.Message, len(msgs))
 	for i := range msgs {
 		m := &msgs[i]

@@ -89,6 +89,42 @@ func LoadLoCoMo(path string) ([]Conversation, error) {
 	return out, nil
 }
 
+// Speaker forms: how a chat between people names who speaks.
+const (
+	SpeakersName      = "name"      // each message's name field (as LoadLoCoMo reads it)
+	SpeakersPrefix    = "prefix"    // "Speaker: text" in the content, no name
+	SpeakersAnonymous = "anonymous" // neither: roles alone
+)
+
+// WithSpeakers returns convs with LoCoMo's chats stored in the speaker
+// form given (the others as they are): the same conversations as a
+// runtime might keep them.
+func WithSpeakers(convs []Conversation, form string) ([]Conversation, error) {
+	switch form {
+	case SpeakersName:
+		return convs, nil
+	case SpeakersPrefix, SpeakersAnonymous:
+	default:
+		return nil, fmt.Errorf("speaker form %q is not %s, %s or %s", form, SpeakersName, SpeakersPrefix, SpeakersAnonymous)
+	}
+	out := make([]Conversation, len(convs))
+	for i, c := range convs {
+		out[i] = c
+		if c.Source != "locomo" {
+			continue
+		}
+		out[i].Messages = make([]session.Message, len(c.Messages))
+		for j, m := range c.Messages {
+			if form == SpeakersPrefix && m.Name != "" {
+				m.Content = session.TextContent(strings.ReplaceAll(m.Name, "_", " ") + ": " + m.Content.Text)
+			}
+			m.Name = ""
+			out[i].Messages[j] = m
+		}
+	}
+	return out, nil
+}
+
 // nameField makes a speaker name valid for OpenAI's name field
 // (letters, digits, underscores and hyphens).
 func nameField(s string) string {
