@@ -119,6 +119,41 @@ type unit struct {
 	date time.Time
 }
 
+// reStructured is a line an assistant model writes and a person chatting
+// does not: a list item, a heading, a code fence, a table row.
+var reStructured = regexp.MustCompile(`(?m)^\s*([-*•] |#{1,6} |\d{1,2}[.)] |` + "```" + `|\|)`)
+
+// casualChat reports whether msgs read as a chat between people stored
+// without names: no tools and no system prompt, at least eight turns,
+// short replies (a median under 50 words) that are almost never
+// structured as a model writes (lists, headings, code). Such a chat is
+// summarised as one between people (what each said, by date), not as a
+// task given to an assistant.
+func casualChat(msgs []session.Message) bool {
+	var words []int
+	structured, turns := 0, 0
+	for i := range msgs {
+		m := &msgs[i]
+		switch {
+		case m.IsCompaction:
+			continue
+		case m.Role == session.RoleSystem || m.Role == session.RoleTool || len(m.ToolCalls) > 0:
+			return false
+		case m.Role == session.RoleAssistant:
+			words = append(words, len(strings.Fields(m.Content.Text)))
+			if reStructured.MatchString(m.Content.Text) {
+				structured++
+			}
+		}
+		turns++
+	}
+	if turns < 8 || len(words) < 4 || structured*10 > len(words) {
+		return false
+	}
+	slices.Sort(words)
+	return words[len(words)/2] < 50
+}
+
 func (u *unit) estCost() int {
 	if u.cost > 0 {
 		return u.cost
@@ -168,11 +203,15 @@ func fromMessages(msgs []session.Message) []*unit {
 			lastUser = i
 		}
 	}
-	people := !agent && namedAssistant && len(names) >= 2
+	people := !agent && (namedAssistant && len(names) >= 2 || casualChat(msgs))
 	if people {
 		sort.Strings(names) // the same bullet whichever speaks first in this part
 		curMsg = -1
-		u := add(summary.Goal, "", "Conversation between "+strings.Join(names, " and "), 0)
+		who := strings.Join(names, " and ")
+		if len(names) < 2 {
+			who = "two people (as user and assistant)"
+		}
+		u := add(summary.Goal, "", "Conversation between "+who, 0)
 		u.must = true
 	}
 	goalDone := people

@@ -279,3 +279,38 @@ func TestCondenseConversation(t *testing.T) {
 		}
 	}
 }
+
+// A chat between people stored without names reads as one (short,
+// unstructured replies, no system prompt); a chat with an assistant
+// model, or an agent's session, does not.
+func TestCasualChat(t *testing.T) {
+	chat := func(reply string, system bool) []session.Message {
+		var out []session.Message
+		if system {
+			out = append(out, session.Message{Role: session.RoleSystem, Content: session.TextContent("You are a helpful assistant.")})
+		}
+		for i := range 6 {
+			out = append(out, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("How was day %d?", i))},
+				session.Message{Role: session.RoleAssistant, Content: session.TextContent(reply)})
+		}
+		return out
+	}
+	people := "Pretty good! We went hiking by the lake and the kids loved it."
+	model := "Here is a plan for the day:\n\n1. Hike by the lake.\n2. Have lunch.\n\n- Bring water\n- Bring snacks"
+	long := strings.Repeat("It went well and there is a lot to say about it. ", 12)
+	for _, c := range []struct {
+		name string
+		msgs []session.Message
+		want bool
+	}{
+		{"people", chat(people, false), true},
+		{"a model's structured replies", chat(model, false), false},
+		{"a model's long replies", chat(long, false), false},
+		{"a system prompt", chat(people, true), false},
+		{"too short to tell", chat(people, false)[:4], false},
+	} {
+		if got := extractive.CasualChat(c.msgs); got != c.want {
+			t.Errorf("%s: casual %v, want %v", c.name, got, c.want)
+		}
+	}
+}
