@@ -24,6 +24,24 @@ func (forgetful) Summarize(context.Context, pipeline.SummaryRequest) (pipeline.S
 		"## Facts and identifiers\n- Work goes on.\n## Files and artifacts\n- (none)\n## Errors and fixes\n- (none)\n## Open tasks\n- (none)", Model: "stand-in"}, nil
 }
 
+// forgetfulReplay replays c at limit with the forgetful summariser (summary
+// only) and the ledger at ledgerShare (0: none), checking its probes.
+func forgetfulReplay(t *testing.T, c transcript.Conversation, counter *tokens.Counter, ledgerShare float64, limit int) eval.ProbeReport {
+	t.Helper()
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages, cfg.LedgerShare = 0, ledgerShare
+	cfg.Reductions = []string{pipeline.StepSummarise}
+	loop, err := eval.NewMemoryLoop(forgetful{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
 // agentConversation edits many files, hits an error, and carries the
 // user's instruction.
 func agentConversation() transcript.Conversation {
@@ -53,26 +71,12 @@ func TestProbesCatchForgettingAndInvention(t *testing.T) {
 	if kinds[eval.ProbeFiles] != 30 || kinds[eval.ProbeErrors] != 1 || kinds[eval.ProbeInstructions] != 1 {
 		t.Fatalf("probes %v", kinds)
 	}
-	run := func(ledgerShare float64) eval.ProbeReport {
-		cfg := pipeline.DefaultConfig()
-		cfg.MaxMessages, cfg.LedgerShare = 0, ledgerShare
-		cfg.Reductions = []string{pipeline.StepSummarise}
-		loop, err := eval.NewMemoryLoop(forgetful{}, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 3000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
-	with := run(0.4)
+	with := forgetfulReplay(t, c, counter, 0.4, 3000)
 	if with.Compactions == 0 || with.Scores[eval.ProbeFiles].Checks == 0 || with.Scores[eval.ProbeFiles].Share() != 1 ||
 		with.Scores[eval.ProbeErrors].Share() != 1 || with.Invented != 0 || with.Dropped == 0 {
 		t.Fatalf("with the ledger: %+v", with)
 	}
-	without := run(0)
+	without := forgetfulReplay(t, c, counter, 0, 3000)
 	if without.Scores[eval.ProbeFiles].Share() >= 0.5 {
 		t.Fatalf("without the ledger the forgotten files still count as kept: %+v", without)
 	}
@@ -225,25 +229,11 @@ func TestPlanProbes(t *testing.T) {
 	if plans != 6 || superseded != 3 {
 		t.Fatalf("%d plan probes, %d superseded; want 6 and 3", plans, superseded)
 	}
-	run := func(ledgerShare float64) eval.ProbeReport {
-		cfg := pipeline.DefaultConfig()
-		cfg.MaxMessages, cfg.LedgerShare = 0, ledgerShare
-		cfg.Reductions = []string{pipeline.StepSummarise}
-		loop, err := eval.NewMemoryLoop(forgetful{}, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 4000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return rep
-	}
-	with := run(0.4)
+	with := forgetfulReplay(t, c, counter, 0.4, 4000)
 	if got := with.Scores[eval.ProbePlan]; got.Checks == 0 || got.Share() != 1 {
 		t.Fatalf("with the ledger: plan %+v, missed %+v", got, with.Missed)
 	}
-	if got := run(0).Scores[eval.ProbePlan]; got.Checks == 0 || got.Share() == 1 {
+	if got := forgetfulReplay(t, c, counter, 0, 4000).Scores[eval.ProbePlan]; got.Checks == 0 || got.Share() == 1 {
 		t.Fatalf("without the ledger the plan still counts as kept: %+v", got)
 	}
 }
