@@ -14,6 +14,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -714,26 +715,38 @@ func (x *extractor) result(c *call, text string, seq int64) {
 		x.file(m[1], OpRead, seq)
 		x.openFile = cleanPath(m[1])
 	}
-	if m := reOpenFile.FindStringSubmatch(text); m != nil && m[1] != "n/a" {
-		x.openFile = cleanPath(m[1])
+	// Each expression runs only on a text that holds its words (a
+	// regular expression over a long output is the costly part).
+	if strings.Contains(text, "(Open file: ") {
+		if m := reOpenFile.FindStringSubmatch(text); m != nil && m[1] != "n/a" {
+			x.openFile = cleanPath(m[1])
+		}
 	}
-	if m := reCreatedAt.FindStringSubmatch(text); m != nil {
-		x.file(m[1], OpCreated, seq)
+	if strings.Contains(text, "reated successfully") {
+		if m := reCreatedAt.FindStringSubmatch(text); m != nil {
+			x.file(m[1], OpCreated, seq)
+		}
 	}
-	if m := reEditedFile.FindStringSubmatch(text); m != nil {
-		x.file(m[1], OpEdited, seq)
+	if strings.Contains(text, "has been edited") {
+		if m := reEditedFile.FindStringSubmatch(text); m != nil {
+			x.file(m[1], OpEdited, seq)
+		}
 	}
-	if m := reCatN.FindStringSubmatch(text); m != nil {
-		x.file(m[1], OpRead, seq)
+	if strings.Contains(text, "cat -n") {
+		if m := reCatN.FindStringSubmatch(text); m != nil {
+			x.file(m[1], OpRead, seq)
+		}
 	}
 	exit := -1
 	from := c.name
 	if c.cmd != "" {
 		from = c.shown
-		if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
-			exit, _ = strconv.Atoi(ms[len(ms)-1][1])
-			e := exit
-			x.l.Commands[c.cmdAt].Exit = &e
+		if strings.Contains(text, "xit") || strings.Contains(text, "XIT") || strings.Contains(text, "returncode") {
+			if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
+				exit, _ = strconv.Atoi(ms[len(ms)-1][1])
+				e := exit
+				x.l.Commands[c.cmdAt].Exit = &e
+			}
 		}
 	}
 	errs, tests := scan(text)
@@ -811,9 +824,36 @@ func program(c *call) string {
 
 // scan returns a tool output's error lines (a traceback answered by its
 // last line) and test summary lines, each once.
+// reportWords are what every line reErrorLine or reTestLine matches
+// holds, lower-cased: a line with none is neither (the regular
+// expressions, the costly part of reading a long output, are not run on
+// it).
+var reportWords = []string{"error", "exception", "fatal", "panic", "fail", "pass", "ok", "not found", "no such file", "segmentation", "e  ", "ran ", "test"}
+
+// mayReport reports whether line holds one of reportWords (lower is a
+// reused buffer).
+func mayReport(line string, lower *[]byte) bool {
+	b := (*lower)[:0]
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	*lower = b
+	for _, w := range reportWords {
+		if bytes.Contains(b, []byte(w)) {
+			return true
+		}
+	}
+	return false
+}
+
 func scan(text string) (errs, tests []string) {
 	lines := strings.Split(text, "\n")
 	inTraceback := false
+	var lower []byte
 	for i, line := range lines {
 		t := strings.TrimSpace(line)
 		if t == "" {
@@ -828,6 +868,9 @@ func scan(text string) (errs, tests []string) {
 				continue
 			}
 			inTraceback = false
+		}
+		if !mayReport(t, &lower) {
+			continue // no word an error or a test run is told by
 		}
 		if reTestLine.MatchString(t) {
 			if !slices.Contains(tests, t) {

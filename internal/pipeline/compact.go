@@ -458,7 +458,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if hasSummary(prev) && !r.incremental {
 		input = append(withoutPinned(p.sess.Summarised, p.pinned), r.selected...)
 	}
-	ledgerInput := asStored(input, p.sess.Messages)
+	ledgerInput := ClampToolOutputs(asStored(input, p.sess.Messages), s.cfg.ToolOutputMaxTokens)
 	input = ClampToolOutputs(WithPlaceholders(input, p.counter), s.cfg.ToolOutputMaxTokens)
 	pol := s.policyOf(ctx)
 	sumModel := firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, p.model)

@@ -45,8 +45,9 @@ func ledgerOf(prev *session.Message, input []session.Message, incremental, taskP
 
 // asStored returns msgs as the store holds them (from stored, by seq and
 // id): a tool result cleared from the context is still read whole by the
-// ledger, so an error it reported is not lost to the clearing (or to the
-// clamp of a long output) before the summary covers it.
+// ledger (clamped as the summariser's input is, head and tail), so an
+// error it reported is not lost to the clearing before the summary
+// covers it.
 func asStored(msgs, stored []session.Message) []session.Message {
 	bySeq := make(map[int64]int, len(stored))
 	for i := range stored {
