@@ -144,8 +144,15 @@ func prepared(ctx context.Context, data string, opt PreparedOptions, progress io
 // agents work, tens of thousands of tokens deep.
 var LongLimits = []int{32000, 64000}
 
+// LongPace is the pace the long agent runs are replayed at unless the
+// options say otherwise: a real agent loop's (the goals of issue 26 are
+// set there; at 0.25x a 32k session grows past its limit before a 2 s
+// preparation is done).
+const LongPace = 1.0
+
 // longPrepared runs ComparePrepared on the long agent runs of the data
-// folder (agent_trajectories/long), at each of LongLimits.
+// folder (agent_trajectories/long), at each of LongLimits, at LongPace
+// unless opt sets a pace.
 func longPrepared(ctx context.Context, data string, opt PreparedOptions, progress io.Writer) ([]*PreparedComparison, string, error) {
 	if data == "" {
 		return nil, "skipped: no data folder given (--data)", nil
@@ -163,6 +170,9 @@ func longPrepared(ctx context.Context, data string, opt PreparedOptions, progres
 	for _, limit := range LongLimits {
 		o := opt
 		o.Limit = limit
+		if o.Pace == 0 {
+			o.Pace = LongPace
+		}
 		cmp, err := ComparePrepared(ctx, convs, pipeline.DefaultConfig(), o)
 		if err != nil {
 			return nil, "", fmt.Errorf("at %d tokens: %w", limit, err)

@@ -148,8 +148,8 @@ func (r *Report) Markdown(chart string) string {
 	if len(r.Long) == 0 {
 		w("%s.\n", r.LongNote)
 	} else {
-		w("The long agent runs of `agent_trajectories/long` (mini-swe-agent and OpenHands, 75k-290k tokens each) replayed as in section 6, " +
-			"at windows where agents work.\n")
+		w("The long agent runs of `agent_trajectories/long` (mini-swe-agent and OpenHands, 75k-290k tokens each) replayed as in section 6, "+
+			"at windows where agents work, at %gx a real agent loop's pace.\n", r.Long[0].Pace)
 		for _, c := range r.Long {
 			w("\n### %d tokens\n\n", c.Prepared.Limit)
 			preparedTable(w, c)
