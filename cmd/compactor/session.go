@@ -98,7 +98,7 @@ func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 		*id = uuid.NewString()
 	}
 	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
-		out, err := sessions.New(st.kv, st.breakers, conf.Models).Create(ctx, session.Record{SessionID: *id, Model: *model, ContextLimit: *limit}, msgs)
+		out, err := sessions.New(st.kv, st.breakers, conf.Models, sessions.WithImageEstimate(conf.Compaction.ImageTokens)).Create(ctx, session.Record{SessionID: *id, Model: *model, ContextLimit: *limit}, msgs)
 		if errors.Is(err, session.ErrExists) {
 			return fmt.Errorf("session %s exists already with other content: choose another --session-id, or delete it first", *id)
 		}

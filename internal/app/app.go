@@ -232,7 +232,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		return nil, err
 	}
 	a.SetTenants(cfg.Tenants, cfg.Limits)
-	a.Sessions = sessions.New(store, breakers, cfg.Models, sessions.WithQuotas(a.Quotas))
+	a.Sessions = sessions.New(store, breakers, cfg.Models, sessions.WithQuotas(a.Quotas), sessions.WithImageEstimate(cfg.Pipeline.ImageTokens))
 	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
 	// Preparations yield to requests: none starts while the consumer's
 	// workers are all taken.

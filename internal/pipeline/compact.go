@@ -15,7 +15,6 @@ import (
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
 	"github.com/compactor/compactor/internal/tenant"
-	"github.com/compactor/compactor/internal/tokens"
 )
 
 // Service is the compaction orchestrator: it composes the stages over a
@@ -111,9 +110,6 @@ func New(store SessionStore, breakers BreakerStore, sum Summarizer, cfg Config, 
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if cfg.ImageTokens > 0 {
-		tokens.SetImageEstimate(cfg.ImageTokens) // process-wide: appends are counted outside the pipeline too
 	}
 	s := &Service{store: store, breakers: breakers, sum: sum, cfg: cfg, table: models.Default(),
 		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}, flights: map[string]*flight{}, owner: processName()}

@@ -100,3 +100,36 @@ func TestScreenshotsCompact(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// image_tokens is the service's own: two services in one process, one
+// with image_tokens 1500, count the same remote images (size unknown)
+// each by its configuration.
+func TestImageEstimateIsPerService(t *testing.T) {
+	remote := func(i int) session.Message {
+		var m session.Message
+		parts, _ := json.Marshal([]any{map[string]any{"type": "text", "text": fmt.Sprintf("Screenshot %d of the checkout page.", i)},
+			map[string]any{"type": "image_url", "image_url": map[string]any{"url": fmt.Sprintf("https://example.com/shot-%d.png", i)}}})
+		if err := json.Unmarshal(parts, &m.Content); err != nil {
+			t.Fatal(err)
+		}
+		m.Role = session.RoleUser
+		return m
+	}
+	before := map[int]int{}
+	for _, images := range []int{1500, 0} { // (a process-wide estimate would stay 1500)
+		cfg := pipeline.DefaultConfig()
+		cfg.MaxMessages, cfg.ImageTokens = 0, images
+		e, _ := newRecorderEnv(t, cfg)
+		var msgs []session.Message // uncounted, as appends store them
+		for i := range 6 {
+			msgs = append(msgs, remote(i), session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Step %d: the pay button is misaligned.", i))})
+		}
+		if _, err := e.store.Create(context.Background(), session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: 3000}, msgs); err != nil {
+			t.Fatal(err)
+		}
+		before[images] = compact(t, e, "s", pipeline.TriggerOverBudget).TokensBefore
+	}
+	if got, want := before[1500]-before[0], 6*(1500-765); got != want {
+		t.Fatalf("tokens before: %d with image_tokens 1500, %d with the default: %d apart, want %d", before[1500], before[0], got, want)
+	}
+}

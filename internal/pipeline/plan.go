@@ -381,6 +381,7 @@ func (s *Service) load(ctx context.Context, req Request) (*plan, error) {
 	if err != nil {
 		return nil, &Error{Reason: ReasonInvalidRequest, Err: err}
 	}
+	counter = counter.WithImageEstimate(s.cfg.ImageTokens)
 	// Count first (once per message: stored counts are reused), then build
 	// the views, which copy the messages.
 	for i := range sess.Messages {

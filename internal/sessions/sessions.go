@@ -81,6 +81,7 @@ type Service struct {
 	table    *models.Table
 	retryFor time.Duration
 	quotas   Quotas
+	images   int // what an image of unknown size counts (0: the default)
 }
 
 // Quotas answers a tenant's quotas of what it stores (quota.Quotas).
@@ -95,6 +96,11 @@ type Quotas interface {
 // WithQuotas has creates and appends admitted by q first: one over a
 // quota of its tenant is refused (a *tenant.QuotaError) and stores nothing.
 func WithQuotas(q Quotas) Option { return func(s *Service) { s.quotas = q } }
+
+// WithImageEstimate counts an image of unknown size as n tokens (the
+// compaction config's image_tokens; 0: tokens.DefaultImageTokens), as the
+// pipeline does.
+func WithImageEstimate(n int) Option { return func(s *Service) { s.images = n } }
 
 // Option tunes a Service.
 type Option func(*Service)
@@ -142,7 +148,11 @@ func (s *Service) retry(ctx context.Context, f func() error) error {
 }
 
 func (s *Service) counter(model string) (*tokens.Counter, error) {
-	return tokens.ForEncoding(s.table.Lookup(model).Encoding)
+	c, err := tokens.ForEncoding(s.table.Lookup(model).Encoding)
+	if err != nil {
+		return nil, err
+	}
+	return c.WithImageEstimate(s.images), nil
 }
 
 // LimitOf is a session's context limit: its own, else its model's window.

@@ -33,10 +33,13 @@ func TestImageTokens(t *testing.T) {
 			t.Errorf("%dx%d %s: %d, want %d", tc.w, tc.h, tc.detail, got, tc.want)
 		}
 	}
-	tokens.SetImageEstimate(1500)
-	defer tokens.SetImageEstimate(0)
-	if got := tokens.ImageTokens(session.Attachment{Kind: "image", URL: "https://example.com/a.png"}); got != 1500 {
+	c := counter(t, "o200k_base")
+	remote := session.Attachment{Kind: "image", URL: "https://example.com/a.png"}
+	if got := c.WithImageEstimate(1500).Attachment(remote); got != 1500 {
 		t.Fatalf("configured estimate: %d", got)
+	}
+	if got := c.Attachment(remote); got != tokens.DefaultImageTokens {
+		t.Fatalf("a counter without an estimate of its own counts %d, want the default (the estimate is not process-wide)", got)
 	}
 }
 

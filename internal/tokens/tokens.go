@@ -122,6 +122,8 @@ type Counter struct {
 	name  string
 	enc   *tiktoken.Tiktoken
 	cache *countCache
+	// images is what an image of unknown size counts (0: the default).
+	images int
 }
 
 // ForEncoding returns a counter for a tiktoken encoding name such as
