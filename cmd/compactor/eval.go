@@ -53,6 +53,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
 	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
 	speakers := fs.String("speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
+	probesPrepared := fs.Bool("prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
 	probes := fs.Bool("probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, plan items and their status, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
 	provider := fs.String("provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
 	baseURL := fs.String("base-url", "", "with --probes: the provider's endpoint `URL`")
@@ -121,7 +122,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := cfg.Validate(); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
-		return evalProbes(ctx, enc, convs, counter, ps, cfg, lims, *perFile, pw)
+		return evalProbes(ctx, enc, convs, counter, ps, cfg, lims, *perFile, *probesPrepared, pw)
 	}
 	if *comparePrepared {
 		if len(lims) != 1 {
@@ -288,7 +289,7 @@ func newProbeLine(r eval.ProbeReport) probeLine {
 // in process, and writes a line per LoCoMo conversation (with
 // --per-file, per conversation), per source and for all.
 func evalProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, counter *tokens.Counter, sum pipeline.Summarizer,
-	cfg pipeline.Config, lims []int, perFile bool, progress io.Writer) error {
+	cfg pipeline.Config, lims []int, perFile, prepared bool, progress io.Writer) error {
 	for _, limit := range lims {
 		var reps []eval.ProbeReport
 		for i, c := range convs {
@@ -298,7 +299,11 @@ func evalProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conve
 			if progress != nil {
 				fmt.Fprintf(progress, "\r\033[Keval --probes: limit %d: %d/%d %s", limit, i+1, len(convs), c.Name)
 			}
-			loop, err := eval.NewMemoryLoop(sum, cfg)
+			newLoop := eval.NewMemoryLoop
+			if prepared {
+				newLoop = eval.NewPreparingMemoryLoop
+			}
+			loop, err := newLoop(sum, cfg)
 			if err != nil {
 				return err
 			}
@@ -306,6 +311,7 @@ func evalProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conve
 			if err != nil {
 				return err
 			}
+			rep.Preparations, rep.FromPreparation = loop.Preparations, loop.FromPreparation
 			reps = append(reps, rep)
 			if perFile || (c.Source == "locomo" && rep.Compactions > 0) {
 				if err := enc.Encode(newProbeLine(rep)); err != nil {

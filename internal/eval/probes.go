@@ -78,6 +78,10 @@ type ProbeReport struct {
 	Invented           int `json:"invented_instructions"`
 	// Dropped sums the results' instructions_dropped.
 	Dropped int `json:"instructions_dropped"`
+	// On the prepared path (eval --probes --prepared): the preparations
+	// made and the compactions committed from one.
+	Preparations    int `json:"preparations,omitempty"`
+	FromPreparation int `json:"from_preparation,omitempty"`
 	// Missed lists probes the context lost (each once, at most 20).
 	Missed []Probe `json:"missed,omitempty"`
 }
@@ -96,6 +100,8 @@ func (r *ProbeReport) Add(o ProbeReport) {
 	r.InstructionBullets += o.InstructionBullets
 	r.Invented += o.Invented
 	r.Dropped += o.Dropped
+	r.Preparations += o.Preparations
+	r.FromPreparation += o.FromPreparation
 }
 
 var (

@@ -237,3 +237,33 @@ func TestPlanProbes(t *testing.T) {
 		t.Fatalf("without the ledger the plan still counts as kept: %+v", got)
 	}
 }
+
+// The prepared path: each append past prepare_at prepares the next
+// compaction, the requests commit the preparations, and the probes hold
+// as on the blocking path.
+func TestProbesOnThePreparedPath(t *testing.T) {
+	counter, _ := tokens.ForEncoding("o200k_base")
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	c := agentConversation()
+	loop, err := eval.NewPreparingMemoryLoop(extractive.New(counter), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loop.Preparations == 0 || loop.FromPreparation == 0 || rep.Compactions == 0 {
+		t.Fatalf("%d preparations, %d compactions from one, %d compactions", loop.Preparations, loop.FromPreparation, rep.Compactions)
+	}
+	for _, k := range []string{eval.ProbeFiles, eval.ProbeErrors, eval.ProbeInstructions} {
+		if s := rep.Scores[k]; s.Checks == 0 || s.Share() != 1 {
+			t.Errorf("%s: %+v (missed %+v)", k, s, rep.Missed)
+		}
+	}
+	cfg.PrepareAt = 0
+	if _, err := eval.NewPreparingMemoryLoop(extractive.New(counter), cfg); err == nil {
+		t.Fatal("a preparing loop without prepare_at")
+	}
+}

@@ -63,6 +63,29 @@ type Loop interface {
 type MemoryLoop struct {
 	store *memstore.Store
 	svc   *pipeline.Service
+	// prepared: every append is told to the service's preparation, as
+	// the preparer is (done at once, as if the model were instant), so
+	// requests are answered from preparations where one holds.
+	prepared bool
+	// Preparations counts the preparations made and FromPreparation the
+	// compactions committed from one.
+	Preparations, FromPreparation int
+}
+
+// NewPreparingMemoryLoop is NewMemoryLoop with preparations: each append
+// past cfg.PrepareAt prepares the session's next compaction, which the
+// request at the limit commits (the prepared path, for eval --probes
+// --prepared).
+func NewPreparingMemoryLoop(sum pipeline.Summarizer, cfg pipeline.Config) (*MemoryLoop, error) {
+	if cfg.PrepareAt <= 0 {
+		return nil, errors.New("eval: a preparing loop needs prepare_at")
+	}
+	l, err := NewMemoryLoop(sum, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.prepared = true
+	return l, nil
 }
 
 // NewMemoryLoop returns a Loop compacting with sum under cfg.
@@ -85,6 +108,15 @@ func (l *MemoryLoop) Append(ctx context.Context, id string, m session.Message) (
 	if err != nil || len(added) != 1 {
 		return 0, err
 	}
+	if l.prepared {
+		out, err := l.svc.Prepare(ctx, pipeline.PrepareRequest{SessionID: id, Trigger: pipeline.PrepareAppend})
+		if err != nil {
+			return 0, err
+		}
+		if out.Outcome == pipeline.PrepareDone {
+			l.Preparations++
+		}
+	}
 	return added[0].Tokens, nil
 }
 
@@ -97,7 +129,11 @@ func (l *MemoryLoop) View(ctx context.Context, id string) ([]session.Message, er
 }
 
 func (l *MemoryLoop) Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error) {
-	return l.svc.Compact(ctx, pipeline.Request{ID: requestID, SessionID: id, Trigger: pipeline.TriggerOverBudget})
+	res, err := l.svc.Compact(ctx, pipeline.Request{ID: requestID, SessionID: id, Trigger: pipeline.TriggerOverBudget})
+	if err == nil && strings.HasPrefix(res.Strategy, "prepared") {
+		l.FromPreparation++
+	}
+	return res, err
 }
 
 func (l *MemoryLoop) History(ctx context.Context, id string) ([]session.Message, error) {
