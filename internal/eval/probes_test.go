@@ -31,7 +31,13 @@ func forgetfulReplay(t *testing.T, c transcript.Conversation, counter *tokens.Co
 	cfg := pipeline.DefaultConfig()
 	cfg.MaxMessages, cfg.LedgerShare = 0, ledgerShare
 	cfg.Reductions = []string{pipeline.StepSummarise}
-	loop, err := eval.NewMemoryLoop(forgetful{}, cfg)
+	return probeWith(t, forgetful{}, c, counter, cfg, limit)
+}
+
+// probeWith replays c with sum on a memory loop and checks its probes.
+func probeWith(t *testing.T, sum pipeline.Summarizer, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int) eval.ProbeReport {
+	t.Helper()
+	loop, err := eval.NewMemoryLoop(sum, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,15 +159,7 @@ func TestReplayProbesLoCoMo(t *testing.T) {
 // checks its probes.
 func probeOffline(t *testing.T, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int) eval.ProbeReport {
 	t.Helper()
-	loop, err := eval.NewMemoryLoop(extractive.New(counter), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, limit)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep
+	return probeWith(t, extractive.New(counter), c, counter, cfg, limit)
 }
 
 // Probes of text actions (mini-swe-agent 1.x): the ```bash block is a
