@@ -34,8 +34,8 @@ var (
 
 // reRule is a rule an agent's user (or its harness) sets anywhere in a
 // sentence: "When you're done, you must submit ...", "... you should
-// verify again". Between people it is advice, so only agents' sessions
-// read it (instructions' rules).
+// verify again". Between people it is advice; the ledger reads no
+// instructions in a conversation between people.
 var reRule = regexp.MustCompile(`(?i)\byou (must|should|need to|have to|are required to|may not|cannot|can't)\b`)
 
 // instructions returns the instructions among text's sentences, verbatim:

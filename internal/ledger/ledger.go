@@ -314,7 +314,7 @@ type Call struct {
 
 // Extract reads msgs (in session order) and returns their ledger.
 func Extract(msgs []Message) *Ledger {
-	x := extractor{l: &Ledger{answered: map[string]bool{}}, calls: map[string]*call{}, people: people(msgs)}
+	x := extractor{l: &Ledger{answered: map[string]bool{}}, calls: map[string]*call{}, people: people(msgs), answered: -1}
 	for i := range msgs {
 		x.message(msgs, i)
 	}
@@ -367,6 +367,9 @@ type extractor struct {
 	// open errors, by the program that reported them: the files edited
 	// since, and the command that reported it.
 	pending []*pendingError
+	// answered is the index of the user message that is the output of
+	// the last text action read (-1: none).
+	answered int
 }
 
 type pendingError struct {
@@ -387,7 +390,7 @@ func (x *extractor) message(msgs []Message, i int) {
 	}
 	// A user message that answers an assistant's text action is the
 	// action's output (mini-swe-agent, SWE-agent), not the user's words.
-	observation := m.Role == "user" && i > 0 && msgs[i-1].Role == "assistant" && len(msgs[i-1].ToolCalls) == 0 && lastFence(msgs[i-1].Text) != ""
+	observation := m.Role == "user" && x.answered == i
 	if m.Role == "user" && !x.people && !observation {
 		for _, in := range instructions(m.Text) {
 			x.l.instruction(in)
@@ -431,6 +434,7 @@ func (x *extractor) message(msgs []Message, i int) {
 				c := textAction(cmd, m.Seq)
 				x.action(c)
 				x.result(c, msgs[i+1].Text, msgs[i+1].Seq)
+				x.answered = i + 1
 			}
 		}
 	case "tool":

@@ -53,14 +53,14 @@ func asStored(msgs, stored []session.Message) []session.Message {
 	for i := range stored {
 		bySeq[stored[i].Seq] = i
 	}
-	out := msgs
+	out, copied := msgs, false
 	for i := range msgs {
 		j, ok := bySeq[msgs[i].Seq]
 		if !ok || stored[j].ID != msgs[i].ID || sameForModel(&stored[j], &msgs[i]) {
 			continue
 		}
-		if &out[0] == &msgs[0] {
-			out = slices.Clone(msgs)
+		if !copied {
+			out, copied = slices.Clone(msgs), true
 		}
 		out[i] = stored[j]
 	}
