@@ -368,20 +368,25 @@ func TestServeWalkthrough(t *testing.T) {
 		return nil
 	})
 
-	// Metrics say what happened.
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{`compactor_requests_completed_total{outcome="compacted",trigger="over_budget"} 2`,
-		`compactor_requests_failed_total{reason="session_not_found",retryable="false"} 1`, "compactor_deliveries_received_total 3", "compactor_summary_calls_total",
-		`compactor_requests_failed_total{reason="invalid_request",retryable="false"} 1`, `compactor_deliveries_dead_lettered_total{reason="invalid_request"} 1`} {
-		if !strings.Contains(string(body), want) {
-			t.Errorf("/metrics lacks %q", want)
+	// Metrics say what happened (the dead letter is counted once its
+	// copy is stored, a moment after the stream holds it).
+	var body []byte
+	natstest.Eventually(t, 20*time.Second, 50*time.Millisecond, func() error {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err
 		}
-	}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{`compactor_requests_completed_total{outcome="compacted",trigger="over_budget"} 2`,
+			`compactor_requests_failed_total{reason="session_not_found",retryable="false"} 1`, "compactor_deliveries_received_total 3", "compactor_summary_calls_total",
+			`compactor_requests_failed_total{reason="invalid_request",retryable="false"} 1`, `compactor_deliveries_dead_lettered_total{reason="invalid_request"} 1`} {
+			if !strings.Contains(string(body), want) {
+				return fmt.Errorf("/metrics lacks %q", want)
+			}
+		}
+		return nil
+	})
 	if !strings.Contains(string(body), `compactor_build_info{goversion="go`) {
 		t.Error("/metrics lacks compactor_build_info")
 	}
