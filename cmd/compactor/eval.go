@@ -51,6 +51,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	comparePrepared := fs.Bool("compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
 	modelDelay := fs.Duration("model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
 	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
+	trace := fs.String("trace", "", "with --compare-prepared: write a JSON line per request to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
 	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
 	speakers := fs.String("speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
 	probesPrepared := fs.Bool("prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
@@ -140,7 +141,16 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := cfg.Validate(); err != nil || *prepareAt == 0 {
 			return fmt.Errorf("%w: --prepare-at must be in (0, 1)", errUsage)
 		}
-		cmp, err := bench.ComparePrepared(ctx, convs, cfg, bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw})
+		opt := bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw}
+		if *trace != "" {
+			f, err := os.Create(*trace)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			opt.Trace = f
+		}
+		cmp, err := bench.ComparePrepared(ctx, convs, cfg, opt)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -38,6 +39,30 @@ type PreparedOptions struct {
 	Pace float64
 	// Progress, when set, gets a line per mode.
 	Progress io.Writer
+	// Trace, when set, gets a JSON line per request (TraceLine): what
+	// each compaction did, to tell why one mode spent more than the other.
+	Trace io.Writer
+}
+
+// TraceLine is one request of a paced replay, as PreparedOptions.Trace
+// writes it.
+type TraceLine struct {
+	Mode     string `json:"mode"`
+	Session  string `json:"session"`
+	Message  int    `json:"message"`
+	Possible bool   `json:"possible"`
+	WaitMS   int64  `json:"wait_ms"`
+	Strategy string `json:"strategy,omitempty"`
+	Failed   bool   `json:"failed,omitempty"`
+	// TokensBefore and TokensAfter are the context's, MessagesSummarised
+	// and SummaryInputTokens the compaction's (0 for one committed from a
+	// preparation: its preparation spent them).
+	TokensBefore       int   `json:"tokens_before"`
+	TokensAfter        int   `json:"tokens_after"`
+	MessagesSummarised int   `json:"messages_summarised"`
+	LLMCalls           int   `json:"llm_calls"`
+	SummaryInputTokens int   `json:"summary_input_tokens"`
+	PreparedAgeMS      int64 `json:"prepared_age_ms,omitempty"`
 }
 
 func (o *PreparedOptions) defaults() {
@@ -49,6 +74,9 @@ func (o *PreparedOptions) defaults() {
 	}
 	if o.Pace <= 0 {
 		o.Pace = 0.25
+	}
+	if o.Trace == nil {
+		o.Trace = io.Discard
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -195,6 +223,7 @@ func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg p
 // request is one compaction request as the runtime saw it.
 type request struct {
 	set      string
+	message  int // the index of the message that overflowed
 	wait     time.Duration
 	possible bool
 	res      *client.Completed
@@ -245,6 +274,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 	}
 	store := svc.Sessions.Store()
 
+	enc := json.NewEncoder(opt.Trace)
 	start := time.Now()
 	var (
 		mu   sync.Mutex
@@ -260,6 +290,16 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 			rs, r, err := runPaced(ctx, cl, store, fmt.Sprintf("prep-%d", i), convs[i], counter, opt)
 			mu.Lock()
 			defer mu.Unlock()
+			for _, rq := range rs {
+				tl := TraceLine{Mode: mode, Session: convs[i].Name, Message: rq.message, Possible: rq.possible, WaitMS: rq.wait.Milliseconds(), Failed: rq.failed}
+				if c := rq.res; c != nil {
+					tl.Strategy, tl.TokensBefore, tl.TokensAfter, tl.MessagesSummarised = c.Strategy, c.TokensBefore, c.TokensAfter, c.MessagesSummarised
+					tl.LLMCalls, tl.SummaryInputTokens, tl.PreparedAgeMS = c.LLMCalls, c.InputTokens, c.PreparedAgeMS
+				}
+				if err := enc.Encode(tl); err != nil {
+					errs = append(errs, fmt.Errorf("trace: %w", err))
+				}
+			}
 			reqs = append(reqs, rs...)
 			ret = ret.Add(r)
 			if err != nil {
@@ -363,7 +403,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if err != nil {
 			return reqs, eval.Retention{}, err
 		}
-		r := request{set: c.Source, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
+		r := request{set: c.Source, message: i, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
 		if c := res.Completed; c != nil && c.LLMCalls == 0 && c.Strategy != "prepared" {
 			r.possible = false // no model needed: instant either way
 		}

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -37,9 +39,30 @@ func TestComparePreparedSmall(t *testing.T) {
 		t.Skip("runs two servers and the service, paced (make test runs it without the race detector)")
 	}
 	convs := []transcript.Conversation{chatConversation("a", 300), chatConversation("b", 300)}
-	cmp, err := ComparePrepared(context.Background(), convs, pipeline.DefaultConfig(), PreparedOptions{Limit: 4000, ModelDelay: 50 * time.Millisecond, Pace: 0.03})
+	var trace bytes.Buffer
+	cmp, err := ComparePrepared(context.Background(), convs, pipeline.DefaultConfig(), PreparedOptions{Limit: 4000, ModelDelay: 50 * time.Millisecond, Pace: 0.03, Trace: &trace})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The trace has a line per request, and its figures add up to the rows'.
+	lines := map[string]int{}
+	fromPrep := 0
+	for dec := json.NewDecoder(&trace); dec.More(); {
+		var tl TraceLine
+		if err := dec.Decode(&tl); err != nil {
+			t.Fatal(err)
+		}
+		lines[tl.Mode]++
+		if tl.Session != "a" && tl.Session != "b" || tl.TokensBefore <= 4000 || tl.TokensAfter >= tl.TokensBefore {
+			t.Fatalf("trace line %+v", tl)
+		}
+		if tl.Strategy == "prepared" {
+			fromPrep++
+		}
+	}
+	if lines["blocking"] != cmp.Blocking.Requests || lines["prepared"] != cmp.Prepared.Requests || fromPrep != cmp.Prepared.FromPreparation {
+		t.Fatalf("trace has %v lines (%d from a preparation), rows %d and %d requests (%d from a preparation)", lines, fromPrep,
+			cmp.Blocking.Requests, cmp.Prepared.Requests, cmp.Prepared.FromPreparation)
 	}
 	b, p := cmp.Blocking, cmp.Prepared
 	if b.Requests == 0 || b.Failures != 0 || p.Failures != 0 || b.Compacted != b.Requests || p.Compacted != p.Requests {
