@@ -52,6 +52,10 @@ type (
 	// RequestData is the data of a compaction request: the session and
 	// what the runtime knows of its model and context.
 	RequestData = events.RequestData
+	// CacheData is a request's prompt cache state (RequestData.Cache):
+	// when the runtime last sent the context to its model, and how long
+	// its provider keeps a prefix cached.
+	CacheData = events.CacheData
 	// Completed is the data of a CompactionCompleted event.
 	Completed = pipeline.Result
 	// Failed is the data of a CompactionFailed event.

@@ -158,9 +158,11 @@ func TestCompactBothWays(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	req := client.CompactRequest{RequestID: "r-ev", Data: events.RequestData{SessionID: "ev"}, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	// The runtime says its cache is warm (used a minute ago, kept five).
+	warm := &client.CacheData{LastRequestTime: time.Now().Add(-time.Minute), TTLSeconds: 300}
+	req := client.CompactRequest{RequestID: "r-ev", Data: events.RequestData{SessionID: "ev", Cache: warm}, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 	res, err := c.Compact(ctx, req)
-	if err != nil || !res.OK() || res.Completed.Outcome != pipeline.OutcomeCompacted || res.ID != events.RequestResultID("r-ev") {
+	if err != nil || !res.OK() || res.Completed.Outcome != pipeline.OutcomeCompacted || res.ID != events.RequestResultID("r-ev") || res.Completed.CacheState != pipeline.CacheWarm {
 		t.Fatalf("compact by event: %+v %v", res, err)
 	}
 	// The same request again is answered with the same result.
@@ -168,8 +170,9 @@ func TestCompactBothWays(t *testing.T) {
 	if err != nil || !again.OK() || again.Completed.CompactionMessageID != res.Completed.CompactionMessageID {
 		t.Fatalf("the same request through the endpoint: %+v %v", again, err)
 	}
-	sres, err := c.CompactSync(ctx, client.CompactRequest{Trigger: client.Overflow, Data: events.RequestData{SessionID: "sync"}})
-	if err != nil || !sres.OK() || sres.Completed.Outcome != pipeline.OutcomeCompacted {
+	cold := &client.CacheData{LastRequestTime: time.Now().Add(-time.Hour), TTLSeconds: 300}
+	sres, err := c.CompactSync(ctx, client.CompactRequest{Trigger: client.Overflow, Data: events.RequestData{SessionID: "sync", Cache: cold}})
+	if err != nil || !sres.OK() || sres.Completed.Outcome != pipeline.OutcomeCompacted || sres.Completed.CacheState != pipeline.CacheCold {
 		t.Fatalf("compact by endpoint: %+v %v", sres, err)
 	}
 	nf, err := c.CompactSync(ctx, client.CompactRequest{Data: events.RequestData{SessionID: "none"}})

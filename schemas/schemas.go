@@ -95,8 +95,10 @@ func Validate(name string, doc []byte) error {
 // describe turns a validation error into what a caller can act on: each
 // wrong field by its JSON name and what is wrong with it ("context_limit:
 // got string, want integer; unknown field 'context_limt'"), without the
-// validator's schema URIs. A field that fails its own schema is not also
-// reported as unknown (unevaluatedProperties counts it so).
+// validator's schema URIs. When a field fails its own schema, no field is
+// reported unknown by unevaluatedProperties: a failed subschema evaluates
+// none of its properties, so every field of the body would be (a
+// misspelt one is reported once the others are right).
 func describe(err error) error {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
@@ -129,7 +131,7 @@ func describe(err error) error {
 	var msgs []string
 	for _, p := range found {
 		switch {
-		case p.msg == "" && wrong[p.field]:
+		case p.msg == "" && len(wrong) > 0:
 			continue
 		case p.msg == "":
 			msgs = append(msgs, "unknown field '"+p.field+"'")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
@@ -40,6 +41,15 @@ func TestRealValuesValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustValidate(t, schemas.CompactionCompleted, res)
+	// A request that told its cache: the result says how it was judged.
+	now := time.Now()
+	store.Create(ctx, session.Record{SessionID: "s-cache", Model: "gpt-4o", ContextLimit: 2000}, msgs)
+	cached, err := svc.Compact(ctx, pipeline.Request{ID: "r-cache", SessionID: "s-cache", Trigger: pipeline.TriggerOverBudget, At: now,
+		Cache: &pipeline.CacheState{LastRequest: now.Add(-time.Hour), TTL: 5 * time.Minute}})
+	if err != nil || cached.CacheState != pipeline.CacheCold {
+		t.Fatalf("%+v %v", cached, err)
+	}
+	mustValidate(t, schemas.CompactionCompleted, cached)
 	failed, _ := svc.Compact(ctx, pipeline.Request{ID: "r2", SessionID: "nope", Trigger: pipeline.TriggerOverflow})
 	mustValidate(t, schemas.CompactionFailed, events.FailedData(failed))
 	// A summariser that always fails opens the breaker: its event data.

@@ -549,10 +549,7 @@ func (s *Server) compact(r micro.Request) {
 		defer func() { <-s.sem; done(); s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(events.WithTrace(tenant.With(s.work, tenantOf(r)), trace), s.d.Timeout)
 		defer cancel()
-		preq := pipeline.Request{ID: req.RequestID, SessionID: req.SessionID, Trigger: req.Trigger, Model: req.Model,
-			ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens, MessageCount: req.MessageCount,
-			SummaryModel: req.SummaryModel, SummaryContextLimit: req.SummaryContextLimit, Focus: req.Focus}
-		res, cerr := s.d.Pipeline.Compact(ctx, preq)
+		res, cerr := s.d.Pipeline.Compact(ctx, req.Request(req.RequestID, req.Trigger, time.Time{}))
 		interrupted := cerr != nil && s.work.Err() != nil
 		disp := events.Dispose(res, interrupted, false)
 		if s.d.Observe != nil && !interrupted {

@@ -38,6 +38,29 @@ type RequestData struct {
 	SummaryModel        string `json:"summary_model,omitempty"`
 	SummaryContextLimit int    `json:"summary_context_limit,omitempty"`
 	Focus               string `json:"focus,omitempty"`
+	// Cache is the runtime's prompt cache, when it tells it: the service
+	// judges it warm or cold at the request's time (the event's time
+	// attribute, else when the request is handled).
+	Cache *CacheData `json:"cache,omitempty"`
+}
+
+// CacheData is a runtime's prompt cache: when it last sent the context to
+// its model, and how many seconds its provider keeps an unused prefix.
+type CacheData struct {
+	LastRequestTime time.Time `json:"last_request_time"`
+	TTLSeconds      int       `json:"ttl_seconds"`
+}
+
+// Request is the pipeline request d asks for, as request id, with its
+// trigger and time (zero: when it is handled).
+func (d RequestData) Request(id string, trigger pipeline.Trigger, at time.Time) pipeline.Request {
+	r := pipeline.Request{ID: id, SessionID: d.SessionID, Trigger: trigger, Model: d.Model, ContextLimit: d.ContextLimit,
+		RequestedTokens: d.RequestedTokens, MessageCount: d.MessageCount, SummaryModel: d.SummaryModel,
+		SummaryContextLimit: d.SummaryContextLimit, Focus: d.Focus, At: at}
+	if d.Cache != nil {
+		r.Cache = &pipeline.CacheState{LastRequest: d.Cache.LastRequestTime, TTL: time.Duration(d.Cache.TTLSeconds) * time.Second}
+	}
+	return r
 }
 
 func invalid(format string, args ...any) error {
@@ -101,9 +124,7 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 	if s := ev.Subject(); s != "" && s != d.SessionID {
 		return req, ev, invalid("subject %q differs from data.session_id %q", s, d.SessionID)
 	}
-	return pipeline.Request{ID: ev.ID(), SessionID: d.SessionID, Trigger: route.Trigger, Model: d.Model, ContextLimit: d.ContextLimit,
-		RequestedTokens: d.RequestedTokens, MessageCount: d.MessageCount, SummaryModel: d.SummaryModel,
-		SummaryContextLimit: d.SummaryContextLimit, Focus: d.Focus}, ev, nil
+	return d.Request(ev.ID(), route.Trigger, ev.Time()), ev, nil
 }
 
 // resultNamespace roots the deterministic ids of result events.

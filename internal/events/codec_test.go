@@ -25,9 +25,16 @@ func TestDecodeBinaryAndStructured(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := pipeline.Request{ID: "evt-1", SessionID: "sess-1", Trigger: pipeline.TriggerOverBudget, Model: "gpt-4o", ContextLimit: 8000, RequestedTokens: 9100, MessageCount: 80}
+	at := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	want := pipeline.Request{ID: "evt-1", SessionID: "sess-1", Trigger: pipeline.TriggerOverBudget, Model: "gpt-4o", ContextLimit: 8000, RequestedTokens: 9100, MessageCount: 80, At: at}
 	if req != want || ev.Source() != "urn:runtime:a" {
 		t.Fatalf("got %+v (source %q), want %+v", req, ev.Source(), want)
+	}
+	// The runtime's cache state, judged at the event's time.
+	h, body = binary("ContextOverBudget", `{"session_id":"sess-1","cache":{"last_request_time":"2026-12-02T11:58:00Z","ttl_seconds":300}}`)
+	req, _, err = events.DecodeRequest(events.OverBudgetPrefix+"sess-1", h, body)
+	if err != nil || req.Cache == nil || !req.Cache.LastRequest.Equal(at.Add(-2*time.Minute)) || req.Cache.TTL != 5*time.Minute || !req.At.Equal(at) || req.Cache.Cold(req.At) {
+		t.Fatalf("cache: %+v %+v %v", req, req.Cache, err)
 	}
 	structured := `{"specversion":"1.0","id":"evt-2","source":"runtime","type":"context_overflow","subject":"sess-1","datacontenttype":"application/json",
 		"data":{"session_id":"sess-1","provider":"openai","error_code":"context_length_exceeded","error_message":"maximum context length is 8192 tokens"}}`
@@ -59,6 +66,10 @@ func TestDecodeErrors(t *testing.T) {
 		{"wrong subject", nil, ok, "is not context_overflow"},
 		{"misspelt field", nil, `{"session_id":"sess-1","context_limt":8000}`, "unknown field 'context_limt'"},
 		{"wrong type of field", nil, `{"session_id":"sess-1","context_limit":"8k"}`, "context_limit: got string, want integer"},
+		{"cache without ttl", nil, `{"session_id":"sess-1","cache":{"last_request_time":"2026-12-02T11:58:00Z"}}`, "ttl_seconds"},
+		{"cache ttl negative", nil, `{"session_id":"sess-1","cache":{"last_request_time":"2026-12-02T11:58:00Z","ttl_seconds":-1}}`, "ttl_seconds"},
+		{"cache time not a time", nil, `{"session_id":"sess-1","cache":{"last_request_time":"yesterday","ttl_seconds":300}}`, "last_request_time"},
+		{"cache misspelt", nil, `{"session_id":"sess-1","cache":{"last_request_time":"2026-12-02T11:58:00Z","ttl":300}}`, "ttl"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +90,11 @@ func TestDecodeErrors(t *testing.T) {
 			_, _, err := events.DecodeRequest(subject, h, body)
 			if !errors.Is(err, events.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %v, want ErrInvalid mentioning %q", err, tt.want)
+			}
+			// A field the schema knows is never called unknown (a failed
+			// subschema evaluates none of its properties).
+			if strings.Contains(err.Error(), "unknown field 'session_id'") {
+				t.Fatalf("err %q calls session_id unknown", err)
 			}
 			// The error speaks of the event's fields, not of the validator
 			// or of Go types.

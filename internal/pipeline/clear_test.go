@@ -3,10 +3,12 @@ package pipeline_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -409,5 +411,79 @@ func TestClearedErrorReachesTheLedger(t *testing.T) {
 	s, _ := summary.Parse(meta.SummaryText)
 	if errs := strings.Join(s.Sections[summary.Errors], "\n"); !strings.Contains(errs, failure) {
 		t.Fatalf("the cleared result's error is not in the summary:\n%s", meta.SummaryText)
+	}
+}
+
+// The runtime's cache state steers clearing: with a warm cache a request
+// clears only what the target needs (each batch costs the cached prefix
+// from its first message on); with a lapsed one, the next call writes the
+// whole context anyway, so it clears every old result it may, and the
+// next compaction comes later. A cache that says nothing clears as a warm
+// one; a cache used after the request's own time is refused.
+func TestCacheStateSteersClearing(t *testing.T) {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	e, rec := newRecorderEnv(t, cfg)
+	msgs := agentRun(30, 500)
+	for _, id := range []string{"unknown", "warm", "cold"} {
+		e.importSession(t, id, 12000, msgs)
+	}
+	at := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	run := func(id string, cache *pipeline.CacheState) *pipeline.Result {
+		t.Helper()
+		res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "req-" + id, SessionID: id, Trigger: pipeline.TriggerOverBudget, Cache: cache, At: at})
+		if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "cleared" {
+			t.Fatalf("%s: %+v, %v", id, res, err)
+		}
+		return res
+	}
+	unknown := run("unknown", nil)
+	warm := run("warm", &pipeline.CacheState{LastRequest: at.Add(-time.Minute), TTL: 5 * time.Minute})
+	cold := run("cold", &pipeline.CacheState{LastRequest: at.Add(-10 * time.Minute), TTL: 5 * time.Minute})
+	if len(rec.requests()) != 0 {
+		t.Fatalf("%d model calls", len(rec.requests()))
+	}
+	if unknown.CacheState != "" || warm.CacheState != pipeline.CacheWarm || cold.CacheState != pipeline.CacheCold {
+		t.Fatalf("cache states %q %q %q", unknown.CacheState, warm.CacheState, cold.CacheState)
+	}
+	if warm.ToolResultsCleared != unknown.ToolResultsCleared || warm.TokensAfter != unknown.TokensAfter {
+		t.Fatalf("a warm cache cleared otherwise than an unknown one: %+v vs %+v", warm, unknown)
+	}
+	// Cold: every result but the last keep_tool_results (and those in the
+	// raw tail) is cleared, well past what the target needed.
+	if cold.ToolResultsCleared <= warm.ToolResultsCleared || cold.TokensAfter >= warm.TokensAfter {
+		t.Fatalf("a cold cache cleared %d results (to %d tokens), a warm one %d (to %d)", cold.ToolResultsCleared, cold.TokensAfter,
+			warm.ToolResultsCleared, warm.TokensAfter)
+	}
+	after := e.context(t, "cold")
+	raw := 0
+	for i := range after {
+		if after[i].Role == session.RoleTool && !strings.HasPrefix(after[i].Content.Text, pipeline.ClearedPrefix) {
+			raw++
+		}
+	}
+	if raw > cfg.KeepToolResults+cfg.KeepRecentTurns {
+		t.Fatalf("a cold cache left %d results raw", raw)
+	}
+	// Both begin where the oldest result is: the prefix kept is the same.
+	if cold.PrefixKeptTokens != warm.PrefixKeptTokens {
+		t.Fatalf("prefix kept: cold %d, warm %d", cold.PrefixKeptTokens, warm.PrefixKeptTokens)
+	}
+	// The redelivered request answers the same state.
+	again, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "req-cold", SessionID: "cold", Trigger: pipeline.TriggerOverBudget,
+		Cache: &pipeline.CacheState{LastRequest: at.Add(-10 * time.Minute), TTL: 5 * time.Minute}, At: at})
+	if err != nil || again.Strategy != "redelivered" || again.CacheState != pipeline.CacheCold || again.ToolResultsCleared != cold.ToolResultsCleared {
+		t.Fatalf("redelivery: %+v, %v", again, err)
+	}
+
+	for name, c := range map[string]*pipeline.CacheState{
+		"used after the request": {LastRequest: at.Add(5 * time.Minute), TTL: time.Minute},
+		"negative ttl":           {LastRequest: at.Add(-time.Minute), TTL: -time.Second},
+		"no last request":        {TTL: time.Minute},
+	} {
+		res, err := e.svc.Compact(context.Background(), pipeline.Request{ID: "bad", SessionID: "warm", Trigger: pipeline.TriggerOverBudget, Cache: c, At: at})
+		if !errors.Is(err, pipeline.ErrInvalidRequest) || res.Reason != pipeline.ReasonInvalidRequest {
+			t.Fatalf("%s: %+v, %v", name, res, err)
+		}
 	}
 }

@@ -217,6 +217,10 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	if err := req.Validate(); err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
 	}
+	if req.At.IsZero() {
+		req.At = s.now()
+	}
+	res.CacheState = req.cacheState()
 	if s.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.cfg.Timeout))
@@ -257,7 +261,7 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 		if !errors.Is(err, errReplan) || attempt >= s.cfg.CommitRetries {
 			break
 		}
-		*res = Result{SessionID: req.SessionID, Tenant: res.Tenant, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures}
+		*res = Result{SessionID: req.SessionID, Tenant: res.Tenant, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures, CacheState: res.CacheState}
 	}
 	if errors.Is(err, errReplan) {
 		err = fail(ReasonPersistFailed, true, ErrPersistFailed, "lost %d commit races in a row", s.cfg.CommitRetries+1)
@@ -334,6 +338,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if s.current(p, req, res) {
 		return nil // a redelivery of the request that made the compaction in force
 	}
+	p.cold = req.cacheState() == CacheCold
 	d := s.overflow(p, req, res)
 	if !d.Needed || d.Reason == DecisionEmpty {
 		return nil

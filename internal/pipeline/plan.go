@@ -39,6 +39,9 @@ type plan struct {
 	// compaction is committed: a preparation plans as if the context had
 	// already reached its limit (0 for a request).
 	growth int
+	// cold is set when the request says the runtime's prompt cache has
+	// lapsed: clearing then takes every old tool result it may.
+	cold bool
 }
 
 // overflow decides whether the context needs compacting; when it does
@@ -232,9 +235,17 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 		// its tail only past the growth.
 		tailBudget := max((target+p.growth-p.pinnedTokens-summaryNow)/2, p.limit/10)
 		tail := Select(SelectInput{Candidates: cands, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: max(tailBudget-p.growth, 0)})
+		// With the runtime's cache lapsed, the next call writes the whole
+		// context anyway: clear every old result now (as a runtime's
+		// time-based clearing does) rather than in later batches that
+		// would each cost a warm cache's prefix.
+		need := now - target
+		if p.cold {
+			need = now
+		}
 		r.clear = PlanClear(ClearInput{Messages: cands, Tail: tail.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
 			MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
-			Need: now - target, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now+p.growth)))),
+			Need: need, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now+p.growth)))),
 			Count: p.counter.Message, Encoding: p.counter.Encoding()})
 		if len(r.clear.Cleared) > 0 {
 			cands = applyCleared(cands, r.clear.Cleared, p.counter.Encoding())

@@ -54,7 +54,48 @@ type Request struct {
 	SummaryContextLimit int
 	// Focus is an optional topic for a manual compaction to keep in detail.
 	Focus string
+	// Cache is the runtime's prompt cache as it last saw it (nil: not
+	// known). At is when the request was made (the event's time; zero:
+	// when it is handled), the moment the cache is judged at.
+	Cache *CacheState
+	At    time.Time
 }
+
+// cacheState is the request's cache as judged at its time: CacheWarm,
+// CacheCold, or "" when it said nothing of it.
+func (r Request) cacheState() string {
+	switch {
+	case r.Cache == nil:
+		return ""
+	case r.Cache.Cold(r.At):
+		return CacheCold
+	}
+	return CacheWarm
+}
+
+// CacheState is a runtime's prompt cache: when it last sent the context
+// to its model, and how long its provider keeps an unused prefix cached
+// (Anthropic 5 minutes or 1 hour, OpenAI's in-memory retention 5 to 10
+// minutes, its extended one 24 hours).
+type CacheState struct {
+	LastRequest time.Time
+	TTL         time.Duration
+}
+
+// Cold reports whether the cache has lapsed at t: the next model call
+// writes the whole context anew, so a compaction now costs no cached
+// prefix.
+func (c CacheState) Cold(t time.Time) bool { return !t.Before(c.LastRequest.Add(c.TTL)) }
+
+// maxCacheSkew is how far a request may put its cache's last use after
+// its own time (both are the runtime's clock) before it is refused.
+const maxCacheSkew = time.Minute
+
+// Cache states a result reports.
+const (
+	CacheWarm = "warm"
+	CacheCold = "cold"
+)
 
 // Validate checks the request's fields; it returns an error wrapping
 // ErrInvalidRequest.
@@ -68,6 +109,13 @@ func (r Request) Validate() error {
 		return fmt.Errorf("%w: context_limit must be >= 0, got %d", ErrInvalidRequest, r.ContextLimit)
 	case r.SummaryContextLimit < 0:
 		return fmt.Errorf("%w: summary_context_limit must be >= 0, got %d", ErrInvalidRequest, r.SummaryContextLimit)
+	case r.Cache != nil && r.Cache.TTL < 0:
+		return fmt.Errorf("%w: cache.ttl_seconds must be >= 0, got %v", ErrInvalidRequest, r.Cache.TTL.Seconds())
+	case r.Cache != nil && r.Cache.LastRequest.IsZero():
+		return fmt.Errorf("%w: cache.last_request_time is required with a cache", ErrInvalidRequest)
+	case r.Cache != nil && !r.At.IsZero() && r.Cache.LastRequest.After(r.At.Add(maxCacheSkew)):
+		return fmt.Errorf("%w: cache.last_request_time %s is after the request's time %s", ErrInvalidRequest,
+			r.Cache.LastRequest.Format(time.RFC3339), r.At.Format(time.RFC3339))
 	}
 	return nil
 }
@@ -123,6 +171,12 @@ type Result struct {
 	// anew on the next turn: the new context's tokens past the kept prefix
 	// (TokensAfter less PrefixKeptTokens).
 	CacheWriteTokens int `json:"cache_write_tokens"`
+	// CacheState is the runtime's prompt cache as the request stated it,
+	// judged at the request's time: "warm" or "cold" (omitted when the
+	// request said nothing). A cold cache has clearing take every old
+	// tool result it may (the context is written anew anyway); a warm one
+	// clears in batches, only what the target needs.
+	CacheState string `json:"cache_state,omitempty"`
 	// ToolResultsCleared and ClearedTokens say what clearing did: the
 	// messages it cleared and the tokens that saved.
 	ToolResultsCleared int `json:"tool_results_cleared"`
