@@ -98,8 +98,31 @@ func (s *Summarizer) Summarize(ctx context.Context, req pipeline.SummaryRequest)
 		}
 	}
 	text, n := sc.compose(units, req.MaxTokens, req.Focus)
+	if summary.Validate(text) != nil && len(units) > 0 {
+		// No bullet fits whole (a budget the headings nearly fill): the
+		// unit with the most content words, clipped to what they leave,
+		// rather than a summary with nothing in it.
+		best := units[0]
+		for _, u := range units[1:] {
+			if len(contentWords(u.text)) > len(contentWords(best.text)) {
+				best = u
+			}
+		}
+		for room := min(req.MaxTokens-n-4, maxSentenceTokens-2); room >= minClipTokens; room = room * 3 / 4 {
+			u := *best
+			u.text, u.cost = sc.counter.Truncate(u.text, room)+"…", 0
+			if t, m := sc.compose([]*unit{&u}, req.MaxTokens, req.Focus); summary.Validate(t) == nil {
+				text, n = t, m
+				break
+			}
+		}
+	}
 	return pipeline.SummaryResponse{Text: text, Model: Model, OutputTokens: n, Encoding: sc.counter.Encoding()}, nil
 }
+
+// minClipTokens is the least a clipped bullet holds: under it, no bullet
+// says anything.
+const minClipTokens = 8
 
 // unit is one candidate bullet.
 type unit struct {

@@ -314,3 +314,23 @@ func TestCasualChat(t *testing.T) {
 		}
 	}
 }
+
+// A budget the headings nearly fill still gets a bullet: the most
+// informative sentence, clipped to the room left, never a summary with
+// nothing in it (the pipeline refuses one as no summary, and a chunk of
+// one tool result at a 200-token summary failed so; found by
+// TestPropertyCompaction).
+func TestTinyBudgetKeepsABullet(t *testing.T) {
+	s, c := newSummarizer(t)
+	m := session.Message{Role: session.RoleTool, ToolCallID: "x", Content: session.TextContent("JFK then HAT069 flight economy. then JFK /src/main.go ZX81Q. " +
+		"2024-05-20 retry economy HAT069 timeout flight flight and economy config.yaml. HAT069 passenger refund flight retry ZX81Q /src/main.go. economy $451 retry flight the economy")}
+	for _, budget := range []int{80, 100, 122, 200} {
+		r, err := s.Summarize(context.Background(), pipeline.SummaryRequest{Task: pipeline.TaskSummarise, Messages: []session.Message{m}, MaxTokens: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := summary.Validate(r.Text); err != nil || c.Count(r.Text) > budget || !strings.Contains(r.Text, "HAT069") {
+			t.Fatalf("budget %d: %v, %d tokens:\n%s", budget, err, c.Count(r.Text), r.Text)
+		}
+	}
+}
