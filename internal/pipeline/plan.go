@@ -70,9 +70,36 @@ func (s *Service) selectTail(p *plan) Selection {
 		// enough and the next one is not due at once.
 		tailBudget = max((p.limit-p.pinnedTokens-reserve)/2, p.limit/10)
 	}
-	// A preparation leaves the room to the messages still to come.
+	// A preparation leaves the room to the messages still to come, and
+	// the turns they will bring.
 	tailBudget = max(tailBudget-p.growth, 0)
-	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: tailBudget, MaxTailMessages: s.maxTail(p)})
+	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.keepTurns(p), TailBudget: tailBudget, MaxTailMessages: s.maxTail(p)})
+}
+
+// keepTurns is how many of the latest turns the selection keeps raw:
+// keep_recent_turns, less, for a preparation, the turns the growth to come
+// is expected to bring at the session's tokens per turn (at least one).
+// Committed at the limit, a preparation's raw tail is what it kept plus
+// every message since; kept whole, the compaction left the runtime with
+// more raw turns than one made at the limit, and the next compaction came
+// sooner (a text-action agent at 32k: 18,000 tokens left against 7,000).
+func (s *Service) keepTurns(p *plan) int {
+	k := s.cfg.KeepRecentTurns
+	if p.growth == 0 || k <= 1 {
+		return k
+	}
+	turns, tokens := 0, 0
+	for i := range p.candidates {
+		tokens += p.candidates[i].Tokens
+		if p.candidates[i].Role == session.RoleUser {
+			turns++
+		}
+	}
+	if turns < 2*k || tokens == 0 {
+		return k // too few turns to know their size
+	}
+	expected := p.growth * turns / tokens
+	return max(1, k-expected)
 }
 
 // target is what the context aims for after a compaction: the headroom

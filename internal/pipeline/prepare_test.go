@@ -393,3 +393,40 @@ func TestPreparationJudgesClearingAtTheLimit(t *testing.T) {
 		})
 	}
 }
+
+// A preparation keeps raw fewer of the latest turns than
+// keep_recent_turns when the growth to come will bring them: committed at
+// the limit its raw tail is what it kept plus every turn since, so it
+// still holds keep_recent_turns turns, without the turns a compaction made
+// at the limit would have summarised.
+func TestPreparationLeavesTheGrowthItsTurns(t *testing.T) {
+	const limit = 6000
+	cfg := prepCfg()
+	e, _ := newRecorderEnv(t, cfg)
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	p := prepare(t, e, "s")
+	if p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("preparation: %+v", p)
+	}
+	turnsAfter := func(msgs []session.Message, seq int64) int {
+		n := 0
+		for _, m := range msgs {
+			if m.Seq > seq && m.Role == session.RoleUser {
+				n++
+			}
+		}
+		return n
+	}
+	if kept := turnsAfter(e.context(t, "s"), p.ToSeq); kept < 1 || kept >= cfg.KeepRecentTurns {
+		t.Fatalf("the preparation kept %d turns raw: want fewer than keep_recent_turns (%d), the growth to come brings the rest", kept, cfg.KeepRecentTurns)
+	}
+	e.grow(t, "s", next, limit, 1.01)
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if res.Strategy != "prepared" {
+		t.Fatalf("result %+v", res)
+	}
+	if raw := turnsAfter(e.context(t, "s"), p.ToSeq); raw < cfg.KeepRecentTurns {
+		t.Fatalf("committed at the limit, %d turns raw, under keep_recent_turns %d", raw, cfg.KeepRecentTurns)
+	}
+}
