@@ -152,6 +152,10 @@ type PreparedRow struct {
 	PrepInputTokens  int64 `json:"preparation_input_tokens"`
 	WastedTokens     int64 `json:"wasted_tokens"`
 	StalePreparation int64 `json:"stale_preparations"`
+	// PacedTriggers are appends past prepare_at the preparer left alone:
+	// at the session's pace its limit was further off than a preparation
+	// takes (preparer.Stats.Paced).
+	PacedTriggers int64 `json:"paced_triggers"`
 	// Retention is LoCoMo's answers kept (see eval.Retention).
 	Retention      eval.Retention `json:"locomo_retention"`
 	RetentionShare float64        `json:"locomo_retention_share"`
@@ -356,6 +360,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 	row.PrepCalls, row.PrepInputTokens = st.PrepCalls, st.PrepInputTokens
 	ps := svc.Pipeline.PrepareStats()
 	row.WastedTokens, row.StalePreparation = ps.WastedTokens, ps.Stale
+	row.PacedTriggers = svc.Preparer.Stats().Paced
 	row.Retention, row.RetentionShare = ret, ret.Share()
 	return row, nil
 }

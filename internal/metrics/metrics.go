@@ -230,6 +230,7 @@ func (m *Metrics) Preparations(svc func() pipeline.PrepareStats, sched func() pr
 		{"preparation_triggers_total", "Appends and ContextNearBudget hints seen by the preparer.", func() int64 { return sched().Triggers }, false},
 		{"preparation_triggers_dropped_total", "Triggers dropped because the preparation queue was full.", func() int64 { return sched().Dropped }, false},
 		{"preparations_waiting", "Sessions waiting to be prepared.", func() int64 { return sched().Waiting }, true},
+		{"preparation_triggers_paced_total", "Appends past prepare_at left alone because, at the session's pace, its limit was further off than a preparation takes to be ready.", func() int64 { return sched().Paced }, false},
 	} {
 		get := d.get
 		val := func() float64 { return float64(get()) }
@@ -239,6 +240,9 @@ func (m *Metrics) Preparations(svc func() pipeline.PrepareStats, sched func() pr
 			m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
 		}
 	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "preparation_ready_seconds",
+		Help: "How long a preparation takes from its trigger to ready, as the preparer has seen (a moving average; 0 before the first): what pacing plans by."},
+		func() float64 { return float64(sched().ReadyMS) / 1000 }))
 	m.reg.MustRegister(m.prepared)
 }
 

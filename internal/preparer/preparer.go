@@ -45,6 +45,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Observe, when set, sees every preparation that ran.
 	Observe func(pipeline.Preparation, error)
+	// Unpaced prepares every session as soon as it passes prepare_at
+	// (see Appended).
+	Unpaced bool
+	// Now replaces time.Now, for tests.
+	Now func() time.Time
 }
 
 // Stats are a Preparer's counters.
@@ -58,6 +63,12 @@ type Stats struct {
 	Skipped  int64 `json:"skipped"`
 	// Waiting sessions now.
 	Waiting int64 `json:"waiting"`
+	// Paced appends were past prepare_at but left alone: at the session's
+	// pace its limit was further off than a preparation takes.
+	Paced int64 `json:"paced"`
+	// ReadyMS is how long a preparation takes to be ready once due, as
+	// the preparer has seen (a moving average; 0 before the first).
+	ReadyMS int64 `json:"ready_ms"`
 }
 
 // Preparer is the scheduler. It is safe for concurrent use.
@@ -76,8 +87,11 @@ type Preparer struct {
 	again   map[string]job
 	est     map[string]*estimate
 	wake    chan struct{}
+	// ready is how long a preparation takes from its trigger to ready (a
+	// moving average of those that were made; 0 before the first).
+	ready time.Duration
 
-	triggers, queued, dropped, skipped atomic.Int64
+	triggers, queued, dropped, skipped, paced atomic.Int64
 }
 
 func (j job) key() string { return tenant.Key(j.tenant, j.sessionID) }
@@ -87,6 +101,7 @@ type job struct {
 	sessionID, trigger, requestID string
 	model                         string
 	limit                         int
+	at                            time.Time // when it was triggered
 }
 
 // estimate is what the preparer knows of a session's context: its
@@ -98,6 +113,9 @@ type estimate struct {
 	limit   int
 	read    time.Time // when the count was read
 	settled time.Time // a preparation stands (or none is due) since
+	// base is the count read, so that tokens-base were appended since
+	// read; biggest is the largest of those appends.
+	base, biggest int
 }
 
 // maxEstimates bounds the sessions the preparer remembers.
@@ -114,6 +132,9 @@ func New(svc *pipeline.Service, opt Options) *Preparer {
 	if opt.Recheck <= 0 {
 		opt.Recheck = 10 * time.Second
 	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
 	log := opt.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -126,7 +147,11 @@ func (p *Preparer) Stats() Stats {
 	p.mu.Lock()
 	waiting := int64(len(p.queue))
 	p.mu.Unlock()
-	return Stats{Triggers: p.triggers.Load(), Queued: p.queued.Load(), Dropped: p.dropped.Load(), Skipped: p.skipped.Load(), Waiting: waiting}
+	p.mu.Lock()
+	ready := p.ready
+	p.mu.Unlock()
+	return Stats{Triggers: p.triggers.Load(), Queued: p.queued.Load(), Dropped: p.dropped.Load(), Skipped: p.skipped.Load(), Waiting: waiting,
+		Paced: p.paced.Load(), ReadyMS: ready.Milliseconds()}
 }
 
 // EstimateTokens is what an append of this many bytes of text adds to a
@@ -139,6 +164,17 @@ func EstimateTokens(bytes int) int { return bytes/3 + 4 }
 // Appended is told of an append that went through the service: the
 // session's head after it, the seq of its first message and the tokens it
 // added (EstimateTokens). It never blocks.
+//
+// Past prepare_at, a session is prepared when its pace says it must be:
+// when the tokens still free before its limit, at the rate the session
+// has grown since its count was read, would be gone within paceMargin
+// times what a preparation takes to be ready (as seen here), or when
+// twice its biggest append would fill them. A preparation made earlier
+// leaves raw every message appended after it: committed at the limit, it
+// leaves a larger context than a compaction made then, and the next one
+// comes sooner (the prepared replays at 32k spent 1.28x the blocking
+// mode's model input, all of it in more compactions). Before the first
+// preparation, or with Unpaced, prepare_at alone decides.
 func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSeq int64, tokens int) {
 	p.triggers.Add(1)
 	if p.svc.Config().PrepareAt == 0 {
@@ -148,28 +184,64 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	p.mu.Lock()
 	if e := p.est[tenant.Key(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
 		// No append unseen since the last count: the estimate holds.
-		e.head, e.tokens = head, e.tokens+tokens
+		e.head, e.tokens, e.biggest = head, e.tokens+tokens, max(e.biggest, tokens)
+		now := p.opt.Now()
 		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
 		// Over the limit the request is due (a compaction elsewhere may
 		// have shrunk the context: read it again after Recheck); a
 		// preparation that stands is left alone as long.
-		over := e.tokens > e.limit && time.Since(e.read) < p.opt.Recheck
-		settled := !e.settled.IsZero() && time.Since(e.settled) < p.opt.Recheck
+		over := e.tokens > e.limit && now.Sub(e.read) < p.opt.Recheck
+		settled := !e.settled.IsZero() && now.Sub(e.settled) < p.opt.Recheck
 		if below || over || settled {
 			p.mu.Unlock()
 			p.skipped.Add(1)
 			return
 		}
+		if !p.opt.Unpaced && p.early(e, now) {
+			p.mu.Unlock()
+			p.skipped.Add(1)
+			p.paced.Add(1)
+			return
+		}
 	}
 	p.mu.Unlock()
-	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend})
+	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now()})
+}
+
+// Pacing (see Appended): a preparation is due when the session's limit is
+// within paceMargin times a preparation's time to ready, plus paceSlack
+// (the queue, a request that holds the session, a slower call).
+const (
+	paceMargin = 3
+	paceSlack  = 2 * time.Second
+	// paceWindow is the least time a session's rate is measured over.
+	paceWindow = time.Second
+)
+
+// early reports whether a session past prepare_at may wait: a
+// preparation's time to ready is known, the session's rate since its
+// count was read is measured, and at that rate its limit is further off
+// than paceMargin times that time plus paceSlack, and further than two
+// of its biggest appends. Called with p.mu held.
+func (p *Preparer) early(e *estimate, now time.Time) bool {
+	elapsed, grown := now.Sub(e.read), e.tokens-e.base
+	if p.ready <= 0 || elapsed < paceWindow || grown <= 0 {
+		return false
+	}
+	room := e.limit - e.tokens
+	if room <= 2*e.biggest {
+		return false
+	}
+	left := time.Duration(float64(room) / float64(grown) * float64(elapsed))
+	return left > paceMargin*p.ready+paceSlack
 }
 
 // NearBudget is told of a runtime's ContextNearBudget: the session is
 // prepared whatever the estimate says. It never blocks.
 func (p *Preparer) NearBudget(ctx context.Context, req pipeline.Request) {
 	p.triggers.Add(1)
-	p.enqueue(job{tenant: tenant.From(ctx), sessionID: req.SessionID, trigger: pipeline.PrepareNearBudget, requestID: req.ID, model: req.Model, limit: req.ContextLimit})
+	p.enqueue(job{tenant: tenant.From(ctx), sessionID: req.SessionID, trigger: pipeline.PrepareNearBudget, requestID: req.ID, model: req.Model, limit: req.ContextLimit,
+		at: p.opt.Now()})
 }
 
 // Compacted is told that a session was compacted here: its estimate is
@@ -287,6 +359,9 @@ func (p *Preparer) work(ctx context.Context) {
 		out, err := p.svc.Prepare(tenant.With(ctx, j.tenant), pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
 			Model: j.model, ContextLimit: j.limit})
 		p.learn(j.key(), out, err)
+		if err == nil && out.Outcome == pipeline.PrepareDone && !j.at.IsZero() {
+			p.readyIn(p.opt.Now().Sub(j.at))
+		}
 		p.done(j.key())
 		switch {
 		case err != nil && ctx.Err() == nil && !errors.Is(err, context.Canceled): // (a request cancelled it: it took its own path)
@@ -299,6 +374,18 @@ func (p *Preparer) work(ctx context.Context) {
 			p.opt.Observe(out, err)
 		}
 	}
+}
+
+// readyIn learns that a preparation was ready d after its trigger: a
+// moving average, weighing the latest a third.
+func (p *Preparer) readyIn(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready == 0 {
+		p.ready = d
+		return
+	}
+	p.ready = (2*p.ready + d) / 3
 }
 
 // learn updates the session's (its key's) estimate from what a
@@ -316,13 +403,14 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
 			break
 		}
 	}
-	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, limit: out.Limit, read: time.Now()}
+	now := p.opt.Now()
+	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now}
 	switch out.Outcome {
 	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight,
 		pipeline.PrepareFailed, pipeline.PrepareCancelled:
 		// A preparation stands, none can be made, or one failed (the
 		// model may be down: not again at every append).
-		e.settled = time.Now()
+		e.settled = now
 	}
 	p.est[sid] = e
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -171,5 +172,111 @@ func TestATriggerDuringAPreparationRunsAfterIt(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("a trigger was lost")
 		}
+	}
+}
+
+// Past prepare_at a session is prepared when its pace says so: one that
+// grows slowly, with its limit minutes away and a preparation taking
+// seconds, is prepared near its limit (so that the compaction committed
+// there leaves as little raw as one made there); one that grows fast is
+// prepared at prepare_at; so is every session before the preparer has
+// seen a preparation's time, and with Unpaced.
+func TestPreparationsArePaced(t *testing.T) {
+	counter, store, svc := newService(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		clock = time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	const limit = 6000
+	done := make(chan pipeline.Preparation, 100)
+	start := func(opt preparer.Options) *preparer.Preparer {
+		// Every preparation takes 3 s on the test's clock.
+		opt.Workers, opt.Now = 1, now
+		opt.Busy = func() bool { advance(3 * time.Second); return false }
+		opt.Observe = func(out pipeline.Preparation, _ error) { done <- out }
+		p := preparer.New(svc, opt)
+		go func() { _ = p.Run(ctx) }()
+		return p
+	}
+	wait := func() pipeline.Preparation {
+		t.Helper()
+		select {
+		case out := <-done:
+			return out
+		case <-time.After(10 * time.Second):
+			t.Fatal("no preparation ran")
+		}
+		return pipeline.Preparation{}
+	}
+	// grow appends turns to a new session, each every `every` on the
+	// clock, until a preparation is made; it returns it, and the tokens
+	// appended up to the append that queued it.
+	grow := func(p *preparer.Preparer, sid string, every time.Duration) (pipeline.Preparation, int) {
+		t.Helper()
+		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for i := 0; ; i++ {
+			msgs := []session.Message{
+				{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is bag BAG-%04d, with my laptop in it?", i, i))},
+				{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and reaches you on day %d by courier", i, i%28+1))},
+			}
+			n := 0
+			for j := range msgs {
+				n += counter.Ensure(&msgs[j])
+			}
+			a, err := store.AppendWith(ctx, sid, msgs, session.AppendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			advance(every)
+			total += n
+			queued := p.Stats().Queued
+			p.Appended(ctx, sid, a.HeadSeq, a.HeadSeq-int64(len(msgs))+1, n)
+			if p.Stats().Queued == queued {
+				continue
+			}
+			if out := wait(); out.Outcome == pipeline.PrepareDone {
+				return out, total
+			}
+			if total > limit {
+				t.Fatalf("%s: no preparation before the limit", sid)
+			}
+		}
+	}
+	at := int(svc.Config().PrepareAt * limit)
+
+	p := start(preparer.Options{})
+	// Before any preparation was seen, prepare_at decides.
+	first, _ := grow(p, "first", 10*time.Second)
+	if first.TokensBefore > at+100 || p.Stats().Paced != 0 {
+		t.Fatalf("the first preparation waited: %+v, %+v", first, p.Stats())
+	}
+	if st := p.Stats(); st.ReadyMS != 3000 {
+		t.Fatalf("ready in %d ms, want 3000", st.ReadyMS)
+	}
+	// Slow: a turn every 10 s, the limit minutes away at prepare_at.
+	slow, _ := grow(p, "slow", 10*time.Second)
+	if slow.TokensBefore < at+(limit-at)*3/4 || slow.TokensBefore > limit || p.Stats().Paced == 0 {
+		t.Fatalf("a slow session was prepared at %d tokens (prepare_at %d, limit %d), %+v", slow.TokensBefore, at, limit, p.Stats())
+	}
+	// Fast: a turn every 50 ms, the limit seconds away.
+	paced := p.Stats().Paced
+	fast, _ := grow(p, "fast", 50*time.Millisecond)
+	if fast.TokensBefore > at+100 || p.Stats().Paced != paced {
+		t.Fatalf("a fast session was prepared at %d tokens (prepare_at %d), %+v", fast.TokensBefore, at, p.Stats())
+	}
+
+	// Unpaced: at prepare_at, however slow.
+	u := start(preparer.Options{Unpaced: true})
+	grow(u, "warm-unpaced", 10*time.Second)
+	slowU, _ := grow(u, "slow-unpaced", 10*time.Second)
+	if slowU.TokensBefore > at+100 || u.Stats().Paced != 0 {
+		t.Fatalf("unpaced: prepared at %d tokens, %+v", slowU.TokensBefore, u.Stats())
 	}
 }
