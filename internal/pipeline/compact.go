@@ -31,12 +31,10 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu      sync.Mutex
-	locks   map[string]*sessionLock
-	flights map[string]*flight // preparations running here, by session
-	// owner names this process in the preparations it claims.
-	owner string
-	prep  prepCounters
+	mu    sync.Mutex
+	locks map[string]*sessionLock
+	// preps is the preparing side (prepare.go).
+	preps *preparations
 	// policies are the tenants' (SetTenantPolicies).
 	policies atomic.Pointer[map[string]TenantPolicy]
 	// quota answers the tenants' model quotas (WithModelBudget).
@@ -112,7 +110,8 @@ func New(store SessionStore, breakers BreakerStore, sum Summarizer, cfg Config, 
 		return nil, err
 	}
 	s := &Service{store: store, breakers: breakers, sum: sum, cfg: cfg, table: models.Default(),
-		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}, flights: map[string]*flight{}, owner: processName()}
+		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}}
+	s.preps = newPreparations(s)
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
@@ -352,7 +351,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		// compaction answers at once when it still fits, or leaves only
 		// a top-up to summarise. (Clearing needs no model: it is as
 		// quick, and cuts where the session is now.)
-		pr, done, perr := s.fromPrepared(ctx, p, d, req, res)
+		pr, done, perr := s.preps.fromPrepared(ctx, p, d, req, res)
 		if done || perr != nil {
 			return perr
 		}
@@ -407,12 +406,12 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	}
 	if r.prepared != nil && (res.Strategy == "prepared_topup" || res.Strategy == "prepared") {
 		if r.written {
-			s.prep.used.Add(1)
+			s.preps.stats.used.Add(1)
 		} else {
-			s.prep.topUps.Add(1)
+			s.preps.stats.topUps.Add(1)
 		}
 		if ps, ok := s.store.(PreparedStore); ok {
-			s.markUsed(ctx, ps, *r.prepared)
+			s.preps.markUsed(ctx, ps, *r.prepared)
 		}
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -133,19 +134,38 @@ type PrepareStats struct {
 	WastedTokens int64 `json:"wasted_tokens"`
 }
 
+// preparations is a Service's preparing side, apart from its requests:
+// the preparations running in this process (flights, under mu), the
+// counters, and this process's name in the claims it makes. It decides
+// whether a preparation is due (due), makes one (run), and answers a
+// request from one (fromPrepared, topUp), on the Service's plan
+// (plan.go) and steps.
+type preparations struct {
+	s       *Service
+	mu      sync.Mutex
+	flights map[string]*flight // preparations running here, by session
+	// owner names this process in the preparations it claims.
+	owner string
+	stats prepCounters
+}
+
+func newPreparations(s *Service) *preparations {
+	return &preparations{s: s, flights: map[string]*flight{}, owner: processName()}
+}
+
 type prepCounters struct {
 	started, ready, failed, used, topUps, stale, wasted atomic.Int64
 }
 
 // PrepareStats returns the preparation counters.
 func (s *Service) PrepareStats() PrepareStats {
-	c := &s.prep
+	c := &s.preps.stats
 	return PrepareStats{Started: c.started.Load(), Ready: c.ready.Load(), Failed: c.failed.Load(), Used: c.used.Load(),
 		TopUps: c.topUps.Load(), Stale: c.stale.Load(), WastedTokens: c.wasted.Load()}
 }
 
 // flight is a preparation running in this process. Once planned, it
-// says what it will leave (under Service.mu): the compaction in force it
+// says what it will leave (under preparations.mu): the compaction in force it
 // builds on, where its raw tail starts and its summary's budget, so that
 // a request can tell whether waiting for it pays.
 type flight struct {
@@ -160,28 +180,28 @@ type flight struct {
 // startFlight registers a preparation of the session (its localKey), with
 // the context it runs under (a request may cancel it); false when one
 // runs.
-func (s *Service) startFlight(ctx context.Context, id string) (*flight, context.Context, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.flights[id]; ok {
+func (pp *preparations) startFlight(ctx context.Context, id string) (*flight, context.Context, bool) {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if _, ok := pp.flights[id]; ok {
 		return nil, ctx, false
 	}
 	f := &flight{done: make(chan struct{})}
 	ctx, f.cancel = context.WithCancel(ctx)
-	s.flights[id] = f
+	pp.flights[id] = f
 	return f, ctx, true
 }
 
 // fitLimit is what a context built from a preparation may hold to be
 // committed as it is: under the target, or under prepare_at of the limit.
-func (s *Service) fitLimit(limit int) int {
-	return int(max(s.cfg.HeadroomRatio, s.cfg.PrepareAt) * float64(limit))
+func (pp *preparations) fitLimit(limit int) int {
+	return int(max(pp.s.cfg.HeadroomRatio, pp.s.cfg.PrepareAt) * float64(limit))
 }
 
-func (s *Service) endFlight(id string, f *flight) {
-	s.mu.Lock()
-	delete(s.flights, id)
-	s.mu.Unlock()
+func (pp *preparations) endFlight(id string, f *flight) {
+	pp.mu.Lock()
+	delete(pp.flights, id)
+	pp.mu.Unlock()
 	f.cancel()
 	close(f.done)
 }
@@ -202,11 +222,11 @@ func (s *Service) compacting(id string) bool {
 // the request waits for it. Otherwise the request would wait for it and
 // then summarise the rest anyway: the preparation is cancelled (its
 // tokens not spent for nothing) and the request takes its own path.
-func (s *Service) waitFlight(ctx context.Context, p *plan) {
-	s.mu.Lock()
-	f := s.flights[localKey(ctx, p.sess.Record.SessionID)]
-	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && s.willFit(p, f.tailStart, f.budget)
-	s.mu.Unlock()
+func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
+	pp.mu.Lock()
+	f := pp.flights[localKey(ctx, p.sess.Record.SessionID)]
+	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && pp.willFit(p, f.tailStart, f.budget)
+	pp.mu.Unlock()
 	if f == nil {
 		return
 	}
@@ -223,14 +243,14 @@ func (s *Service) waitFlight(ctx context.Context, p *plan) {
 // willFit reports whether a compaction whose raw tail starts at tailStart,
 // with a summary of at most budget tokens, would leave the session as it
 // is now within fitLimit: waiting for one being prepared then pays.
-func (s *Service) willFit(p *plan, tailStart int64, budget int) bool {
+func (pp *preparations) willFit(p *plan, tailStart int64, budget int) bool {
 	est := p.pinnedTokens + budget + summaryFraming
 	for i := range p.candidates {
 		if p.candidates[i].Seq >= tailStart {
 			est += p.candidates[i].Tokens
 		}
 	}
-	return est <= s.fitLimit(p.limit)
+	return est <= pp.fitLimit(p.limit)
 }
 
 // awaitPrepared waits for a preparation another replica claimed and is
@@ -238,10 +258,10 @@ func (s *Service) willFit(p *plan, tailStart int64, budget int) bool {
 // answers sooner than a fresh summary would. It waits while the claim
 // holds (its owner renews it every claimBeat; one that died stops), and
 // returns the stored preparation as it last read it.
-func (s *Service) awaitPrepared(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) session.PreparedCompaction {
+func (pp *preparations) awaitPrepared(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) session.PreparedCompaction {
 	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
-	for p.Claimed(s.now(), s.claimTTL()) {
+	for p.Claimed(pp.s.now(), pp.claimTTL()) {
 		select {
 		case <-ctx.Done():
 			return p
@@ -266,12 +286,12 @@ const (
 
 // claimTTL is how long a claimed preparation keeps other replicas off
 // without a heartbeat.
-func (s *Service) claimTTL() time.Duration { return claimStale }
+func (pp *preparations) claimTTL() time.Duration { return claimStale }
 
 // beat renews claim every claimBeat until stop is closed, then returns
 // the claim as last written (its revision is what the final write must
 // name).
-func (s *Service) beat(ctx context.Context, ps PreparedStore, claim session.PreparedCompaction, stop <-chan struct{}) session.PreparedCompaction {
+func (pp *preparations) beat(ctx context.Context, ps PreparedStore, claim session.PreparedCompaction, stop <-chan struct{}) session.PreparedCompaction {
 	t := time.NewTicker(claimBeat)
 	defer t.Stop()
 	for {
@@ -283,7 +303,7 @@ func (s *Service) beat(ctx context.Context, ps PreparedStore, claim session.Prep
 		case <-t.C:
 		}
 		next := claim
-		next.Heartbeat = s.now().UTC()
+		next.Heartbeat = pp.s.now().UTC()
 		if w, err := ps.PutPrepared(ctx, next); err == nil {
 			claim = w
 		}
@@ -304,15 +324,15 @@ func (s *Service) beat(ctx context.Context, ps PreparedStore, claim session.Prep
 func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (Preparation, error) {
 	start := s.now()
 	out := Preparation{SessionID: req.SessionID}
-	err := s.prepare(ctx, req, &out)
+	err := s.preps.prepare(ctx, req, &out)
 	out.DurationMS = s.now().Sub(start).Milliseconds()
 	s.log.LogAttrs(ctx, slog.LevelDebug, "preparation", slog.String("session_id", req.SessionID), slog.String("trigger", req.Trigger),
 		slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int64("duration_ms", out.DurationMS))
 	return out, err
 }
 
-func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparation) error {
-	ps, ok := s.store.(PreparedStore)
+func (pp *preparations) prepare(ctx context.Context, req PrepareRequest, out *Preparation) error {
+	ps, ok := pp.s.store.(PreparedStore)
 	if !ok {
 		return errors.New("pipeline: the session store keeps no prepared compactions")
 	}
@@ -322,39 +342,39 @@ func (s *Service) prepare(ctx context.Context, req PrepareRequest, out *Preparat
 	if req.Trigger != PrepareNearBudget && req.Trigger != PrepareAppend {
 		return fmt.Errorf("%w: preparation trigger %q is not %s or %s", ErrInvalidRequest, req.Trigger, PrepareNearBudget, PrepareAppend)
 	}
-	if req.Trigger == PrepareAppend && s.cfg.PrepareAt == 0 {
+	if req.Trigger == PrepareAppend && pp.s.cfg.PrepareAt == 0 {
 		out.Outcome, out.Detail = PrepareBelow, "prepare_at is 0"
 		return nil
 	}
 	key := localKey(ctx, req.SessionID)
-	f, ctx, ok := s.startFlight(ctx, key)
+	f, ctx, ok := pp.startFlight(ctx, key)
 	if !ok {
 		out.Outcome = PrepareInFlight
 		return nil
 	}
-	defer s.endFlight(key, f)
-	if s.compacting(key) {
+	defer pp.endFlight(key, f)
+	if pp.s.compacting(key) {
 		// A request runs: what it commits makes a preparation planned
 		// now stale. The next trigger prepares on what it leaves.
 		out.Outcome, out.Detail = PrepareInFlight, "a request is compacting the session"
 		return nil
 	}
-	if s.cfg.Timeout > 0 {
+	if pp.s.cfg.Timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(s.cfg.Timeout))
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(pp.s.cfg.Timeout))
 		defer cancel()
 	}
-	job, err := s.due(ctx, ps, req, out)
+	job, err := pp.due(ctx, ps, req, out)
 	if err != nil || job == nil {
 		return err
 	}
-	s.mu.Lock()
+	pp.mu.Lock()
 	f.planned, f.base, f.tailStart, f.budget = true, job.rec.CompactionID, job.rec.HeadSeq+1, job.r.budget
 	if len(job.r.tail) > 0 {
 		f.tailStart = job.r.tail[0].Seq
 	}
-	s.mu.Unlock()
-	return s.run(ctx, ps, req, job, out)
+	pp.mu.Unlock()
+	return pp.run(ctx, ps, req, job, out)
 }
 
 // prepJob is a preparation found due: the session as planned at the
@@ -374,22 +394,22 @@ type prepJob struct {
 // summary needed at the limit (clearing alone will not do) that makes the
 // progress the request will require and fits. It returns nil, with out
 // saying why, when none is.
-func (s *Service) due(ctx context.Context, ps PreparedStore, req PrepareRequest, out *Preparation) (*prepJob, error) {
-	if b, err := s.breakers.Breaker(ctx, req.SessionID); err != nil {
+func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRequest, out *Preparation) (*prepJob, error) {
+	if b, err := pp.s.breakers.Breaker(ctx, req.SessionID); err != nil {
 		return nil, err
 	} else if b.Open() {
 		out.Outcome, out.Detail = PrepareNothing, "the session's breaker is open"
 		return nil, nil
 	}
-	p, err := s.load(ctx, Request{SessionID: req.SessionID, Model: req.Model, ContextLimit: req.ContextLimit})
+	p, err := pp.s.load(ctx, Request{SessionID: req.SessionID, Model: req.Model, ContextLimit: req.ContextLimit})
 	if err != nil {
 		return nil, err
 	}
 	rec := p.sess.Record
 	out.HeadSeq, out.Limit, out.TokensBefore = rec.HeadSeq, p.limit, p.beforeTokens
 	switch {
-	case req.Trigger == PrepareAppend && float64(p.beforeTokens) < s.cfg.PrepareAt*float64(p.limit):
-		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, under %.0f%% of %d", p.beforeTokens, 100*s.cfg.PrepareAt, p.limit)
+	case req.Trigger == PrepareAppend && float64(p.beforeTokens) < pp.s.cfg.PrepareAt*float64(p.limit):
+		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, under %.0f%% of %d", p.beforeTokens, 100*pp.s.cfg.PrepareAt, p.limit)
 		return nil, nil
 	case p.beforeTokens > p.limit:
 		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, over the limit %d: the request is due", p.beforeTokens, p.limit)
@@ -399,24 +419,24 @@ func (s *Service) due(ctx context.Context, ps PreparedStore, req PrepareRequest,
 	if err != nil && !errors.Is(err, session.ErrNotFound) {
 		return nil, err
 	}
-	if stored.Claimed(s.now(), s.claimTTL()) {
+	if stored.Claimed(pp.s.now(), pp.claimTTL()) {
 		out.Outcome, out.Detail = PrepareInFlight, "claimed by "+stored.Owner
 		return nil, nil
 	}
 	// Plan as if the context had grown to its limit: the messages to come
 	// fill the tail.
 	p.growth = max(p.limit-p.beforeTokens, 0)
-	if stored.Usable(rec) && !s.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
+	if stored.Usable(rec) && !pp.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
 		// The stored preparation stands while it will still fit when the
 		// context reaches its limit: redone only to cut further.
-		if p2 := s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= s.fitLimit(p.limit) {
+		if p2 := pp.s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= pp.fitLimit(p.limit) {
 			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
 			return nil, nil
 		}
 	}
 	d := Decision{Needed: true, Reason: DecisionTokens}
 	var res Result
-	r, err := s.plan(p, d, s.selectTail(p), &res)
+	r, err := pp.s.plan(p, d, pp.s.selectTail(p), &res)
 	if err != nil || r == nil {
 		out.Outcome, out.Detail = PrepareNothing, "already compacted"
 		if err != nil {
@@ -429,7 +449,7 @@ func (s *Service) due(ctx context.Context, ps PreparedStore, req PrepareRequest,
 		return nil, nil
 	}
 	out.FromSeq, out.ToSeq = r.selected[0].Seq, r.selected[len(r.selected)-1].Seq
-	if stored.Usable(rec) && !s.tooOld(stored) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
+	if stored.Usable(rec) && !pp.tooOld(stored) && stored.FromSeq == out.FromSeq && stored.ToSeq == out.ToSeq {
 		out.Outcome = PrepareUnchanged // (the same range would be cut again)
 		return nil, nil
 	}
@@ -442,13 +462,13 @@ func (s *Service) due(ctx context.Context, ps PreparedStore, req PrepareRequest,
 	for i := range r.tail {
 		worst += r.tail[i].Tokens
 	}
-	if err := s.checkProgress(d, p.beforeTokens+p.growth, worst+p.growth, len(p.pinned)+1+len(r.tail)); err != nil {
+	if err := pp.s.checkProgress(d, p.beforeTokens+p.growth, worst+p.growth, len(p.pinned)+1+len(r.tail)); err != nil {
 		out.Outcome, out.Detail = PrepareNothing, err.Error()
 		return nil, nil
 	}
-	if worst+p.growth > s.fitLimit(p.limit) {
+	if worst+p.growth > pp.fitLimit(p.limit) {
 		out.Outcome, out.Detail = PrepareNothing, fmt.Sprintf("it would leave about %d tokens at the limit, over the %d it must fit in (pinned %d, summary %d)",
-			worst+p.growth, s.fitLimit(p.limit), p.pinnedTokens, r.budget)
+			worst+p.growth, pp.fitLimit(p.limit), p.pinnedTokens, r.budget)
 		return nil, nil
 	}
 	return &prepJob{p: p, r: r, d: d, rec: rec, stored: stored}, nil
@@ -458,11 +478,11 @@ func (s *Service) due(ctx context.Context, ps PreparedStore, req PrepareRequest,
 // preparation (another replica's claim wins), summarises with the claim
 // kept alive, verifies the compaction as the request will, and stores it
 // ready (or failed).
-func (s *Service) run(ctx context.Context, ps PreparedStore, req PrepareRequest, job *prepJob, out *Preparation) error {
+func (pp *preparations) run(ctx context.Context, ps PreparedStore, req PrepareRequest, job *prepJob, out *Preparation) error {
 	p, r, d, rec, stored := job.p, job.r, job.d, job.rec, job.stored
 	var res Result
 	claim := session.PreparedCompaction{SessionID: req.SessionID, State: session.PreparedRunning, Base: rec.CompactionID, HeadSeq: rec.HeadSeq,
-		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Budget: r.budget, Owner: s.owner, StartedAt: s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
+		FromSeq: out.FromSeq, ToSeq: out.ToSeq, Budget: r.budget, Owner: pp.owner, StartedAt: pp.s.now().UTC(), Trigger: req.Trigger, Revision: stored.Revision}
 	claim, err := ps.PutPrepared(ctx, claim)
 	if errors.Is(err, session.ErrConflict) {
 		out.Outcome, out.Detail = PrepareInFlight, "another replica claimed it"
@@ -470,41 +490,41 @@ func (s *Service) run(ctx context.Context, ps PreparedStore, req PrepareRequest,
 	} else if err != nil {
 		return err
 	}
-	s.prep.started.Add(1)
+	pp.stats.started.Add(1)
 	if w := unusedTokens(stored, rec); w > 0 {
 		// The preparation replaced was never used.
-		s.prep.stale.Add(1)
-		s.prep.wasted.Add(int64(w))
+		pp.stats.stale.Add(1)
+		pp.stats.wasted.Add(int64(w))
 		out.WastedTokens = w
 	}
 	req2 := Request{SessionID: req.SessionID, ID: req.RequestID, Model: req.Model, ContextLimit: req.ContextLimit}
 	stopBeat, beaten := make(chan struct{}), make(chan session.PreparedCompaction, 1)
-	go func(c session.PreparedCompaction) { beaten <- s.beat(ctx, ps, c, stopBeat) }(claim)
-	err = s.summarise(WithPurpose(ctx, PurposePreparation), p, req2, r, &res)
+	go func(c session.PreparedCompaction) { beaten <- pp.beat(ctx, ps, c, stopBeat) }(claim)
+	err = pp.s.summarise(WithPurpose(ctx, PurposePreparation), p, req2, r, &res)
 	close(stopBeat)
 	claim = <-beaten
 	claim.LLMCalls, claim.InputTokens, claim.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
 	out.LLMCalls, out.InputTokens, out.OutputTokens = res.LLMCalls, res.InputTokens, res.OutputTokens
 	if err == nil {
-		a := s.assemble(p, req2, r.key(req.SessionID, rec.HeadSeq), r, &res)
+		a := pp.s.assemble(p, req2, r.key(req.SessionID, rec.HeadSeq), r, &res)
 		a.msg.Compaction.RequestID = ""
 		err = Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
-			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit))})
+			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, pp.s.maxSummary(p.limit))})
 		if err == nil {
 			// Progress as the request will see it: both sides grown by
 			// what the preparation planned for.
-			err = s.checkProgress(d, p.beforeTokens+p.growth, a.tokens+p.growth, len(a.context))
+			err = pp.s.checkProgress(d, p.beforeTokens+p.growth, a.tokens+p.growth, len(a.context))
 		}
 		if err == nil {
 			msg := a.msg
-			claim.State, claim.Compaction, claim.ReadyAt = session.PreparedReady, &msg, s.now().UTC()
+			claim.State, claim.Compaction, claim.ReadyAt = session.PreparedReady, &msg, pp.s.now().UTC()
 			out.TokensAfter = a.tokens
 		}
 	}
 	if err != nil {
 		claim.State, claim.Error = session.PreparedFailed, err.Error()
-		s.prep.failed.Add(1)
-		s.prep.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
+		pp.stats.failed.Add(1)
+		pp.stats.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
 		out.Outcome, out.Detail = PrepareFailed, err.Error()
 		if errors.Is(err, context.Canceled) {
 			out.Outcome = PrepareCancelled
@@ -512,14 +532,14 @@ func (s *Service) run(ctx context.Context, ps PreparedStore, req PrepareRequest,
 	}
 	if _, perr := ps.PutPrepared(context.WithoutCancel(ctx), claim); perr != nil {
 		if err == nil {
-			s.prep.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
+			pp.stats.wasted.Add(int64(claim.InputTokens + claim.OutputTokens))
 		}
 		return errors.Join(err, fmt.Errorf("store prepared compaction: %w", perr))
 	}
 	if err != nil {
 		return err
 	}
-	s.prep.ready.Add(1)
+	pp.stats.ready.Add(1)
 	out.Outcome = PrepareDone
 	return nil
 }
@@ -542,56 +562,56 @@ func unusedTokens(p session.PreparedCompaction, rec session.Record) int {
 // over, on top of its summary (a top-up). A request with no usable
 // preparation, or one that fails its checks now, returns nil, false: the
 // blocking path.
-func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Request, res *Result) (r *reduction, done bool, err error) {
-	ps, ok := s.store.(PreparedStore)
+func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, req Request, res *Result) (r *reduction, done bool, err error) {
+	ps, ok := pp.s.store.(PreparedStore)
 	if !ok {
 		return nil, false, nil
 	}
-	s.waitFlight(ctx, p)
+	pp.waitFlight(ctx, p)
 	stored, err := ps.Prepared(ctx, req.SessionID)
 	if err != nil {
 		return nil, false, nil // none, or unreadable: the blocking path
 	}
 	rec := p.sess.Record
-	if stored.Claimed(s.now(), s.claimTTL()) && stored.Owner != s.owner && stored.Base == rec.CompactionID && stored.Epoch == rec.Epoch &&
-		stored.Budget > 0 && s.willFit(p, stored.ToSeq+1, stored.Budget) {
+	if stored.Claimed(pp.s.now(), pp.claimTTL()) && stored.Owner != pp.owner && stored.Base == rec.CompactionID && stored.Epoch == rec.Epoch &&
+		stored.Budget > 0 && pp.willFit(p, stored.ToSeq+1, stored.Budget) {
 		// Another replica is preparing the session, and what it will
 		// leave fits: wait for it.
-		stored = s.awaitPrepared(ctx, ps, stored)
+		stored = pp.awaitPrepared(ctx, ps, stored)
 	}
-	if !stored.Usable(rec) || s.tooOld(stored) {
-		s.retire(ctx, ps, stored, rec)
+	if !stored.Usable(rec) || pp.tooOld(stored) {
+		pp.retire(ctx, ps, stored, rec)
 		return nil, false, nil
 	}
 	m := *stored.Compaction
 	meta := *m.Compaction
 	m.Compaction = &meta
-	age := s.now().Sub(stored.ReadyAt).Milliseconds()
-	p2 := s.withPrepared(p, &m)
+	age := pp.s.now().Sub(stored.ReadyAt).Milliseconds()
+	p2 := pp.s.withPrepared(p, &m)
 	// It fits when it leaves the context under the target, or under
 	// prepare_at (no compaction would be prepared for it yet): with
 	// the limit's last share free either way.
-	target := s.fitLimit(p.limit)
-	fitsCount := s.cfg.MaxMessages <= 0 || len(p2.before) <= s.cfg.MaxMessages
+	target := pp.fitLimit(p.limit)
+	fitsCount := pp.s.cfg.MaxMessages <= 0 || len(p2.before) <= pp.s.cfg.MaxMessages
 	if p2.beforeTokens > target || !fitsCount {
-		return s.topUp(p, p2, d, stored, age)
+		return pp.topUp(p, p2, d, stored, age)
 	}
 	if err := Verify(VerifyInput{Before: p.before, After: p2.before, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: p2.beforeTokens,
-		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: s.maxSummary(p.limit)}); err != nil {
-		s.log.LogAttrs(ctx, slog.LevelDebug, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
+		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: pp.s.maxSummary(p.limit)}); err != nil {
+		pp.s.log.LogAttrs(ctx, slog.LevelDebug, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
 		return nil, false, nil
 	}
-	if err := s.checkProgress(d, p.beforeTokens, p2.beforeTokens, len(p2.before)); err != nil {
+	if err := pp.s.checkProgress(d, p.beforeTokens, p2.beforeTokens, len(p2.before)); err != nil {
 		return nil, false, nil
 	}
 	meta.RequestID = req.ID
 	meta.TokensBefore, meta.TokensAfter = p.beforeTokens, p2.beforeTokens
 	meta.PrefixKeptTokens = PrefixKept(p.before, p2.before)
-	c := commitFor(req.SessionID, &m, s.now().UTC())
+	c := commitFor(req.SessionID, &m, pp.s.now().UTC())
 	base := rec
 	c.Base = &base
 	res.IdempotencyKey = meta.IdempotencyKey
-	existed, err := s.commit(ctx, c)
+	existed, err := pp.s.commit(ctx, c)
 	if err != nil && !errors.Is(err, errWonByOther) {
 		return nil, true, err
 	}
@@ -601,7 +621,7 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 	res.InstructionsDropped = meta.InstructionsDropped
 	res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeCompacted, "prepared", age
 	if err != nil || existed {
-		_, mine := s.madeBy(ctx, req.SessionID, m.ID, req.ID)
+		_, mine := pp.s.madeBy(ctx, req.SessionID, m.ID, req.ID)
 		if !mine || existed {
 			res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeAlreadyCompacted, "existing", 0
 			if mine {
@@ -610,10 +630,10 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 			return nil, true, nil
 		}
 		// This request wrote the compaction and another committed the
-		// record to it: it is this request's.
+		// record to it: it is this request'pp.s.
 	}
-	s.prep.used.Add(1)
-	s.markUsed(ctx, ps, stored)
+	pp.stats.used.Add(1)
+	pp.markUsed(ctx, ps, stored)
 	return nil, true, nil
 }
 
@@ -622,12 +642,12 @@ func (s *Service) fromPrepared(ctx context.Context, p *plan, d Decision, req Req
 // what the target needs is summarised on top of it. It needs an
 // incremental summary; otherwise, or when no such cut exists, the
 // request takes the blocking path.
-func (s *Service) topUp(p, p2 *plan, d Decision, stored session.PreparedCompaction, age int64) (*reduction, bool, error) {
-	if !s.cfg.EnableIncremental || !s.cfg.has(StepSummarise) {
+func (pp *preparations) topUp(p, p2 *plan, d Decision, stored session.PreparedCompaction, age int64) (*reduction, bool, error) {
+	if !pp.s.cfg.EnableIncremental || !pp.s.cfg.has(StepSummarise) {
 		return nil, false, nil
 	}
 	var scratch Result
-	r, err := s.plan(p2, d, s.selectTail(p2), &scratch)
+	r, err := pp.s.plan(p2, d, pp.s.selectTail(p2), &scratch)
 	if err != nil || r == nil {
 		return nil, false, nil
 	}
@@ -690,17 +710,17 @@ func (s *Service) withPrepared(p *plan, m *session.Message) *plan {
 
 // markUsed marks a preparation used (best effort: an unmarked one is told
 // used by the record naming its compaction).
-func (s *Service) markUsed(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) {
+func (pp *preparations) markUsed(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) {
 	p.State = session.PreparedUsed
 	if _, err := ps.PutPrepared(context.WithoutCancel(ctx), p); err != nil && !errors.Is(err, session.ErrConflict) {
-		s.log.LogAttrs(ctx, slog.LevelDebug, "mark preparation used", slog.String("session_id", p.SessionID), slog.String("error", err.Error()))
+		pp.s.log.LogAttrs(ctx, slog.LevelDebug, "mark preparation used", slog.String("session_id", p.SessionID), slog.String("error", err.Error()))
 	}
 }
 
 // retire marks a ready preparation that can no longer be used stale,
 // once (compare-and-set), counting its tokens as wasted unless its
 // compaction is the one in force (used, and not yet marked).
-func (s *Service) retire(ctx context.Context, ps PreparedStore, p session.PreparedCompaction, rec session.Record) {
+func (pp *preparations) retire(ctx context.Context, ps PreparedStore, p session.PreparedCompaction, rec session.Record) {
 	if p.State != session.PreparedReady || p.Epoch != rec.Epoch {
 		return
 	}
@@ -714,15 +734,15 @@ func (s *Service) retire(ctx context.Context, ps PreparedStore, p session.Prepar
 		return
 	}
 	if !used {
-		s.prep.stale.Add(1)
-		s.prep.wasted.Add(int64(w))
+		pp.stats.stale.Add(1)
+		pp.stats.wasted.Add(int64(w))
 	}
 }
 
 // tooOld reports whether a ready preparation has waited past
 // prepared_max_age: it is prepared again, never applied.
-func (s *Service) tooOld(p session.PreparedCompaction) bool {
-	return s.cfg.PreparedMaxAge > 0 && !p.ReadyAt.IsZero() && s.now().Sub(p.ReadyAt) > time.Duration(s.cfg.PreparedMaxAge)
+func (pp *preparations) tooOld(p session.PreparedCompaction) bool {
+	return pp.s.cfg.PreparedMaxAge > 0 && !p.ReadyAt.IsZero() && pp.s.now().Sub(p.ReadyAt) > time.Duration(pp.s.cfg.PreparedMaxAge)
 }
 
 // processName names this process in the preparations it claims: host,
