@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -390,7 +391,14 @@ func TestServeWalkthrough(t *testing.T) {
 	if !strings.Contains(string(body), `compactor_build_info{goversion="go`) {
 		t.Error("/metrics lacks compactor_build_info")
 	}
-	for _, path := range []string{"/healthz", "/readyz"} {
+	// Every model call is counted and timed, by provider, model and outcome.
+	for _, re := range []string{`compactor_model_calls_total\{model="[^"]+",outcome="ok",provider="\w+",purpose="request"\} [1-9]`,
+		`compactor_model_call_duration_seconds_count\{model="[^"]+",outcome="ok",provider="\w+",purpose="request"\} [1-9]`} {
+		if !regexp.MustCompile(re).Match(body) {
+			t.Errorf("/metrics lacks %s", re)
+		}
+	}
+	for _, path := range []string{"/livez", "/healthz", "/readyz"} {
 		if resp, err := http.Get("http://" + metricsAddr + path); err != nil || resp.StatusCode != 200 {
 			t.Fatalf("%s: %v %v", path, resp, err)
 		}

@@ -35,6 +35,7 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/quota"
+	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tenant"
@@ -239,6 +240,9 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Preparer = preparer.New(a.Pipeline, preparer.Options{Workers: cfg.PrepareWorkers, Logger: log, Observe: a.Metrics.ObservePreparation,
 		Busy: func() bool { return a.Consumer.InFlight() >= int64(cfg.Workers) }})
 	a.Metrics.Preparations(a.Pipeline.PrepareStats, a.Preparer.Stats)
+	if o, ok := cfg.Summarizer.(interface{ Observe(func(router.Call)) }); ok {
+		o.Observe(a.Metrics.ObserveModelCall) // each provider call: its time, by provider, model and outcome
+	}
 	a.Metrics.TenantUsage(func() (time.Time, map[string]session.TenantUsage) { u := a.Quotas.Usage(); return u.At, u.Tenants })
 	observe := func(res *pipeline.Result) {
 		a.Metrics.Observe(res)
@@ -440,6 +444,12 @@ func pprofHandler() http.Handler {
 func (a *App) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", a.Metrics.Handler())
+	// Liveness: the process runs and serves HTTP, whatever NATS does (a
+	// probe on /healthz or /readyz would restart every replica in a NATS
+	// outage, which a restart cannot fix).
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		if !a.NC.IsConnected() {
 			http.Error(w, "not connected to NATS: "+a.NC.Status().String(), http.StatusServiceUnavailable)

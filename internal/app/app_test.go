@@ -495,8 +495,8 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 }
 
 // /readyz says whether the service takes requests; /healthz whether the
-// process is alive and connected. With the NATS server gone, neither is
-// 200; once it is back, both are.
+// process is alive and connected; /livez whether it runs. With the NATS
+// server gone, only /livez is 200; once it is back, all are.
 func TestReadiness(t *testing.T) {
 	dir := t.TempDir()
 	srv := natstest.Server(t, dir, -1)
@@ -519,10 +519,14 @@ func TestReadiness(t *testing.T) {
 			return nil
 		})
 	}
-	wait("started", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 })
+	wait("started", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 && status("/livez") == 200 })
 	srv.Shutdown()
 	srv.WaitForShutdown()
 	wait("server gone", func() bool { return status("/readyz") == 503 && status("/healthz") == 503 })
+	// The process runs: a liveness probe must not restart it for NATS.
+	if got := status("/livez"); got != 200 {
+		t.Fatalf("/livez %d with NATS gone, want 200", got)
+	}
 	natstest.Server(t, dir, port)
 	wait("server back", func() bool { return status("/readyz") == 200 && status("/healthz") == 200 })
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
+	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 )
@@ -43,6 +44,10 @@ type Metrics struct {
 	tenantCalls    *prometheus.CounterVec
 	tenantIn       *prometheus.CounterVec
 	tenantOut      *prometheus.CounterVec
+	// Model calls (each provider call, retries included), by provider,
+	// model asked for, outcome and purpose.
+	modelCalls    *prometheus.CounterVec
+	modelDuration *prometheus.HistogramVec
 }
 
 // New registers the collectors. version is the service's, reported as
@@ -88,12 +93,18 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 			Help: "Input tokens sent to summary models, by tenant."}, []string{"tenant"}),
 		tenantOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tenant_summary_output_tokens_total",
 			Help: "Output tokens written by summary models, by tenant."}, []string{"tenant"}),
+		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "model_calls_total",
+			Help: "Calls to summary model providers, each retry a call, by provider, model asked for, outcome (ok, context_length, rate_limited, server_error, auth, bad_request, cancelled, error) and purpose (request or preparation)."},
+			[]string{"provider", "model", "outcome", "purpose"}),
+		modelDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "model_call_duration_seconds",
+			Help:    "Time of one call to a summary model provider, by provider, model asked for, outcome and purpose.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120}}, []string{"provider", "model", "outcome", "purpose"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preparation_runs_total",
 			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed, cancelled."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
 		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,
-		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut,
+		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut, m.modelCalls, m.modelDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -244,6 +255,16 @@ func (m *Metrics) Preparations(svc func() pipeline.PrepareStats, sched func() pr
 		Help: "How long a preparation takes from its trigger to ready, as the preparer has seen (a moving average; 0 before the first): what pacing plans by."},
 		func() float64 { return float64(sched().ReadyMS) / 1000 }))
 	m.reg.MustRegister(m.prepared)
+}
+
+// ObserveModelCall counts one provider call and its time (router.Observe).
+func (m *Metrics) ObserveModelCall(c router.Call) {
+	purpose := c.Purpose
+	if purpose == "" {
+		purpose = "request"
+	}
+	m.modelCalls.WithLabelValues(c.Provider, c.Model, c.Outcome, purpose).Inc()
+	m.modelDuration.WithLabelValues(c.Provider, c.Model, c.Outcome, purpose).Observe(c.Duration.Seconds())
 }
 
 // ObservePreparation counts one preparation by its outcome.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/compactor/compactor/internal/models"
@@ -43,6 +44,59 @@ type Router struct {
 	table     *models.Table
 	retry     Retry
 	timeout   time.Duration
+	observe   atomic.Pointer[func(Call)]
+}
+
+// Call is one model call as the router made it (each retry is a call of
+// its own): the provider, the model asked for, how it ended and how long
+// it took, and what it was for (pipeline.Purpose: "" for a request's,
+// "preparation" for a preparation's).
+type Call struct {
+	Provider, Model, Outcome, Purpose string
+	Duration                          time.Duration
+}
+
+// Call outcomes.
+const (
+	CallOK            = "ok"
+	CallContextLength = "context_length"
+	CallRateLimited   = "rate_limited"
+	CallServerError   = "server_error"
+	CallAuth          = "auth"
+	CallBadRequest    = "bad_request"
+	CallCancelled     = "cancelled"
+	CallError         = "error"
+)
+
+// Observe has f see every model call from now on (nil: none); f must be
+// quick and safe for concurrent use.
+func (r *Router) Observe(f func(Call)) {
+	if f == nil {
+		r.observe.Store(nil)
+		return
+	}
+	r.observe.Store(&f)
+}
+
+// outcomeOf classifies a call's error.
+func outcomeOf(ctx context.Context, err error) string {
+	switch {
+	case err == nil:
+		return CallOK
+	case errors.Is(err, pipeline.ErrContextLength):
+		return CallContextLength
+	case errors.Is(err, ErrRateLimited):
+		return CallRateLimited
+	case errors.Is(err, ErrServer):
+		return CallServerError
+	case errors.Is(err, ErrAuth):
+		return CallAuth
+	case errors.Is(err, ErrBadRequest):
+		return CallBadRequest
+	case ctx.Err() != nil || errors.Is(err, context.Canceled):
+		return CallCancelled
+	}
+	return CallError
 }
 
 // Option tunes a Router.
@@ -154,7 +208,13 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 			}
 		}
 		callCtx, cancel := context.WithTimeout(ctx, r.timeout)
+		start := time.Now()
 		resp, err := p.Summarize(callCtx, req)
+		if f := r.observe.Load(); f != nil {
+			// The model asked for, not the one answering (a provider names
+			// a dated version): one label per configured model.
+			(*f)(Call{Provider: p.Name(), Model: req.Model, Outcome: outcomeOf(callCtx, err), Purpose: pipeline.Purpose(ctx), Duration: time.Since(start)})
+		}
 		cancel()
 		if err == nil {
 			return resp, nil

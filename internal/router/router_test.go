@@ -220,9 +220,26 @@ func TestErrorClassification(t *testing.T) {
 			if tt.provider == "anthropic" {
 				model = "claude-sonnet-4-5"
 			}
-			_, err := r.Summarize(context.Background(), request(model))
+			var (
+				mu    sync.Mutex
+				calls []router.Call
+			)
+			r.Observe(func(c router.Call) { mu.Lock(); calls = append(calls, c); mu.Unlock() })
+			_, err := r.Summarize(pipeline.WithPurpose(context.Background(), pipeline.PurposePreparation), request(model))
 			if srv.count() != tt.calls {
 				t.Fatalf("%d calls, want %d (err %v)", srv.count(), tt.calls, err)
+			}
+			// The observer saw each call: the last one's outcome is the
+			// error's class, each before it a failure.
+			want := map[error]string{nil: router.CallOK, pipeline.ErrContextLength: router.CallContextLength, router.ErrAuth: router.CallAuth,
+				router.ErrBadRequest: router.CallBadRequest, router.ErrServer: router.CallServerError, router.ErrRateLimited: router.CallRateLimited}[tt.want]
+			if len(calls) != tt.calls || calls[len(calls)-1].Outcome != want {
+				t.Fatalf("observed %+v, want %d calls, the last %s", calls, tt.calls, want)
+			}
+			for i, c := range calls {
+				if c.Provider != tt.provider || c.Model != model || c.Purpose != pipeline.PurposePreparation || c.Duration <= 0 || i < len(calls)-1 && c.Outcome == router.CallOK {
+					t.Fatalf("call %d: %+v", i, c)
+				}
 			}
 			if tt.want == nil {
 				if err != nil {
