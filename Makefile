@@ -7,7 +7,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench scale chaos microbench lint fmt tidy run demo clean
+.PHONY: build test test-race test-short bench scale chaos microbench lint fmt tidy run demo docker clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
@@ -83,3 +83,20 @@ demo: build
 
 clean:
 	rm -rf bin
+
+# The container image and, with docker compose, the 3-node cluster of
+# compose.yaml serving one compaction (a session imported as admin, then
+# compacted). Where no docker daemon runs it says so and stops: go test
+# ./deploy checks both files either way.
+docker:
+	@if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then \
+		echo "make docker: no docker daemon here (go test ./deploy checks the Dockerfile and compose.yaml)"; exit 0; fi; \
+	set -e; \
+	docker build --build-arg VERSION=$(VERSION) -t compactor:dev .; \
+	docker compose up -d; \
+	url=nats://admin:admin-secret@nats-1:4222,nats://admin:admin-secret@nats-2:4222,nats://admin:admin-secret@nats-3:4222; \
+	for i in $$(seq 1 60); do docker compose ps --status running compactor | grep -q compactor && break; sleep 2; done; \
+	docker compose run --rm --no-deps -v "$$PWD/testdata:/testdata:ro" compactor session import /testdata/tau-bench-airline-task2.json \
+		--session-id docker-smoke --context-limit 6000 --nats-url $$url; \
+	docker compose run --rm --no-deps compactor compact docker-smoke --nats-url $$url; \
+	echo "make docker: the cluster serves (docker compose down -v to remove it)"

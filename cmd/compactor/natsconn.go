@@ -83,7 +83,8 @@ func (n *natsFlags) options() ([]nats.Option, error) {
 
 // user names the NATS user a connection authenticates as, for errors.
 func (n *natsFlags) user() string {
-	if u, err := url.Parse(*n.url); err == nil && u.User != nil && u.User.Username() != "" {
+	first, _, _ := strings.Cut(*n.url, ",") // a cluster's nodes: the same user, as a rule
+	if u, err := url.Parse(strings.TrimSpace(first)); err == nil && u.User != nil && u.User.Username() != "" {
 		return fmt.Sprintf("NATS user %q", u.User.Username())
 	}
 	if *n.creds != "" {
@@ -167,16 +168,30 @@ func dial(ctx context.Context, url, name string, opts ...nats.Option) (*nats.Con
 	return nc, js, nil
 }
 
-// redactURL hides a password in a URL.
+// redactURL hides the passwords in a URL, or in each URL of a
+// comma-separated list (a cluster's nodes).
 func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		u, err := url.Parse(strings.TrimSpace(p))
+		if err != nil {
+			// Unreadable: hide whatever stands between "//" and "@".
+			if at := strings.LastIndex(p, "@"); at >= 0 {
+				if sl := strings.Index(p, "//"); sl >= 0 && sl < at {
+					parts[i] = p[:sl+2] + "xxxxx" + p[at:]
+				}
+			}
+			continue
+		}
+		if u.User == nil {
+			continue
+		}
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxxxx")
+		}
+		parts[i] = u.String()
 	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
+	return strings.Join(parts, ",")
 }
 
 // stores are a CLI command's handles on the buckets.
