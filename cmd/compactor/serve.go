@@ -20,6 +20,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/migrate"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -112,6 +113,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	// Traces go where the OTEL_* environment says; with none, nowhere.
+	shutdown, err := telemetry.Setup(ctx, buildVersion(), os.Getenv)
+	if err != nil {
+		return err
+	}
+	if telemetry.Enabled(os.Getenv) {
+		ep := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+		if ep == "" {
+			ep = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+		}
+		log.Info("exporting traces over OTLP", slog.String("endpoint", ep))
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("flushing traces", slog.String("error", err.Error()))
+		}
+	}()
 	return serve(ctx, sf, log, nil)
 }
 

@@ -20,6 +20,9 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
@@ -27,6 +30,7 @@ import (
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/transcript"
 	"github.com/compactor/compactor/schemas"
@@ -186,7 +190,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 			{e.name, e.subject, e.desc},
 			{"tenant_" + e.name, tenant.Wildcard(e.subject), "a tenant's " + e.subject + ": " + e.desc},
 		} {
-			if err := svc.AddEndpoint(ep.name, s.tenanted(e.h), micro.WithEndpointSubject(ep.subject),
+			if err := svc.AddEndpoint(ep.name, traced(e.subject, s.tenanted(e.h)), micro.WithEndpointSubject(ep.subject),
 				micro.WithEndpointMetadata(map[string]string{"description": ep.desc})); err != nil {
 				_ = svc.Stop()
 				return nil, fmt.Errorf("api: endpoint %s: %w", ep.name, err)
@@ -198,6 +202,50 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		_ = svc.Stop()
 	}()
 	return s, nil
+}
+
+// tracedRequest is an endpoint request with its SERVER span: a child of
+// the caller's trace (the request's traceparent header), named by the
+// endpoint's subject; an error answer marks it failed.
+type tracedRequest struct {
+	micro.Request
+	ctx  context.Context
+	span oteltrace.Span
+	kept bool // the handler ends the span (its work goes on after it returns)
+}
+
+func (t *tracedRequest) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
+	t.span.SetAttributes(attribute.String("error.type", code))
+	t.span.SetStatus(codes.Error, description)
+	return t.Request.Error(code, description, data, opts...)
+}
+
+// traced runs h under a SERVER span per request.
+func traced(subject string, h micro.HandlerFunc) micro.HandlerFunc {
+	return func(r micro.Request) {
+		ctx := events.WithTrace(context.Background(), events.TraceFromHeader(r.Headers()))
+		ctx, span := telemetry.Tracer().Start(ctx, subject, oteltrace.WithSpanKind(oteltrace.SpanKindServer),
+			oteltrace.WithAttributes(attribute.String("rpc.system", "nats_micro"), attribute.String("rpc.service", "compactor"),
+				attribute.String("rpc.method", subject)))
+		t := &tracedRequest{Request: r, ctx: ctx, span: span}
+		h(t)
+		if !t.kept {
+			span.End()
+		}
+	}
+}
+
+// keepSpan hands r's SERVER span to the caller, which ends it (end) once
+// the work it goes on with is done; ctx carries it. An untraced request
+// (a test's) gets the caller's trace from its headers and an end that
+// does nothing.
+func keepSpan(r micro.Request) (ctx context.Context, span oteltrace.Span, end func()) {
+	if t, ok := r.(*tracedRequest); ok {
+		t.kept = true
+		return t.ctx, t.span, func() { t.span.End() }
+	}
+	ctx = events.WithTrace(context.Background(), events.TraceFromHeader(r.Headers()))
+	return ctx, oteltrace.SpanFromContext(ctx), func() {}
 }
 
 // tenanted answers a request for the tenant its subject names, once the
@@ -542,14 +590,16 @@ func (s *Server) compact(r micro.Request) {
 	s.wg.Add(1)
 	s.mu.Unlock()
 	s.sem <- struct{}{}
-	// The result events carry the caller's trace (traceparent and
-	// tracestate headers, as on any NATS request).
-	trace := events.TraceFromHeader(r.Headers())
+	// The compaction runs under the request's SERVER span, a child of the
+	// caller's trace (traceparent and tracestate headers, as on any NATS
+	// request), and its result events carry that trace onward.
+	sctx, span, endSpan := keepSpan(r)
 	go func() {
-		defer func() { <-s.sem; done(); s.wg.Done() }()
-		ctx, cancel := context.WithTimeout(events.WithTrace(tenant.With(s.work, tenantOf(r)), trace), s.d.Timeout)
+		defer func() { <-s.sem; done(); s.wg.Done(); endSpan() }()
+		ctx, cancel := context.WithTimeout(oteltrace.ContextWithSpan(tenant.With(s.work, tenantOf(r)), oteltrace.SpanFromContext(sctx)), s.d.Timeout)
 		defer cancel()
 		res, cerr := s.d.Pipeline.Compact(ctx, req.Request(req.RequestID, req.Trigger, time.Time{}))
+		telemetry.Fail(span, cerr)
 		interrupted := cerr != nil && s.work.Err() != nil
 		disp := events.Dispose(res, interrupted, false)
 		if s.d.Observe != nil && !interrupted {

@@ -38,6 +38,7 @@ import (
 	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -135,7 +136,7 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	// Every line logged with a request's context names its tenant.
-	log = slog.New(tenant.LogHandler{Handler: log.Handler()})
+	log = slog.New(telemetry.LogHandler{Handler: tenant.LogHandler{Handler: log.Handler()}})
 	if cfg.Summarizer == nil {
 		return nil, errors.New("app: a summarizer is required")
 	}

@@ -15,9 +15,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -377,12 +380,28 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 	ctx = tenant.With(ctx, t)
 	req, ev, err := events.DecodeRequest(subject, msg.Headers(), msg.Data())
+	// A CONSUMER span per delivery, the child of the request's trace (the
+	// event's traceparent, else the NATS headers').
+	tr := events.TraceOf(ev)
+	if err != nil || tr.Parent == "" {
+		tr = events.TraceFromHeader(msg.Headers())
+	}
+	ctx = events.WithTrace(ctx, tr)
+	template := subject
+	if route, _, ok := events.RequestSubject(subject); ok {
+		template = route.Prefix + "{session_id}"
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, "process "+template, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", template), attribute.String("messaging.consumer.group.name", Durable),
+			attribute.Int64("messaging.nats.delivery", int64(md.NumDelivered)), attribute.String("cloudevents.event_id", ev.ID()),
+			attribute.String("cloudevents.event_source", ev.Source()), attribute.String("cloudevents.event_type", ev.Type())))
+	defer span.End()
 	if err != nil {
-		ctx = events.WithTrace(ctx, events.TraceFromHeader(msg.Headers()))
+		telemetry.Fail(span, err)
 		c.reject(ctx, d, md, req, err)
 		return
 	}
-	ctx = events.WithTrace(ctx, events.TraceOf(ev))
 	log := c.log.With(slog.String("tenant", t), slog.String("session_id", req.SessionID), slog.String("request_id", req.ID), slog.Uint64("delivery", md.NumDelivered))
 	if req.Trigger == pipeline.TriggerNearBudget {
 		// A hint, not a request: handed to the preparer, answered by
@@ -396,6 +415,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 
 	res, cerr := c.svc.Compact(ctx, req)
+	telemetry.Fail(span, cerr)
 	interrupted := cerr != nil && ctx.Err() != nil
 	last := c.maxDeliver > 0 && int(md.NumDelivered) >= c.maxDeliver
 	disp := events.Dispose(res, interrupted, last)

@@ -8,9 +8,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -52,6 +55,15 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 	if err != nil {
 		return fmt.Errorf("build %s event: %w", typ, err)
 	}
+	// A PRODUCER span per event: its context is what the event carries
+	// onward (with no traces exported, the request's own).
+	route, _ := RouteOf(typ)
+	ctx, span := telemetry.Tracer().Start(ctx, "send "+route.Prefix+"{session_id}", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "send"),
+			attribute.String("messaging.destination.name", route.Prefix+"{session_id}"), attribute.String("cloudevents.event_id", id),
+			attribute.String("cloudevents.event_source", src), attribute.String("cloudevents.event_type", typ),
+			attribute.String("gen_ai.conversation.id", sessionID)))
+	defer span.End()
 	traceFrom(ctx).apply(&ev)
 	// A tenant's events go to its subjects (exported to it alone), say
 	// its name, and their dedup ids are its own: another tenant's request
@@ -65,7 +77,9 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
 	if _, err := p.JS.PublishMsg(ctx, &nats.Msg{Subject: tenant.Subject(t, Subject(typ, sessionID)), Header: h, Data: body}); err != nil {
-		return fmt.Errorf("publish %s: %w", typ, err)
+		err = fmt.Errorf("publish %s: %w", typ, err)
+		telemetry.Fail(span, err)
+		return err
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/compactor/compactor/internal/telemetry"
 )
 
 // Trace is a request's distributed-tracing context: the CloudEvents
@@ -48,20 +50,18 @@ func TraceFromHeader(h map[string][]string) Trace {
 	return t
 }
 
-type traceKey struct{}
-
-// WithTrace returns ctx carrying t: the events published under it carry
-// t's extensions.
+// WithTrace returns ctx carrying t as its remote span context: the spans
+// started under it are its children, and the events published under it
+// carry the trace onward (the producer span's context, or t itself when
+// no traces are exported).
 func WithTrace(ctx context.Context, t Trace) context.Context {
-	if t == (Trace{}) {
-		return ctx
-	}
-	return context.WithValue(ctx, traceKey{}, t)
+	return telemetry.Extract(ctx, t.Parent, t.State)
 }
 
+// traceFrom is the trace context of ctx's span.
 func traceFrom(ctx context.Context) Trace {
-	t, _ := ctx.Value(traceKey{}).(Trace)
-	return t
+	p, st := telemetry.Inject(ctx)
+	return Trace{Parent: p, State: st}
 }
 
 // apply sets t's extensions on ev; a value the SDK refuses is left out.

@@ -10,10 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/compactor/compactor/internal/ledger"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"
+	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -173,7 +177,14 @@ var errWonByOther = errors.New("compaction committed by another writer")
 func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 	start := s.now()
 	res := &Result{SessionID: req.SessionID, Tenant: tenant.From(ctx), RequestID: req.ID, Trigger: req.Trigger}
+	// An INTERNAL span per request (GenAI has no compaction operation: a
+	// custom one), its steps and model calls under it.
+	ctx, span := telemetry.Tracer().Start(ctx, "compact_context", trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "compact_context"), attribute.String("gen_ai.conversation.id", req.SessionID),
+		attribute.String("compactor.trigger", string(req.Trigger)), attribute.String("compactor.request_id", req.ID)))
+	defer span.End()
 	err := s.compact(ctx, req, res)
+	defer spanResult(span, res, err)
 	res.DurationMS = s.now().Sub(start).Milliseconds()
 	if err == nil {
 		res.CacheWriteTokens = max(res.TokensAfter-res.PrefixKeptTokens, 0)
@@ -193,6 +204,37 @@ func (s *Service) Compact(ctx context.Context, req Request) (*Result, error) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, "compaction failed", slog.String("session_id", req.SessionID),
 		slog.String("request_id", req.ID), slog.String("reason", string(pe.Reason)), slog.String("error", res.Error))
 	return res, pe
+}
+
+// spanResult sets what a request did on its span (counts and names only,
+// never the messages or the summary).
+func spanResult(span trace.Span, res *Result, err error) {
+	if !span.IsRecording() {
+		return
+	}
+	span.SetAttributes(attribute.String("compactor.outcome", string(res.Outcome)), attribute.String("compactor.strategy", res.Strategy),
+		attribute.Int("compactor.tokens_before", res.TokensBefore), attribute.Int("compactor.tokens_after", res.TokensAfter),
+		attribute.Int("compactor.summary_tokens", res.SummaryTokens), attribute.Int("compactor.messages_summarised", res.MessagesSummarised),
+		attribute.Int("compactor.tool_results_cleared", res.ToolResultsCleared), attribute.Int("compactor.llm_calls", res.LLMCalls),
+		attribute.Bool("compactor.prepared", res.Strategy == "prepared" || res.Strategy == "prepared_topup"),
+		attribute.Int64("compactor.prepared_age_ms", res.PreparedAgeMS), attribute.Int("compactor.breaker_failures", res.Failures),
+		attribute.Bool("compactor.circuit_opened", res.CircuitOpened), attribute.Int("compactor.attempts", res.attempts))
+	if res.CacheState != "" {
+		span.SetAttributes(attribute.String("compactor.cache_state", res.CacheState))
+	}
+	if res.Failed {
+		span.SetAttributes(attribute.String("compactor.reason", string(res.Reason)), attribute.Bool("compactor.retryable", res.Retryable))
+		telemetry.Fail(span, err)
+	}
+}
+
+// step runs one step of a request under a span of its own.
+func step[T any](ctx context.Context, name string, f func(context.Context) (T, error)) (T, error) {
+	ctx, span := telemetry.Tracer().Start(ctx, name)
+	defer span.End()
+	v, err := f(ctx)
+	telemetry.Fail(span, err)
+	return v, err
 }
 
 // LogResult writes a request's result as the drivers (the consumer, the
@@ -256,11 +298,13 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 
 	for attempt := 0; ; attempt++ {
+		res.attempts = attempt + 1
 		err = s.attempt(ctx, req, res)
 		if !errors.Is(err, errReplan) || attempt >= s.cfg.CommitRetries {
 			break
 		}
-		*res = Result{SessionID: req.SessionID, Tenant: res.Tenant, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures, CacheState: res.CacheState}
+		*res = Result{SessionID: req.SessionID, Tenant: res.Tenant, RequestID: req.ID, Trigger: req.Trigger, Failures: b.Failures, CacheState: res.CacheState,
+			attempts: res.attempts}
 	}
 	if errors.Is(err, errReplan) {
 		err = fail(ReasonPersistFailed, true, ErrPersistFailed, "lost %d commit races in a row", s.cfg.CommitRetries+1)
@@ -330,10 +374,11 @@ func openerFailure(last string) *Error {
 // results, then summarise), assemble, verify, progress, commit. A commit
 // that lost a race answers errReplan.
 func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
-	p, err := s.load(ctx, req)
+	p, err := step(ctx, "load", func(ctx context.Context) (*plan, error) { return s.load(ctx, req) })
 	if err != nil {
 		return err
 	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("gen_ai.request.model", p.model), attribute.Int("compactor.context_limit", p.limit))
 	if s.current(p, req, res) {
 		return nil // a redelivery of the request that made the compaction in force
 	}
@@ -351,7 +396,13 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		// compaction answers at once when it still fits, or leaves only
 		// a top-up to summarise. (Clearing needs no model: it is as
 		// quick, and cuts where the session is now.)
-		pr, done, perr := s.preps.fromPrepared(ctx, p, d, req, res)
+		var pr *reduction
+		var done bool
+		_, perr := step(ctx, "prepared", func(ctx context.Context) (struct{}, error) {
+			var err error
+			pr, done, err = s.preps.fromPrepared(ctx, p, d, req, res)
+			return struct{}{}, err
+		})
 		if done || perr != nil {
 			return perr
 		}
@@ -376,7 +427,9 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	if r.step == StepSummarise && !r.written {
-		if err := s.summarise(ctx, r.planOf(p), req, r, res); err != nil {
+		if _, err := step(ctx, StepSummarise, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, s.summarise(ctx, r.planOf(p), req, r, res)
+		}); err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
@@ -394,14 +447,16 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		}
 	}
 	a := s.assemble(p, req, key, r, res)
-	if err := Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
-		Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit)), State: r.state}); err != nil {
+	if _, err := step(ctx, "verify", func(context.Context) (struct{}, error) {
+		return struct{}{}, Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
+			Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit)), State: r.state})
+	}); err != nil {
 		return &Error{Reason: ReasonInvariantViolated, Err: err}
 	}
 	if err := s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context)); err != nil {
 		return err
 	}
-	if err := s.commitResult(ctx, req, a, r, res); err != nil {
+	if _, err := step(ctx, "commit", func(ctx context.Context) (struct{}, error) { return struct{}{}, s.commitResult(ctx, req, a, r, res) }); err != nil {
 		return err
 	}
 	if r.prepared != nil && (res.Strategy == "prepared_topup" || res.Strategy == "prepared") {

@@ -212,6 +212,8 @@ type Result struct {
 	// breaker (publish CompactionCircuitClosed); Breaker then holds its
 	// state while it was open.
 	CircuitClosed bool `json:"-"`
+	// attempts counts the plans made (a lost commit race plans again).
+	attempts int
 }
 
 // SessionStore is what the pipeline needs from session storage.
@@ -307,6 +309,11 @@ type SummaryResponse struct {
 	// when it reported none.
 	InputTokens  int
 	OutputTokens int
+	// CacheReadTokens and CacheWriteTokens are the input tokens the
+	// provider read from its prompt cache and wrote to it, where it
+	// reports them (OpenAI's cached_tokens; Anthropic's
+	// cache_read_input_tokens and cache_creation_input_tokens).
+	CacheReadTokens, CacheWriteTokens int
 	// Encoding, when set, says OutputTokens is the exact tiktoken count of
 	// Text in that encoding (a model's own usage figures are not).
 	Encoding string

@@ -68,8 +68,11 @@ type openAIResponse struct {
 		FinishReason string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage struct {
-		PromptTokens     int `json:"prompt_tokens"`
-		CompletionTokens int `json:"completion_tokens"`
+		PromptTokens        int `json:"prompt_tokens"`
+		CompletionTokens    int `json:"completion_tokens"`
+		PromptTokensDetails struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
 }
 
@@ -103,5 +106,6 @@ func (o *OpenAI) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 	case c.Message.Content != nil:
 		text = *c.Message.Content
 	}
-	return pipeline.SummaryResponse{Text: text, Model: r.Model, InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens}, nil
+	return pipeline.SummaryResponse{Text: text, Model: r.Model, InputTokens: r.Usage.PromptTokens, OutputTokens: r.Usage.CompletionTokens,
+		CacheReadTokens: r.Usage.PromptTokensDetails.CachedTokens}, nil
 }

@@ -20,8 +20,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/telemetry"
 )
 
 var _ pipeline.Summarizer = (*Router)(nil)
@@ -208,8 +212,30 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 			}
 		}
 		callCtx, cancel := context.WithTimeout(ctx, r.timeout)
+		// A CLIENT span per call (GenAI conventions: "chat {model}").
+		callCtx, span := telemetry.Tracer().Start(callCtx, "chat "+req.Model, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.provider.name", p.Name()),
+				attribute.String("gen_ai.request.model", req.Model), attribute.Int("gen_ai.request.max_tokens", req.MaxTokens),
+				attribute.String("compactor.task", string(req.Task)), attribute.Int("compactor.attempt", attempt+1)))
 		start := time.Now()
 		resp, err := p.Summarize(callCtx, req)
+		if span.IsRecording() {
+			if resp.Model != "" {
+				span.SetAttributes(attribute.String("gen_ai.response.model", resp.Model))
+			}
+			if resp.InputTokens > 0 || resp.OutputTokens > 0 {
+				span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.InputTokens), attribute.Int("gen_ai.usage.output_tokens", resp.OutputTokens))
+			}
+			if resp.CacheReadTokens > 0 || resp.CacheWriteTokens > 0 {
+				span.SetAttributes(attribute.Int("gen_ai.usage.cache_read.input_tokens", resp.CacheReadTokens),
+					attribute.Int("gen_ai.usage.cache_creation.input_tokens", resp.CacheWriteTokens))
+			}
+			if err != nil {
+				span.SetAttributes(attribute.String("error.type", outcomeOf(callCtx, err)))
+			}
+			telemetry.Fail(span, err)
+		}
+		span.End()
 		if f := r.observe.Load(); f != nil {
 			// The model asked for, not the one answering (a provider names
 			// a dated version): one label per configured model.
