@@ -455,6 +455,8 @@ func TestCacheStateSteersClearing(t *testing.T) {
 		t.Fatalf("a cold cache cleared %d results (to %d tokens), a warm one %d (to %d)", cold.ToolResultsCleared, cold.TokensAfter,
 			warm.ToolResultsCleared, warm.TokensAfter)
 	}
+	t.Logf("12,000-token window, %d tokens: warm cache cleared %d results (to %d tokens), cold %d (to %d)", warm.TokensBefore,
+		warm.ToolResultsCleared, warm.TokensAfter, cold.ToolResultsCleared, cold.TokensAfter)
 	after := e.context(t, "cold")
 	raw := 0
 	for i := range after {
