@@ -123,7 +123,7 @@ func TestTLS(t *testing.T) {
 	// The service over TLS answers a compaction.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	logs := &syncBuffer{}
+	logs := &natstest.LogBuffer{}
 	go func() {
 		done <- run(ctx, append([]string{"serve", "--metrics-addr", "", "--nats-url", url}, tlsArgs...), io.Discard, logs)
 	}()

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // process is `compactor serve` in a child process.
 type process struct {
 	cmd  *exec.Cmd
-	logs *syncBuffer
+	logs *natstest.LogBuffer
 	done chan struct{}
 }
 
@@ -44,7 +44,7 @@ func startProcess(t *testing.T, url string, args ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &process{logs: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{logs: &natstest.LogBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(exe, append([]string{"serve", "--nats-url", url, "--metrics-addr", "", "--ack-wait", "2s"}, args...)...)
 	p.cmd.Env = append(os.Environ(), "COMPACTOR_TEST_RUN_MAIN=1")
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,29 +29,11 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// syncBuffer is a bytes.Buffer safe for the service's concurrent logging.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // served is `compactor serve` running in-process.
 type served struct {
 	cancel context.CancelFunc
 	done   chan int
-	logs   *syncBuffer
+	logs   *natstest.LogBuffer
 }
 
 // startServe runs serve with args against url and waits until its micro
@@ -68,7 +48,7 @@ func startServe(t *testing.T, url string, args ...string) *served {
 func startServeAt(t *testing.T, url string, args ...string) *served {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &served{cancel: cancel, done: make(chan int, 1), logs: &syncBuffer{}}
+	s := &served{cancel: cancel, done: make(chan int, 1), logs: &natstest.LogBuffer{}}
 	args = append([]string{"serve", "--metrics-addr", ""}, args...)
 	go func() { s.done <- run(ctx, args, io.Discard, s.logs) }()
 	var nc *nats.Conn

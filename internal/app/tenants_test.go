@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 )
@@ -106,7 +106,7 @@ func userURL(s *server.Server, user, pass string) string {
 // own results; another account's subjects are not there to call.
 func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	srv := accountsServer(t)
-	logs := &lockedBuffer{}
+	logs := &natstest.LogBuffer{}
 	svc, _ := service(t, userURL(srv, "compactor", "compactor-secret"), nil, func(c *app.Config) {
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
@@ -237,24 +237,6 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	if l := logs.String(); !strings.Contains(l, `msg="session deleted by request" tenant=TENANT_A caller_account=TENANT_A caller_user=tenant-a session_id=same`) {
 		t.Fatalf("the delete's log does not name its caller:\n%s", l)
 	}
-}
-
-// lockedBuffer is a log a service writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Over its requests_per_second quota a tenant's request is refused with

@@ -4,7 +4,9 @@
 package natstest
 
 import (
+	"bytes"
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -112,4 +114,24 @@ func Eventually(t testing.TB, total, step time.Duration, f func() error) {
 		}
 		time.Sleep(step)
 	}
+}
+
+// LogBuffer is a log a service writes from many goroutines while the test
+// reads it.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is what was written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

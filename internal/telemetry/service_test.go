@@ -1,13 +1,11 @@
 package telemetry_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,24 +27,6 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tokens"
 )
-
-// syncBuffer is a log sink the service writes from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func attrs(s sdktrace.ReadOnlySpan) map[string]attribute.Value {
 	m := map[string]attribute.Value{}
@@ -82,7 +62,7 @@ func TestOneCompactionOneTrace(t *testing.T) {
 	}
 	cfg := pipeline.DefaultConfig()
 	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
-	logs := &syncBuffer{}
+	logs := &natstest.LogBuffer{}
 	a, err := app.Start(context.Background(), app.Config{NATSURL: srv.ClientURL(), Provision: true, Pipeline: cfg, Summarizer: sum,
 		PrepareWorkers: 1, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
