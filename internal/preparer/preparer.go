@@ -212,8 +212,8 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 // within paceMargin times a preparation's time to ready, plus paceSlack
 // (the queue, a request that holds the session, a slower call).
 const (
-	paceMargin = 3
-	paceSlack  = 2 * time.Second
+	paceMargin = 1.5
+	paceSlack  = time.Second
 	// paceWindow is the least time a session's rate is measured over.
 	paceWindow = time.Second
 )
@@ -233,7 +233,7 @@ func (p *Preparer) early(e *estimate, now time.Time) bool {
 		return false
 	}
 	left := time.Duration(float64(room) / float64(grown) * float64(elapsed))
-	return left > paceMargin*p.ready+paceSlack
+	return left > time.Duration(paceMargin*float64(p.ready))+paceSlack
 }
 
 // NearBudget is told of a runtime's ContextNearBudget: the session is
