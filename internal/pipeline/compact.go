@@ -229,12 +229,12 @@ func spanResult(span trace.Span, res *Result, err error) {
 }
 
 // step runs one step of a request under a span of its own.
-func step[T any](ctx context.Context, name string, f func(context.Context) (T, error)) (T, error) {
+func step(ctx context.Context, name string, f func(context.Context) error) error {
 	ctx, span := telemetry.Tracer().Start(ctx, name)
 	defer span.End()
-	v, err := f(ctx)
+	err := f(ctx)
 	telemetry.Fail(span, err)
-	return v, err
+	return err
 }
 
 // LogResult writes a request's result as the drivers (the consumer, the
@@ -374,8 +374,8 @@ func openerFailure(last string) *Error {
 // results, then summarise), assemble, verify, progress, commit. A commit
 // that lost a race answers errReplan.
 func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
-	p, err := step(ctx, "load", func(ctx context.Context) (*plan, error) { return s.load(ctx, req) })
-	if err != nil {
+	var p *plan
+	if err := step(ctx, "load", func(ctx context.Context) (err error) { p, err = s.load(ctx, req); return err }); err != nil {
 		return err
 	}
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("gen_ai.request.model", p.model), attribute.Int("compactor.context_limit", p.limit))
@@ -398,10 +398,9 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		// quick, and cuts where the session is now.)
 		var pr *reduction
 		var done bool
-		_, perr := step(ctx, "prepared", func(ctx context.Context) (struct{}, error) {
-			var err error
+		perr := step(ctx, "prepared", func(ctx context.Context) (err error) {
 			pr, done, err = s.preps.fromPrepared(ctx, p, d, req, res)
-			return struct{}{}, err
+			return err
 		})
 		if done || perr != nil {
 			return perr
@@ -427,9 +426,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	if r.step == StepSummarise && !r.written {
-		if _, err := step(ctx, StepSummarise, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, s.summarise(ctx, r.planOf(p), req, r, res)
-		}); err != nil {
+		if err := step(ctx, StepSummarise, func(ctx context.Context) error { return s.summarise(ctx, r.planOf(p), req, r, res) }); err != nil {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
@@ -447,8 +444,8 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		}
 	}
 	a := s.assemble(p, req, key, r, res)
-	if _, err := step(ctx, "verify", func(context.Context) (struct{}, error) {
-		return struct{}{}, Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
+	if err := step(ctx, "verify", func(context.Context) error {
+		return Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
 			Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit)), State: r.state})
 	}); err != nil {
 		return &Error{Reason: ReasonInvariantViolated, Err: err}
@@ -456,7 +453,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := s.checkProgress(d, p.beforeTokens, a.tokens, len(a.context)); err != nil {
 		return err
 	}
-	if _, err := step(ctx, "commit", func(ctx context.Context) (struct{}, error) { return struct{}{}, s.commitResult(ctx, req, a, r, res) }); err != nil {
+	if err := step(ctx, "commit", func(ctx context.Context) error { return s.commitResult(ctx, req, a, r, res) }); err != nil {
 		return err
 	}
 	if r.prepared != nil && (res.Strategy == "prepared_topup" || res.Strategy == "prepared") {

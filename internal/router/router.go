@@ -219,6 +219,7 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 				attribute.String("compactor.task", string(req.Task)), attribute.Int("compactor.attempt", attempt+1)))
 		start := time.Now()
 		resp, err := p.Summarize(callCtx, req)
+		outcome := outcomeOf(callCtx, err)
 		if span.IsRecording() {
 			if resp.Model != "" {
 				span.SetAttributes(attribute.String("gen_ai.response.model", resp.Model))
@@ -231,7 +232,7 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 					attribute.Int("gen_ai.usage.cache_creation.input_tokens", resp.CacheWriteTokens))
 			}
 			if err != nil {
-				span.SetAttributes(attribute.String("error.type", outcomeOf(callCtx, err)))
+				span.SetAttributes(attribute.String("error.type", outcome))
 			}
 			telemetry.Fail(span, err)
 		}
@@ -239,7 +240,7 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 		if f := r.observe.Load(); f != nil {
 			// The model asked for, not the one answering (a provider names
 			// a dated version): one label per configured model.
-			(*f)(Call{Provider: p.Name(), Model: req.Model, Outcome: outcomeOf(callCtx, err), Purpose: pipeline.Purpose(ctx), Duration: time.Since(start)})
+			(*f)(Call{Provider: p.Name(), Model: req.Model, Outcome: outcome, Purpose: pipeline.Purpose(ctx), Duration: time.Since(start)})
 		}
 		cancel()
 		if err == nil {
