@@ -7,7 +7,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench scale chaos microbench lint fmt tidy run demo docker clean
+.PHONY: build test test-race test-short bench scale chaos microbench lint fmt tidy run demo docker screenshots clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
@@ -80,6 +80,14 @@ run: build
 # The whole system on one machine, with a real conversation.
 demo: build
 	$(BIN) demo
+
+# The inspector page as headless Chromium sees it in its test (Debian's
+# chromium package), kept as docs/inspector.png.
+screenshots:
+	@command -v chromium >/dev/null 2>&1 || { echo "make screenshots: no chromium (apt-get install chromium)"; exit 1; }
+	rm -rf bin/shots && mkdir -p bin/shots
+	$(GO) test -count=1 -run TestInspectorInChromium -artifacts -outputdir $(CURDIR)/bin/shots ./cmd/compactor
+	cp bin/shots/_artifacts/*/inspector-session-desktop.png docs/inspector.png
 
 clean:
 	rm -rf bin

@@ -72,13 +72,20 @@ func (n *natsFlags) options() ([]nats.Option, error) {
 	if *n.creds != "" {
 		opts = append(opts, nats.UserCredentials(*n.creds))
 	}
+	return append(opts, n.tlsOptions()...), nil
+}
+
+// tlsOptions are the connection's TLS options alone (the inspector's
+// sign-in connects as another user, over the same TLS).
+func (n *natsFlags) tlsOptions() []nats.Option {
+	var opts []nats.Option
 	if *n.tlsCA != "" {
 		opts = append(opts, nats.RootCAs(*n.tlsCA))
 	}
 	if *n.tlsCert != "" {
 		opts = append(opts, nats.ClientCert(*n.tlsCert, *n.tlsKey))
 	}
-	return opts, nil
+	return opts
 }
 
 // user names the NATS user a connection authenticates as, for errors.

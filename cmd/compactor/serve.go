@@ -41,6 +41,7 @@ type serveFlags struct {
 	grace       *time.Duration
 	metricsAddr *string
 	pprofAddr   *string
+	ui          *bool
 	logFormat   *string
 	logLevel    *string
 	source      *string
@@ -68,6 +69,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		grace:       fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running compactions may finish before they are released to another replica"),
 		metricsAddr: fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on `ADDRESS` (empty: off)"),
 		pprofAddr:   fs.String("pprof-addr", "", "serve net/http/pprof at /debug/pprof/ on `ADDRESS` (empty, the default: off)"),
+		ui:          fs.Bool("ui", false, "serve the read-only inspector page at /ui/ on the metrics address (behind an operator's NATS user and password when the server requires authentication)"),
 		logFormat:   fs.String("log-format", "text", "log `FORMAT`: text or json (to stderr)"),
 		logLevel:    fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error"),
 		source:      fs.String("source", events.DefaultSource, "CloudEvents `SOURCE` of the events published"),
@@ -105,6 +107,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if err := sf.pf.validate(); err != nil {
 		return err
+	}
+	if *sf.ui && *sf.metricsAddr == "" {
+		return fmt.Errorf("%w: --ui serves the inspector page on the metrics address: give --metrics-addr", errUsage)
 	}
 	if *sf.workers < 1 || *sf.replicas < 1 || *sf.maxDeliver < 1 || *sf.ackWait < time.Second || *sf.sessionTTL < 0 || *sf.shards < 0 {
 		return fmt.Errorf("%w: --workers, --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --session-ttl and --shards >= 0", errUsage)
@@ -159,6 +164,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
 		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
+		UI: *sf.ui, SignInOptions: sf.nats.tlsOptions(),
 		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
 		Tenants: sf.pf.conf.Policies(), Limits: sf.pf.conf.Limits()})
 	if err != nil {

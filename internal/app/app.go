@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +30,7 @@ import (
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/inspect"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/metrics"
 	"github.com/compactor/compactor/internal/migrate"
@@ -74,6 +77,12 @@ type Config struct {
 	Source string
 	// MetricsAddr serves /metrics, /healthz and /readyz ("": off).
 	MetricsAddr string
+	// UI serves the inspector page at /ui/ on MetricsAddr (read-only).
+	// Where the NATS server requires authentication it asks for an
+	// operator's NATS user and password and has the server check them,
+	// connecting with SignInOptions (TLS) besides.
+	UI            bool
+	SignInOptions []nats.Option
 	// PprofAddr serves net/http/pprof at /debug/pprof/ ("": off, the
 	// default: profiles show the process's internals).
 	PprofAddr string
@@ -320,11 +329,21 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 			return nil
 		}
 	}, func(error) { close(connDone) })
+	if cfg.UI && cfg.MetricsAddr == "" {
+		return nil, errors.New("app: the inspector page (--ui) is served on the metrics address: set --metrics-addr")
+	}
 	if cfg.MetricsAddr != "" {
-		if a.MetricsAddr, err = serveHTTP(&g, "--metrics-addr", cfg.MetricsAddr, a.handler()); err != nil {
+		var ui http.Handler
+		if cfg.UI {
+			ui = a.inspector(cfg, breakers)
+		}
+		if a.MetricsAddr, err = serveHTTP(&g, "--metrics-addr", cfg.MetricsAddr, a.handler(ui)); err != nil {
 			return nil, err
 		}
 		log.Info("metrics", slog.String("url", "http://"+a.MetricsAddr+"/metrics"))
+		if cfg.UI {
+			log.Info("inspector", slog.String("url", "http://"+a.MetricsAddr+inspect.Prefix), slog.Bool("sign_in", a.NC.AuthRequired()))
+		}
 	}
 	if cfg.PprofAddr != "" {
 		if a.PprofAddr, err = serveHTTP(&g, "--pprof-addr", cfg.PprofAddr, pprofHandler()); err != nil {
@@ -406,9 +425,6 @@ func (a *App) Stop() error {
 	return a.Wait()
 }
 
-// handler serves /metrics, /healthz (200 while connected to NATS: the
-// process is alive) and /readyz (200 while it takes requests: connected,
-// provisioned and consuming).
 // serveHTTP listens on addr (named by flag in errors) and serves h as a
 // part of g, shut down with it; it returns the address it listens on.
 func serveHTTP(g *run.Group, flag, addr string, h http.Handler) (string, error) {
@@ -442,9 +458,30 @@ func pprofHandler() http.Handler {
 	return mux
 }
 
-func (a *App) handler() http.Handler {
+// inspector is the inspector page over the service's stores: behind an
+// operator's NATS credentials when the server requires authentication.
+func (a *App) inspector(cfg Config, breakers *kvstore.Breakers) http.Handler {
+	ic := inspect.Config{Sessions: a.Sessions, Breakers: breakers, Logger: a.log, Tenants: func() []string {
+		return slices.Collect(maps.Keys(a.Quotas.Usage().Tenants))
+	}}
+	if a.NC.AuthRequired() {
+		ic.Auth = &inspect.NATSAuth{URLs: a.URL, Options: cfg.SignInOptions, ListSubject: api.SubjectList,
+			InfoSubject: "$JS.API.STREAM.INFO.KV_" + kvstore.BreakersBucket}
+	} else {
+		a.log.Warn("the inspector page asks for no credentials: the NATS server requires none (anyone who reaches the metrics address reads every session)")
+	}
+	return inspect.Handler(ic)
+}
+
+// handler serves /metrics, /livez, /healthz (200 while connected to
+// NATS), /readyz (200 while it takes requests: connected, provisioned and
+// consuming) and, when ui is set, the inspector page under /ui/.
+func (a *App) handler(ui http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", a.Metrics.Handler())
+	if ui != nil {
+		mux.Handle(inspect.Prefix, ui)
+	}
 	// Liveness: the process runs and serves HTTP, whatever NATS does (a
 	// probe on /healthz or /readyz would restart every replica in a NATS
 	// outage, which a restart cannot fix).

@@ -155,6 +155,20 @@ func (s *Service) counter(model string) (*tokens.Counter, error) {
 	return c.WithImageEstimate(s.images), nil
 }
 
+// Count fills in the token counts msgs do not store yet (an append's
+// messages are counted when a compaction reads them), with model's
+// encoding.
+func (s *Service) Count(model string, msgs []session.Message) error {
+	c, err := s.counter(model)
+	if err != nil {
+		return err
+	}
+	for i := range msgs {
+		c.Ensure(&msgs[i])
+	}
+	return nil
+}
+
 // LimitOf is a session's context limit: its own, else its model's window.
 func (s *Service) LimitOf(rec session.Record) int {
 	if rec.ContextLimit > 0 {

@@ -1,0 +1,585 @@
+// Package inspect is the operator's inspector page (`serve --ui`): the
+// sessions a tenant holds, paged and filtered by id prefix; one session's
+// compactions side by side — what each summarised, cleared and kept, the
+// tokens before and after, its ledger — with the prepared compaction and
+// its age; and the breakers, open ones first, with their reason.
+//
+// It is read-only (GET and HEAD only), rendered on the server with
+// html/template (no script at all, and a Content-Security-Policy that
+// allows none), and reads through the same use cases as the endpoints.
+// With an Authenticator set every page asks for credentials (HTTP Basic):
+// the service checks them against NATS (NATSAuth), so the page is behind
+// the operator's NATS user when nats.conf's roles are on.
+package inspect
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/tenant"
+)
+
+// Prefix is where the pages are served.
+const Prefix = "/ui/"
+
+// PageSize is how many sessions a page of the list shows.
+const PageSize = 50
+
+// MaxBreakers bounds the breakers one list page reads (open ones are
+// shown first among them).
+const MaxBreakers = 10 * session.MaxPageSize
+
+// maxListed bounds the summarised messages a compaction lists by name.
+const maxListed = 200
+
+// Breakers is what the page reads of the breaker store.
+type Breakers interface {
+	Breaker(ctx context.Context, sessionID string) (session.Breaker, error)
+	Page(ctx context.Context, after string, limit int) (session.BreakerPage, error)
+}
+
+// Config is what the pages read from.
+type Config struct {
+	Sessions *sessions.Service
+	Breakers Breakers
+	// Tenants answers the tenants that hold sessions (nil: the default
+	// tenant only).
+	Tenants func() []string
+	// Auth checks every request's credentials (nil: the pages are open,
+	// as the metrics are).
+	Auth Authenticator
+	// Now is the clock ages are told by (nil: time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+//go:embed templates/*.html templates/style.css
+var files embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"num":    num,
+	"pct":    pct,
+	"ago":    ago,
+	"clock":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"add":    func(a, b int) int { return a + b },
+	"seqs":   seqs,
+	"tenant": tenantName,
+	"plural": plural,
+}).ParseFS(files, "templates/*.html"))
+
+// Handler serves the pages under Prefix.
+func Handler(cfg Config) http.Handler {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+Prefix+"{$}", h.list)
+	mux.HandleFunc("GET "+Prefix+"sessions/{id}", h.session)
+	mux.HandleFunc("GET "+Prefix+"style.css", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/css; charset=utf-8")
+		http.ServeFileFS(w, r, files, "templates/style.css")
+	})
+	return h.guard(mux)
+}
+
+type handler struct{ cfg Config }
+
+// guard sets the headers every answer carries and, with an
+// Authenticator, refuses a request without an operator's credentials.
+func (h *handler) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Cache-Control", "no-store")
+		if h.cfg.Auth != nil {
+			user, pass, ok := r.BasicAuth()
+			var err error
+			if !ok {
+				err = fmt.Errorf("%w: sign in with an operator's NATS user and password", ErrUnauthenticated)
+			} else {
+				err = h.cfg.Auth.Authenticate(r.Context(), user, pass)
+			}
+			switch {
+			case errors.Is(err, ErrUnauthenticated):
+				hd.Set("WWW-Authenticate", `Basic realm="compactor inspector", charset="UTF-8"`)
+				http.Error(w, err.Error(), http.StatusUnauthorized)
+				return
+			case errors.Is(err, ErrNotOperator):
+				h.cfg.Logger.Warn("inspector: refused a user that is not an operator", slog.String("user", user))
+				http.Error(w, err.Error(), http.StatusForbidden)
+				return
+			case err != nil:
+				h.cfg.Logger.Warn("inspector: could not check credentials", slog.String("error", err.Error()))
+				http.Error(w, "cannot check credentials now: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// page is what every template gets.
+type page struct {
+	Title   string
+	Tenant  string
+	Tenants []string
+	Now     time.Time
+	Data    any
+}
+
+// scope reads the tenant a page is asked for, and the context it reads in.
+func (h *handler) scope(r *http.Request) (context.Context, string, error) {
+	name := r.URL.Query().Get("tenant")
+	if name == "" || name == tenant.Default {
+		return r.Context(), tenant.Default, nil
+	}
+	if err := tenant.Check(name); err != nil {
+		return nil, "", err
+	}
+	return tenant.With(r.Context(), name), name, nil
+}
+
+func (h *handler) tenants(current string) []string {
+	var out []string
+	if h.cfg.Tenants != nil {
+		out = h.cfg.Tenants()
+	}
+	out = append(out, tenant.Default, current)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// listView is the sessions page.
+type listView struct {
+	Prefix   string
+	Sessions []session.Listed
+	// Next is the next page ("" on the last), FirstPage the first (""
+	// on the first).
+	Next, FirstPage template.URL
+	// Breakers are the tenant's breakers, open ones first; Open counts
+	// the open ones, More those not shown, Partial says the store held
+	// more than MaxBreakers.
+	Breakers []session.Breaker
+	Open     int
+	More     int
+	Partial  bool
+}
+
+// breakersShown bounds the breakers the list page shows.
+const breakersShown = 50
+
+func (h *handler) list(w http.ResponseWriter, r *http.Request) {
+	ctx, tn, err := h.scope(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	q := r.URL.Query()
+	v := listView{Prefix: q.Get("prefix")}
+	if v.Prefix != "" && !events.ValidSessionID(v.Prefix) {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("prefix %q: a session id is 1-200 letters, digits, '-' or '_'", v.Prefix))
+		return
+	}
+	page, err := h.cfg.Sessions.List(ctx, session.ListOptions{After: q.Get("after"), Limit: PageSize, Prefix: v.Prefix})
+	if err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	v.Sessions = page.Sessions
+	for i, l := range v.Sessions { // a session without its own limit has its model's
+		v.Sessions[i].ContextLimit = h.cfg.Sessions.LimitOf(session.Record{Model: l.Model, ContextLimit: l.ContextLimit})
+	}
+	link := func(after string) template.URL {
+		q := url.Values{}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if v.Prefix != "" {
+			q.Set("prefix", v.Prefix)
+		}
+		if tn != tenant.Default {
+			q.Set("tenant", tn)
+		}
+		if len(q) == 0 {
+			return Prefix
+		}
+		return template.URL(Prefix + "?" + q.Encode()) // built by url.Values: escaped
+	}
+	if page.Next != "" {
+		v.Next = link(page.Next)
+	}
+	if q.Get("after") != "" {
+		v.FirstPage = link("")
+	}
+	all, partial, err := h.breakers(ctx)
+	if err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	// Open first, the most recently opened first; then the others, the
+	// most recently written first.
+	slices.SortStableFunc(all, func(a, b session.Breaker) int {
+		if a.Open() != b.Open() {
+			if a.Open() {
+				return -1
+			}
+			return 1
+		}
+		return b.UpdatedAt.Compare(a.UpdatedAt)
+	})
+	for _, b := range all {
+		if b.Open() {
+			v.Open++
+		}
+	}
+	v.Breakers, v.Partial = all[:min(len(all), breakersShown)], partial
+	v.More = len(all) - len(v.Breakers)
+	h.render(w, r, "list.html", tn, "Sessions", v)
+}
+
+// breakers reads up to MaxBreakers of the tenant's breakers.
+func (h *handler) breakers(ctx context.Context) (out []session.Breaker, partial bool, err error) {
+	for after := ""; ; {
+		page, err := h.cfg.Breakers.Page(ctx, after, session.MaxPageSize)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, page.Breakers...)
+		if page.Next == "" {
+			return out, false, nil
+		}
+		if len(out) >= MaxBreakers {
+			return out, true, nil
+		}
+		after = page.Next
+	}
+}
+
+// sessionView is one session's page.
+type sessionView struct {
+	Record  session.Record
+	Tokens  int // what the model sees now
+	Limit   int
+	Breaker session.Breaker
+	// Compactions, the newest first.
+	Compactions []compactionView
+	Prepared    []preparedView
+	// Kept is what the context holds raw now: from KeptFrom to the head.
+	KeptFrom int64
+	Raw      int
+}
+
+// compactionView is one compaction as the page shows it.
+type compactionView struct {
+	N         int // its place in the session's compactions, from 1
+	ID        string
+	Seq       int64
+	InForce   bool
+	CreatedAt time.Time
+	Meta      session.CompactionMeta
+	// Summarised are the messages this compaction summarised (at most
+	// maxListed of them), SummarisedTokens their tokens.
+	Summarised       []line
+	SummarisedMore   int
+	SummarisedTokens int
+	// ClearedNow are the results it cleared (of Meta.Cleared, those not
+	// cleared by the compaction before it).
+	ClearedNow []session.Cleared
+	Saved      int // tokens before less after
+	Ledger     []count
+}
+
+// line is a message as a list names it.
+type line struct {
+	Seq     int64
+	Role    string
+	Tool    string
+	Tokens  int
+	Opening string
+}
+
+type count struct {
+	Name string
+	N    int
+}
+
+// preparedView is the prepared compaction and how old it is.
+type preparedView struct {
+	sessions.Prepared
+	Age    time.Duration
+	Tokens int // the context its commit would leave, when ready
+}
+
+func (h *handler) session(w http.ResponseWriter, r *http.Request) {
+	ctx, tn, err := h.scope(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	sid := r.PathValue("id")
+	if !events.ValidSessionID(sid) {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("session id %q: 1-200 letters, digits, '-' or '_'", sid))
+		return
+	}
+	hist, err := h.cfg.Sessions.History(ctx, sid)
+	if err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	cv, err := h.cfg.Sessions.Context(ctx, sid)
+	if err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	br, err := h.cfg.Breakers.Breaker(ctx, sid)
+	if err != nil && !errors.Is(err, session.ErrNotFound) {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	// What a compaction summarised, in tokens: messages appended since
+	// the last read store no count yet.
+	if err := h.cfg.Sessions.Count(hist.Record.Model, hist.Messages); err != nil {
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	now := h.cfg.Now()
+	v := sessionView{Record: hist.Record, Tokens: cv.Tokens, Limit: cv.ContextLimit, Breaker: br, KeptFrom: 1}
+	for _, m := range cv.Messages {
+		if !m.IsCompaction {
+			v.Raw++
+		}
+	}
+	bySeq := make(map[int64]*session.Message, len(hist.Messages))
+	for i := range hist.Messages {
+		bySeq[hist.Messages[i].Seq] = &hist.Messages[i]
+	}
+	var before map[int64]bool // what the compaction before had cleared
+	for _, c := range hist.Compactions {
+		if c.Compaction == nil {
+			continue
+		}
+		m := *c.Compaction
+		view := compactionView{N: len(v.Compactions) + 1, ID: c.ID, Seq: c.Seq, InForce: c.ID == hist.Record.CompactionID, CreatedAt: m.CreatedAt,
+			Meta: m, Saved: m.TokensBefore - m.TokensAfter, Ledger: ledgerCounts(m)}
+		if m.Step != pipeline.StepClear {
+			for seq := m.FromSeq; seq > 0 && seq <= m.ToSeq; seq++ {
+				msg, ok := bySeq[seq]
+				if !ok {
+					continue
+				}
+				view.SummarisedTokens += msg.Tokens
+				if len(view.Summarised) < maxListed {
+					view.Summarised = append(view.Summarised, lineOf(msg))
+				} else {
+					view.SummarisedMore++
+				}
+			}
+		}
+		now := map[int64]bool{}
+		for _, cl := range m.Cleared {
+			now[cl.Seq] = true
+			if !before[cl.Seq] {
+				view.ClearedNow = append(view.ClearedNow, cl)
+			}
+		}
+		before = now
+		if view.InForce {
+			v.KeptFrom = max(m.TailStartSeq, 1)
+		}
+		v.Compactions = append(v.Compactions, view)
+	}
+	slices.Reverse(v.Compactions)
+	for _, p := range hist.Prepared {
+		pv := preparedView{Prepared: p, Age: now.Sub(cmp.Or(p.ReadyAt, p.StartedAt))}
+		if p.Compaction != nil && p.Compaction.Compaction != nil {
+			pv.Tokens = p.Compaction.Compaction.TokensAfter
+		}
+		v.Prepared = append(v.Prepared, pv)
+	}
+	h.render(w, r, "session.html", tn, sid, v)
+}
+
+func lineOf(m *session.Message) line {
+	l := line{Seq: m.Seq, Role: string(m.Role), Tokens: m.Tokens, Opening: opening(m.Text(), 120)}
+	if m.Role == session.RoleTool {
+		l.Tool = m.Name
+	}
+	if len(m.ToolCalls) > 0 {
+		names := make([]string, len(m.ToolCalls))
+		for i, tc := range m.ToolCalls {
+			names[i] = tc.Function.Name
+		}
+		l.Tool = strings.Join(names, ", ")
+		if l.Opening == "" {
+			l.Opening = "calls " + l.Tool
+		}
+	}
+	return l
+}
+
+// opening is s's first n runes on one line.
+func opening(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+func ledgerCounts(m session.CompactionMeta) []count {
+	l := m.Ledger
+	if l == nil {
+		return nil
+	}
+	all := []count{{"file", len(l.Files)}, {"command", len(l.Commands)}, {"error", len(l.Errors)}, {"test", len(l.Tests)},
+		{"reference", len(l.Refs)}, {"attachment", len(l.Attachments)}, {"instruction", len(l.Instructions)}, {"approval", len(l.Approvals)}}
+	return slices.DeleteFunc(all, func(c count) bool { return c.N == 0 })
+}
+
+func (h *handler) render(w http.ResponseWriter, r *http.Request, name, tn, title string, data any) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	p := page{Title: title, Tenant: tn, Tenants: h.tenants(tn), Now: h.cfg.Now(), Data: data}
+	var b strings.Builder
+	if err := pages.ExecuteTemplate(&b, name, p); err != nil {
+		h.cfg.Logger.Error("inspector: render", slog.String("page", name), slog.String("error", err.Error()))
+		http.Error(w, "render: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	if r.Method == http.MethodHead {
+		w.Header().Set("Content-Length", strconv.Itoa(b.Len()))
+		return
+	}
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// fail answers an error page.
+func (h *handler) fail(w http.ResponseWriter, r *http.Request, code int, err error) {
+	if code >= 500 {
+		h.cfg.Logger.Warn("inspector", slog.String("path", r.URL.Path), slog.String("error", err.Error()))
+	}
+	w.WriteHeader(code)
+	tn := r.URL.Query().Get("tenant")
+	if tenant.Check(tn) != nil {
+		tn = tenant.Default
+	}
+	var b strings.Builder
+	_ = pages.ExecuteTemplate(&b, "error.html", page{Title: http.StatusText(code), Tenant: tn, Now: h.cfg.Now(), Data: err.Error()})
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// status is the HTTP status of a use case's error.
+func status(err error) int {
+	switch {
+	case errors.Is(err, session.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, session.ErrInvalid):
+		return http.StatusBadRequest
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusServiceUnavailable
+}
+
+// plural is n and word, an s added but for one.
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return num(n) + " " + word + "s"
+}
+
+// tenantName is how the page names a tenant.
+func tenantName(name string) string {
+	if name == tenant.Default {
+		return "default"
+	}
+	return name
+}
+
+// num writes an integer with thousands separated by commas.
+func num(v any) string {
+	var s string
+	switch n := v.(type) {
+	case int:
+		s = strconv.Itoa(n)
+	case int64:
+		s = strconv.FormatInt(n, 10)
+	default:
+		return fmt.Sprint(v)
+	}
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
+}
+
+// pct is part of whole in whole percent.
+func pct(part, whole int) string {
+	if whole <= 0 {
+		return "–"
+	}
+	return strconv.Itoa(int(float64(part)*100/float64(whole)+0.5)) + "%"
+}
+
+// ago tells a duration the way a person reads an age.
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "just now"
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + " s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + " min"
+	case d < 48*time.Hour:
+		return strconv.FormatFloat(d.Hours(), 'f', 1, 64) + " h"
+	}
+	return strconv.Itoa(int(d.Hours()/24)) + " days"
+}
+
+// seqs writes a list of seqs briefly: runs as from–to.
+func seqs(s []int64) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		j := i
+		for j+1 < len(s) && s[j+1] == s[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.FormatInt(s[i], 10))
+		if j > i {
+			b.WriteString("–" + strconv.FormatInt(s[j], 10))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
