@@ -29,7 +29,7 @@ type env struct {
 	srv      *httptest.Server
 }
 
-func newEnv(t *testing.T, auth inspect.Authenticator) *env {
+func newEnv(t *testing.T, auth inspect.Authenticator, now ...func() time.Time) *env {
 	t.Helper()
 	e := &env{store: memstore.New(), breakers: memstore.NewBreakers()}
 	e.svc = sessions.New(e.store, e.breakers, nil)
@@ -41,8 +41,11 @@ func newEnv(t *testing.T, auth inspect.Authenticator) *env {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle(inspect.Prefix, inspect.Handler(inspect.Config{Sessions: e.svc, Breakers: e.breakers, Auth: auth,
-		Tenants: func() []string { return []string{"acme"} }}))
+	cfg := inspect.Config{Sessions: e.svc, Breakers: e.breakers, Auth: auth, Tenants: func() []string { return []string{"acme"} }}
+	if len(now) > 0 {
+		cfg.Now = now[0]
+	}
+	mux.Handle(inspect.Prefix, inspect.Handler(cfg))
 	e.srv = httptest.NewServer(mux)
 	t.Cleanup(e.srv.Close)
 	return e
@@ -222,6 +225,46 @@ func TestInspectorPages(t *testing.T) {
 	}
 	if _, err := e.svc.Context(ctx, "agent-1"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A session's prepared compaction shows with its state, whether a
+// request would commit it now, what it summarises and how old it is.
+func TestInspectorShowsThePreparedCompaction(t *testing.T) {
+	var clock time.Time
+	e := newEnv(t, nil, func() time.Time { return clock })
+	ctx := context.Background()
+	var msgs []session.Message
+	for i := range 40 {
+		msgs = append(msgs, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Question %d about invoice INV-%04d: %s", i, i, strings.Repeat("why was it billed twice? ", 12)))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Invoice INV-%04d was billed once; %s", i, strings.Repeat("the second line is a refund. ", 10)))})
+	}
+	if _, err := e.svc.Create(ctx, session.Record{SessionID: "chat", Model: "gpt-4o", ContextLimit: 9000}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	prep, err := e.pipe.Prepare(ctx, pipeline.PrepareRequest{SessionID: "chat", Trigger: pipeline.PrepareNearBudget})
+	if err != nil || prep.Outcome != pipeline.PrepareDone {
+		t.Fatalf("prepare: %v %+v", err, prep)
+	}
+	hist, err := e.svc.History(ctx, "chat")
+	if err != nil || len(hist.Prepared) != 1 {
+		t.Fatalf("history: %v, %d prepared", err, len(hist.Prepared))
+	}
+	clock = hist.Prepared[0].ReadyAt.Add(90 * time.Second)
+	_, body, _ := e.get(t, "/ui/sessions/chat")
+	k := strings.Index(body, `<section id="prepared">`)
+	if k < 0 {
+		t.Fatal("no prepared section")
+	}
+	section := body[k : k+strings.Index(body[k:], "</section>")]
+	for _, want := range []string{`badge ready`, "usable now", `<dd id="prepared-age">1 min since ready</dd>`, "near_budget",
+		fmt.Sprintf("seqs %d–%d", prep.FromSeq, prep.ToSeq), fmt.Sprintf("%s tokens at its head", comma(hist.Prepared[0].Compaction.Compaction.TokensAfter))} {
+		if !strings.Contains(section, want) {
+			t.Errorf("the prepared section lacks %q:\n%s", want, section)
+		}
+	}
+	if !strings.Contains(body, `id="no-compactions"`) {
+		t.Error("a prepared compaction is shown as committed")
 	}
 }
 
