@@ -3,6 +3,12 @@
 // to send to the model), ask for a compaction and wait for its one result,
 // and follow the sessions' circuit breakers.
 //
+// Every call names its session the same way: the session id is the
+// argument after the context. Its types are the contract's (types.go),
+// decoded from the service's JSON; a failed compaction is a *FailedError
+// that errors.Is matches with the reason's sentinel (ErrSummaryFailed,
+// ErrCircuitOpen, ...).
+//
 // Sessions are written and read through the service's NATS micro endpoints
 // (compactor.session.*); compactions are requested with a CloudEvent on
 // agent.context.over_budget.<session> or agent.context.overflow.<session>
@@ -23,67 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/pipeline"
-	"github.com/compactor/compactor/internal/session"
-	"github.com/compactor/compactor/internal/sessions"
 )
-
-// The contract's types, as the service writes them.
-type (
-	// Message is a chat message in OpenAI's chat format, with the id and
-	// seq the service keeps; compaction messages carry their metadata.
-	Message = session.Message
-	// Content is a message's content: text, or a list of parts.
-	Content = session.Content
-	// Role is a message's role.
-	Role = session.Role
-	// ToolCall is a call an assistant message makes.
-	ToolCall = session.ToolCall
-	// Created answers Create.
-	Created = sessions.Created
-	// Appended answers Append: which messages were applied, and which
-	// were stored already (a repeat).
-	Appended = sessions.Appended
-	// ContextView is what to send to the model: the summary, then the
-	// messages after it.
-	ContextView = sessions.ContextView
-	// Deleted answers Delete.
-	Deleted = sessions.Deleted
-	// RequestData is the data of a compaction request: the session and
-	// what the runtime knows of its model and context.
-	RequestData = events.RequestData
-	// CacheData is a request's prompt cache state (RequestData.Cache):
-	// when the runtime last sent the context to its model, and how long
-	// its provider keeps a prefix cached.
-	CacheData = events.CacheData
-	// Completed is the data of a CompactionCompleted event.
-	Completed = pipeline.Result
-	// Failed is the data of a CompactionFailed event.
-	Failed = events.Failed
-	// CircuitOpened is the data of a CompactionCircuitOpened event.
-	CircuitOpened = events.CircuitOpened
-	// CircuitClosed is the data of a CompactionCircuitClosed event.
-	CircuitClosed = events.CircuitClosed
-	// Breaker is a session's circuit breaker: its state and failures.
-	Breaker = session.Breaker
-	// History is a session's record, every message (summarised ones
-	// marked with summarised_by), every compaction and its prepared one.
-	History = sessions.History
-)
-
-// Roles.
-const (
-	System    = session.RoleSystem
-	User      = session.RoleUser
-	Assistant = session.RoleAssistant
-	Tool      = session.RoleTool
-)
-
-// Text returns a message with text content. id is the client's id for it:
-// an append repeated with the same id is applied once.
-func Text(id string, role Role, text string) Message {
-	return Message{ID: id, Role: role, Content: session.TextContent(text)}
-}
 
 // DefaultSource is the CloudEvents source of a client's requests.
 const DefaultSource = "urn:compactor:client"

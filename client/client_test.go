@@ -26,6 +26,18 @@ func (brokenModel) Summarize(context.Context, pipeline.SummaryRequest) (pipeline
 
 func setup(t *testing.T, sum pipeline.Summarizer) *client.Client {
 	t.Helper()
+	nc, _ := natstest.ConnectURL(t, serviceURL(t, sum))
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// serviceURL runs a service for the test with sum (nil: the offline
+// summariser; another trips its breakers at once) and returns its URL.
+func serviceURL(t *testing.T, sum pipeline.Summarizer) string {
+	t.Helper()
 	var svc *app.App
 	var err error
 	if sum == nil {
@@ -40,12 +52,7 @@ func setup(t *testing.T, sum pipeline.Summarizer) *client.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
-	nc, _ := natstest.ConnectURL(t, svc.URL)
-	c, err := client.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return svc.URL
 }
 
 func turns(from, n int) []client.Message {
@@ -83,7 +90,7 @@ func TestOptionsAreValidated(t *testing.T) {
 	if _, err := c.Context(ctx, "a.b"); err == nil || !strings.Contains(err.Error(), "session id") {
 		t.Errorf("a bad session id: %v", err)
 	}
-	if _, err := c.Compact(ctx, client.CompactRequest{Trigger: "manual", Data: events.RequestData{SessionID: "s"}}); err == nil {
+	if _, err := c.Compact(ctx, "s", client.CompactRequest{Trigger: client.Manual}); err == nil {
 		t.Error("a bad trigger accepted")
 	}
 	// No service on this server: said at once, not after a timeout.
@@ -100,14 +107,14 @@ func TestOptionsAreValidated(t *testing.T) {
 func TestSessionsThroughTheClient(t *testing.T) {
 	c := setup(t, nil)
 	ctx := context.Background()
-	created, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", ContextLimit: 3000, Messages: turns(0, 2)})
+	created, err := c.Create(ctx, "s1", client.NewSession{ContextLimit: 3000, Messages: turns(0, 2)})
 	if err != nil || created.HeadSeq != 4 {
 		t.Fatalf("create: %+v %v", created, err)
 	}
-	if again, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", ContextLimit: 3000, Messages: turns(0, 2)}); err != nil || again != created {
+	if again, err := c.Create(ctx, "s1", client.NewSession{ContextLimit: 3000, Messages: turns(0, 2)}); err != nil || again != created {
 		t.Fatalf("the same create again: %+v %v", again, err)
 	}
-	if _, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", Messages: turns(5, 1)}); !errors.Is(err, client.ErrConflict) {
+	if _, err := c.Create(ctx, "s1", client.NewSession{Messages: turns(5, 1)}); !errors.Is(err, client.ErrConflict) {
 		t.Fatalf("another create on the id: %v", err)
 	}
 	a1, err := c.Append(ctx, "s1", turns(2, 1))
@@ -154,30 +161,36 @@ func TestCompactBothWays(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, sid := range []string{"ev", "sync"} {
-		if _, err := c.Create(ctx, client.CreateRequest{SessionID: sid, ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
+		if _, err := c.Create(ctx, sid, client.NewSession{ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The runtime says its cache is warm (used a minute ago, kept five).
 	warm := &client.CacheData{LastRequestTime: time.Now().Add(-time.Minute), TTLSeconds: 300}
-	req := client.CompactRequest{RequestID: "r-ev", Data: events.RequestData{SessionID: "ev", Cache: warm}, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
-	res, err := c.Compact(ctx, req)
-	if err != nil || !res.OK() || res.Completed.Outcome != pipeline.OutcomeCompacted || res.ID != events.RequestResultID("r-ev") || res.Completed.CacheState != pipeline.CacheWarm {
+	req := client.CompactRequest{RequestID: "r-ev", Cache: warm, TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+	res, err := c.Compact(ctx, "ev", req)
+	if err != nil || res.Outcome != client.OutcomeCompacted || res.RequestID != "r-ev" || res.SessionID != "ev" || res.CacheState != "warm" {
 		t.Fatalf("compact by event: %+v %v", res, err)
 	}
 	// The same request again is answered with the same result.
-	again, err := c.CompactSync(ctx, req)
-	if err != nil || !again.OK() || again.Completed.CompactionMessageID != res.Completed.CompactionMessageID {
+	again, err := c.CompactSync(ctx, "ev", req)
+	if err != nil || again.CompactionMessageID != res.CompactionMessageID {
 		t.Fatalf("the same request through the endpoint: %+v %v", again, err)
 	}
 	cold := &client.CacheData{LastRequestTime: time.Now().Add(-time.Hour), TTLSeconds: 300}
-	sres, err := c.CompactSync(ctx, client.CompactRequest{Trigger: client.Overflow, Data: events.RequestData{SessionID: "sync", Cache: cold}})
-	if err != nil || !sres.OK() || sres.Completed.Outcome != pipeline.OutcomeCompacted || sres.Completed.CacheState != pipeline.CacheCold {
+	sres, err := c.CompactSync(ctx, "sync", client.CompactRequest{Trigger: client.Overflow, Cache: cold})
+	if err != nil || sres.Outcome != client.OutcomeCompacted || sres.CacheState != "cold" {
 		t.Fatalf("compact by endpoint: %+v %v", sres, err)
 	}
-	nf, err := c.CompactSync(ctx, client.CompactRequest{Data: events.RequestData{SessionID: "none"}})
-	if err != nil || nf.OK() || nf.Failed.Reason != "session_not_found" {
-		t.Fatalf("an unknown session: %+v %v", nf, err)
+	// A failure is a *FailedError, matched by its reason's sentinel (and
+	// a missing session by ErrNotFound too), by either way of asking.
+	for name, compact := range map[string]func(context.Context, string, client.CompactRequest) (*client.Completed, error){"event": c.Compact, "endpoint": c.CompactSync} {
+		nf, err := compact(ctx, "none", client.CompactRequest{})
+		var fe *client.FailedError
+		if nf != nil || !errors.As(err, &fe) || fe.Reason != client.ReasonSessionNotFound || fe.SessionID != "none" ||
+			!errors.Is(err, client.ErrSessionNotFound) || !errors.Is(err, client.ErrNotFound) || errors.Is(err, client.ErrSummaryFailed) {
+			t.Fatalf("an unknown session by %s: %+v %v", name, nf, err)
+		}
 	}
 }
 
@@ -186,16 +199,17 @@ func TestCircuitEvents(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	got := make(chan client.CircuitEvent, 4)
-	stop, err := c.SubscribeCircuit("", func(e client.CircuitEvent) { got <- e })
+	sub, err := c.SubscribeCircuit("", func(e client.CircuitEvent) { got <- e })
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = stop() }()
-	if _, err := c.Create(ctx, client.CreateRequest{SessionID: "s1", ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
+	defer func() { _ = sub.Unsubscribe() }()
+	if _, err := c.Create(ctx, "s1", client.NewSession{ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Compact(ctx, client.CompactRequest{Data: events.RequestData{SessionID: "s1"}})
-	if err != nil || res.OK() || res.Failed.Reason != "summary_failed" {
+	res, err := c.Compact(ctx, "s1", client.CompactRequest{})
+	var fe *client.FailedError
+	if res != nil || !errors.As(err, &fe) || !errors.Is(err, client.ErrSummaryFailed) || fe.Failures != 1 {
 		t.Fatalf("result %+v %v", res, err)
 	}
 	select {
@@ -206,7 +220,12 @@ func TestCircuitEvents(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no circuit event")
 	}
-	if err := stop(); err != nil {
+	// Drain hands over what arrived, then stops: a reset's closed event
+	// comes no more.
+	if err := sub.Drain(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatalf("unsubscribe after drain: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -17,63 +18,100 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 )
 
-// Triggers of a compaction request.
-const (
-	// OverBudget: the runtime's context is over its budget, checked before
-	// a model call (a ContextOverBudget event).
-	OverBudget = pipeline.TriggerOverBudget
-	// Overflow: the provider refused the call for its length (a
-	// context_overflow event).
-	Overflow = pipeline.TriggerOverflow
-	// NearBudget: the runtime's context nears its budget (a
-	// ContextNearBudget event, sent with Client.NearBudget): the service
-	// prepares the coming compaction; no result answers it.
-	NearBudget = pipeline.TriggerNearBudget
-)
-
-// CompactRequest asks for a compaction of a session.
+// CompactRequest is what a runtime knows of its model and context when it
+// asks for a compaction; only the session (Compact's argument) is
+// required.
 type CompactRequest struct {
 	// RequestID identifies the request (default: a new UUID). Sending the
 	// same id again is answered once, with the same result.
 	RequestID string
-	// Trigger is OverBudget (default) or Overflow.
-	Trigger pipeline.Trigger
-	// Data is the request's data; Data.SessionID is required.
-	Data RequestData
+	// Trigger is OverBudget (default) or Overflow (CompactSync: Manual
+	// too).
+	Trigger Trigger
+	// Model is the model the context goes to (default: the session's);
+	// ContextLimit its window for this request (default: the session's).
+	Model        string
+	ContextLimit int
+	// RequestedTokens and MessageCount are the runtime's own figures: the
+	// service reports them and decides on its own count.
+	RequestedTokens int
+	MessageCount    int
+	// Provider, ErrorCode and ErrorMessage tell an Overflow: the provider
+	// and its error.
+	Provider, ErrorCode, ErrorMessage string
+	// SummaryModel and SummaryContextLimit override the summary model.
+	SummaryModel        string
+	SummaryContextLimit int
+	// Focus is a topic for the summary to keep in detail.
+	Focus string
+	// Cache is the runtime's prompt cache as it last saw it: a cold one
+	// lets the compaction clear more.
+	Cache *CacheData
 	// TraceParent and TraceState, when set, are the request's W3C trace
 	// context; the result events carry them.
 	TraceParent, TraceState string
 }
 
-// Result is a request's one result event.
-type Result struct {
-	// ID is the result event's id (the same for every delivery of it).
-	ID string
-	// Type is CompactionCompleted or CompactionFailed.
-	Type string
-	// Completed is the data of a CompactionCompleted; nil when failed.
-	Completed *Completed
-	// Failed is the data of a CompactionFailed; nil when completed.
-	Failed *Failed
-	// Data is the event's data as sent.
-	Data json.RawMessage
+// data is the request's event data for session sid.
+func (req *CompactRequest) data(sid string) events.RequestData {
+	d := events.RequestData{SessionID: sid, Model: req.Model, ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens,
+		MessageCount: req.MessageCount, Provider: req.Provider, ErrorCode: req.ErrorCode, ErrorMessage: req.ErrorMessage,
+		SummaryModel: req.SummaryModel, SummaryContextLimit: req.SummaryContextLimit, Focus: req.Focus}
+	if req.Cache != nil {
+		d.Cache = &events.CacheData{LastRequestTime: req.Cache.LastRequestTime, TTLSeconds: req.Cache.TTLSeconds}
+	}
+	return d
 }
 
-// OK reports whether the request completed (compacted, or nothing to do).
-func (r *Result) OK() bool { return r.Completed != nil }
-
-func (req *CompactRequest) check() error {
+func (req *CompactRequest) check(sid string, triggers ...Trigger) error {
 	if req.RequestID == "" {
 		req.RequestID = uuid.NewString()
 	}
 	if req.Trigger == "" {
 		req.Trigger = OverBudget
 	}
-	if _, ok := events.RequestRoute(req.Trigger); !ok || !req.Trigger.Valid() {
-		return fmt.Errorf("client: trigger %q is not %s or %s", req.Trigger, OverBudget, Overflow)
+	if !slices.Contains(triggers, req.Trigger) {
+		return fmt.Errorf("client: trigger %q is not one of %v", req.Trigger, triggers)
 	}
-	return checkSession(req.Data.SessionID)
+	return checkSession(sid)
 }
+
+// FailedError is a compaction that failed: its CompactionFailed data.
+// errors.Is matches it with its reason's sentinel (ErrSummaryFailed,
+// ErrCircuitOpen, ...; ErrNotFound for a session that does not exist).
+type FailedError struct {
+	Failed
+}
+
+func (e *FailedError) Error() string {
+	return fmt.Sprintf("compaction of %s failed: %s: %s", e.SessionID, e.Reason, e.Failed.Error)
+}
+
+// Is matches the sentinel of the failure's reason.
+func (e *FailedError) Is(target error) bool {
+	if s, ok := target.(*reasonSentinel); ok {
+		return s.reason == e.Reason
+	}
+	return target == ErrNotFound && e.Reason == ReasonSessionNotFound
+}
+
+type reasonSentinel struct{ reason Reason }
+
+func (s *reasonSentinel) Error() string { return "compaction failed: " + string(s.reason) }
+
+// Sentinels of the failure reasons, for errors.Is on a *FailedError.
+var (
+	ErrSummaryFailed        error = &reasonSentinel{ReasonSummaryFailed}
+	ErrPersistFailed        error = &reasonSentinel{ReasonPersistFailed}
+	ErrCircuitOpen          error = &reasonSentinel{ReasonCircuitOpen}
+	ErrSessionNotFound      error = &reasonSentinel{ReasonSessionNotFound}
+	ErrInvalidRequest       error = &reasonSentinel{ReasonInvalidRequest}
+	ErrInsufficientProgress error = &reasonSentinel{ReasonInsufficientProgress}
+	ErrInvariantViolated    error = &reasonSentinel{ReasonInvariantViolated}
+	ErrConfiguration        error = &reasonSentinel{ReasonConfiguration}
+	ErrCorruptSession       error = &reasonSentinel{ReasonCorruptSession}
+	ErrQuotaExceeded        error = &reasonSentinel{ReasonQuotaExceeded}
+)
 
 // NearBudget tells the service that a session's context nears its budget
 // (a ContextNearBudget event, stored in AGENT_CONTEXT): the service
@@ -82,24 +120,21 @@ func (req *CompactRequest) check() error {
 // optional (the service also prepares when appends through it pass its
 // prepare_at share of the limit) and answered by no event: it returns
 // once the event is stored. req.Trigger is ignored.
-func (c *Client) NearBudget(ctx context.Context, req CompactRequest) error {
-	if req.RequestID == "" {
-		req.RequestID = uuid.NewString()
-	}
-	if err := checkSession(req.Data.SessionID); err != nil {
+func (c *Client) NearBudget(ctx context.Context, sessionID string, req CompactRequest) error {
+	req.Trigger = NearBudget
+	if err := req.check(sessionID, NearBudget); err != nil {
 		return err
 	}
-	route, _ := events.RequestRoute(NearBudget)
+	route, _ := events.RequestRoute(pipeline.TriggerNearBudget)
 	fctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return c.publishRequest(fctx, route, req)
+	return c.publishRequest(fctx, route, sessionID, req)
 }
 
 // publishRequest publishes req as a request event of route's type, in
 // binary mode, with its trace context.
-func (c *Client) publishRequest(ctx context.Context, route events.Route, req CompactRequest) error {
-	sid := req.Data.SessionID
-	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.Data)
+func (c *Client) publishRequest(ctx context.Context, route events.Route, sid string, req CompactRequest) error {
+	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.data(sid))
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
@@ -126,17 +161,18 @@ var ErrNoResult = errors.New("no result event yet")
 
 // Compact publishes a request event (ContextOverBudget or
 // context_overflow, a CloudEvent in binary mode) to the AGENT_CONTEXT
-// stream and waits for its one result event, matched by the result id
-// the request's id determines. It subscribes before publishing, so the
-// result cannot be missed; ctx bounds the wait. The service may answer
-// after a restart or a failover: a repeated Compact with the same
-// RequestID waits for the same result.
-func (c *Client) Compact(ctx context.Context, req CompactRequest) (*Result, error) {
-	if err := req.check(); err != nil {
+// stream for the session and waits for its one result event, matched by
+// the result id the request's id determines: the CompactionCompleted
+// data, or a *FailedError with the CompactionFailed data. It subscribes
+// before publishing, so the result cannot be missed; ctx bounds the wait
+// (ErrNoResult after it: the request is stored and will still be
+// answered). The service may answer after a restart or a failover: a
+// repeated Compact with the same RequestID waits for the same result.
+func (c *Client) Compact(ctx context.Context, sessionID string, req CompactRequest) (*Completed, error) {
+	if err := req.check(sessionID, OverBudget, Overflow); err != nil {
 		return nil, err
 	}
-	route, _ := events.RequestRoute(req.Trigger)
-	sid := req.Data.SessionID
+	route, _ := events.RequestRoute(pipeline.Trigger(req.Trigger))
 	completed, failed := events.RequestResultID(req.RequestID), events.FailedResultID(req.RequestID)
 	ch := make(chan *nats.Msg, 16)
 	var subs []*nats.Subscription
@@ -146,7 +182,7 @@ func (c *Client) Compact(ctx context.Context, req CompactRequest) (*Result, erro
 		}
 	}()
 	for _, typ := range []string{events.TypeCompactionCompleted, events.TypeCompactionFailed} {
-		sub, err := c.nc.ChanSubscribe(events.Subject(typ, sid), ch)
+		sub, err := c.nc.ChanSubscribe(events.Subject(typ, sessionID), ch)
 		if err != nil {
 			return nil, fmt.Errorf("client: subscribe to results: %w", err)
 		}
@@ -157,53 +193,58 @@ func (c *Client) Compact(ctx context.Context, req CompactRequest) (*Result, erro
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		return nil, fmt.Errorf("client: subscribe to results: %w", err)
 	}
-	if err := c.publishRequest(fctx, route, req); err != nil {
+	if err := c.publishRequest(fctx, route, sessionID, req); err != nil {
 		return nil, err
 	}
 	for {
 		select {
 		case m := <-ch:
-			res, err := decodeResult(m)
-			if err != nil || res.ID != completed && res.ID != failed {
+			id, done, err := decodeResult(m)
+			if id != completed && id != failed {
 				continue // another request's result, or not one
 			}
-			return res, nil
+			return done, err
 		case <-ctx.Done():
-			return nil, fmt.Errorf("client: request %s on %s: %w (%v)", req.RequestID, route.Prefix+sid, ErrNoResult, ctx.Err())
+			return nil, fmt.Errorf("client: request %s on %s: %w (%v)", req.RequestID, route.Prefix+sessionID, ErrNoResult, ctx.Err())
 		}
 	}
 }
 
-// decodeResult reads a result event by the CloudEvents NATS binding.
-func decodeResult(m *nats.Msg) (*Result, error) {
+// decodeResult reads a result event by the CloudEvents NATS binding: its
+// id, and its data as Compact returns it.
+func decodeResult(m *nats.Msg) (string, *Completed, error) {
 	ev, err := events.DecodeEvent(m.Header, m.Data)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	res := &Result{ID: ev.ID(), Type: ev.Type(), Data: ev.Data()}
 	switch ev.Type() {
 	case events.TypeCompactionCompleted:
-		res.Completed = new(Completed)
-		err = json.Unmarshal(res.Data, res.Completed)
+		var done Completed
+		if err := json.Unmarshal(ev.Data(), &done); err != nil {
+			return "", nil, err
+		}
+		return ev.ID(), &done, nil
 	case events.TypeCompactionFailed:
-		res.Failed = new(Failed)
-		err = json.Unmarshal(res.Data, res.Failed)
-	default:
-		err = fmt.Errorf("type %q is not a result", ev.Type())
+		var f Failed
+		if err := json.Unmarshal(ev.Data(), &f); err != nil {
+			return "", nil, err
+		}
+		return ev.ID(), nil, &FailedError{Failed: f}
 	}
-	return res, err
+	return "", nil, fmt.Errorf("type %q is not a result", ev.Type())
 }
 
-// CompactSync asks for a compaction through the compactor.compact
-// endpoint and returns its result: the same result, and the same result
-// event published, as Compact. A failed compaction is a Result with
-// Failed set, not an error; an error means no result (the service is
-// unreachable or shutting down: repeat with the same RequestID).
-func (c *Client) CompactSync(ctx context.Context, req CompactRequest) (*Result, error) {
-	if err := req.check(); err != nil {
+// CompactSync asks for a compaction of the session through the
+// compactor.compact endpoint and returns its result: the same result, and
+// the same result event published, as Compact (Manual is a trigger here
+// too). A failed compaction is a *FailedError; any other error means no
+// result (the service is unreachable or shutting down: repeat with the
+// same RequestID).
+func (c *Client) CompactSync(ctx context.Context, sessionID string, req CompactRequest) (*Completed, error) {
+	if err := req.check(sessionID, OverBudget, Overflow, Manual); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(api.CompactRequest{RequestData: req.Data, RequestID: req.RequestID, Trigger: req.Trigger})
+	body, err := json.Marshal(api.CompactRequest{RequestData: req.data(sessionID), RequestID: req.RequestID, Trigger: pipeline.Trigger(req.Trigger)})
 	if err != nil {
 		return nil, err
 	}
@@ -227,26 +268,24 @@ func (c *Client) CompactSync(ctx context.Context, req CompactRequest) (*Result, 
 	if err != nil {
 		return nil, fmt.Errorf("client: %s: %w", api.SubjectCompact, err)
 	}
-	res := &Result{ID: events.RequestResultID(req.RequestID), Data: m.Data}
 	code := m.Header.Get("Nats-Service-Error-Code")
 	if code == "" {
-		res.Type, res.Completed = events.TypeCompactionCompleted, new(Completed)
-		if err := json.Unmarshal(m.Data, res.Completed); err != nil {
+		var done Completed
+		if err := json.Unmarshal(m.Data, &done); err != nil {
 			return nil, fmt.Errorf("client: %s answered %.200q: %w", api.SubjectCompact, m.Data, err)
 		}
-		return res, nil
+		return &done, nil
 	}
 	n, _ := strconv.Atoi(code)
 	var f Failed
 	if json.Unmarshal(m.Data, &f) != nil || f.Reason == "" {
 		return nil, &Error{Subject: api.SubjectCompact, Code: n, Message: m.Header.Get("Nats-Service-Error")}
 	}
-	if n == 503 && f.Reason != string(pipeline.ReasonSummaryFailed) && f.Reason != string(pipeline.ReasonCircuitOpen) {
+	if n == 503 && f.Reason != ReasonSummaryFailed && f.Reason != ReasonCircuitOpen {
 		// Not answered yet (a storage failure, a shutdown): no result.
 		return nil, &Error{Subject: api.SubjectCompact, Code: n, Status: api.StatusRetry, Message: m.Header.Get("Nats-Service-Error")}
 	}
-	res.ID, res.Type, res.Failed = events.FailedResultID(req.RequestID), events.TypeCompactionFailed, &f
-	return res, nil
+	return nil, &FailedError{Failed: f}
 }
 
 // CircuitEvent is a CompactionCircuitOpened or CompactionCircuitClosed.
@@ -259,10 +298,82 @@ type CircuitEvent struct {
 	Closed *CircuitClosed
 }
 
+// Subscription is a running SubscribeCircuit.
+type Subscription struct {
+	subs []*nats.Subscription
+	done chan struct{}
+	ch   chan *nats.Msg
+	once sync.Once
+	err  error
+	// stopped is closed once the handler goroutine has returned.
+	stopped chan struct{}
+}
+
+// Unsubscribe stops at once: events not handled yet are dropped.
+func (s *Subscription) Unsubscribe() error {
+	s.once.Do(func() {
+		s.err = s.unsubscribe()
+		close(s.done)
+	})
+	<-s.stopped
+	return s.err
+}
+
+// Drain stops taking events and returns once every event received so far
+// has been handled (as nats.go's Drain does), or ctx ends.
+func (s *Subscription) Drain(ctx context.Context) error {
+	var err error
+	s.once.Do(func() {
+		for _, sub := range s.subs {
+			if e := sub.Drain(); e != nil && s.err == nil {
+				s.err = e
+			}
+		}
+		// Wait for the server to stop sending, then for the handler to
+		// take what arrived.
+		for _, sub := range s.subs {
+			for sub.IsValid() {
+				select {
+				case <-ctx.Done():
+					err = ctx.Err()
+					close(s.done)
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}
+		for len(s.ch) > 0 {
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+				close(s.done)
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		close(s.done)
+	})
+	<-s.stopped
+	if err != nil {
+		return err
+	}
+	return s.err
+}
+
+func (s *Subscription) unsubscribe() error {
+	var first error
+	for _, sub := range s.subs {
+		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // SubscribeCircuit calls f with each circuit event of a session (every
-// session's for ""), as they happen, until the returned stop is called.
-// f runs on one goroutine, in order.
-func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (stop func() error, err error) {
+// session's for ""), as they happen, until the subscription is
+// unsubscribed or drained. f runs on one goroutine, in order.
+func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (*Subscription, error) {
 	tok := "*"
 	if sessionID != "" {
 		if err := checkSession(sessionID); err != nil {
@@ -294,47 +405,29 @@ func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (stop 
 		}
 	}
 	// One channel, one goroutine: opened and closed stay in order.
-	ch := make(chan *nats.Msg, 64)
-	var subs []*nats.Subscription
-	stopAll := func() error {
-		var first error
-		for _, s := range subs {
-			if err := s.Unsubscribe(); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
+	sub := &Subscription{ch: make(chan *nats.Msg, 64), done: make(chan struct{}), stopped: make(chan struct{})}
 	for _, typ := range []string{events.TypeCompactionCircuitOpened, events.TypeCompactionCircuitClosed} {
-		s, err := c.nc.ChanSubscribe(events.Subject(typ, tok), ch)
+		s, err := c.nc.ChanSubscribe(events.Subject(typ, tok), sub.ch)
 		if err != nil {
-			_ = stopAll()
+			_ = sub.unsubscribe()
 			return nil, fmt.Errorf("client: subscribe: %w", err)
 		}
-		subs = append(subs, s)
+		sub.subs = append(sub.subs, s)
 	}
 	if err := c.nc.Flush(); err != nil {
-		_ = stopAll()
+		_ = sub.unsubscribe()
 		return nil, fmt.Errorf("client: subscribe: %w", err)
 	}
-	done := make(chan struct{})
 	go func() {
+		defer close(sub.stopped)
 		for {
 			select {
-			case m := <-ch:
+			case m := <-sub.ch:
 				handle(m)
-			case <-done:
+			case <-sub.done:
 				return
 			}
 		}
 	}()
-	var once sync.Once
-	var serr error
-	return func() error {
-		once.Do(func() {
-			close(done)
-			serr = stopAll()
-		})
-		return serr
-	}, nil
+	return sub, nil
 }

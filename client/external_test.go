@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,80 +11,41 @@ import (
 	"time"
 )
 
-// runtimeProgram is a runtime in another module: it imports the client as
-// any Go runtime would and runs the loop against the service at NATS_URL.
-const runtimeProgram = `package main
-
-import (
-	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"time"
-
-	"github.com/compactor/compactor/client"
-	"github.com/nats-io/nats.go"
-)
-
-func main() {
-	nc, err := nats.Connect(os.Getenv("NATS_URL"))
+// exampleProgram turns example_test.go's Example into a program of its
+// own: its imports, its body as main, and the output it promises.
+func exampleProgram(t *testing.T) (program, want string) {
+	t.Helper()
+	src, err := os.ReadFile("example_test.go")
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
-	defer nc.Close()
-	c, err := client.New(nc, client.WithSource("urn:example:external"))
-	if err != nil {
-		panic(err)
+	s := string(src)
+	imports := s[strings.Index(s, "import ("):]
+	imports = imports[:strings.Index(imports, "\n)\n")+3]
+	if strings.Contains(imports, "/internal/") {
+		t.Fatalf("the Example imports an internal package: a runtime cannot copy it\n%s", imports)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	const sid, limit = "ext-1", 2500
-	if _, err := c.Create(ctx, client.CreateRequest{SessionID: sid, ContextLimit: limit,
-		Messages: []client.Message{client.Text("sys", client.System, "You are a concise assistant.")}}); err != nil {
-		panic(err)
+	body := s[strings.Index(s, "func Example() {"):]
+	body = body[:strings.Index(body, "\n}\n")+3]
+	out := body[strings.Index(body, "\t// Output:\n")+len("\t// Output:\n"):]
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSuffix(out, "}\n"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, strings.TrimPrefix(strings.TrimPrefix(l, "//"), " "))
+		}
 	}
-	out := map[string]any{}
-	compactions := 0
-	for i := range 70 {
-		msgs := []client.Message{
-			client.Text(fmt.Sprintf("u%d", i), client.User, fmt.Sprintf("Question %d: what does the error E%03d in the build log mean and how do I fix it?", i, i)),
-			client.Text(fmt.Sprintf("a%d", i), client.Assistant, fmt.Sprintf("E%03d means a missing dependency; run the install step again, then rebuild module %d.", i, i)),
-		}
-		if _, err := c.Append(ctx, sid, msgs); err != nil {
-			panic(err)
-		}
-		view, err := c.Context(ctx, sid)
-		if err != nil {
-			panic(err)
-		}
-		if view.Tokens <= limit {
-			continue
-		}
-		res, err := c.Compact(ctx, client.CompactRequest{Data: client.RequestData{SessionID: sid, ContextLimit: limit}})
-		if err != nil {
-			panic(err)
-		}
-		if !res.OK() {
-			panic(res.Failed.Error)
-		}
-		compactions++
-	}
-	view, err := c.Context(ctx, sid)
-	if err != nil {
-		panic(err)
-	}
-	out["compactions"], out["tokens"], out["summary"] = compactions, view.Tokens, view.Messages[1].IsCompaction
-	json.NewEncoder(os.Stdout).Encode(out)
+	return "package main\n\n" + imports + "\n" + strings.Replace(body, "func Example() {", "func main() {", 1), strings.Join(lines, "\n") + "\n"
 }
-`
 
-// A Go runtime outside this module imports the client (it could not while
-// the client lived under internal/) and runs the runtime loop against an
-// embedded server: create, append, context, compact.
-func TestAnotherModuleRunsTheLoop(t *testing.T) {
+// The Example, copied into a module outside this repository, builds
+// against the client alone (its go.mod replaces the client's module with
+// this checkout) and prints what it promises against a running service:
+// a Go runtime can start from it.
+func TestExampleRunsInAnotherModule(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds a program in another module")
 	}
+	program, want := exampleProgram(t)
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +56,7 @@ func TestAnotherModuleRunsTheLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, body := range map[string]string{"go.mod": gomod, "go.sum": string(sum), "main.go": runtimeProgram} {
+	for name, body := range map[string]string{"go.mod": gomod, "go.sum": string(sum), "main.go": program} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -115,14 +75,9 @@ func TestAnotherModuleRunsTheLoop(t *testing.T) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("the external runtime: %v\n%s", err, stderr.String())
+		t.Fatalf("the Example as a program: %v\n%s\n%s", err, stderr.String(), program)
 	}
-	var got struct {
-		Compactions int  `json:"compactions"`
-		Tokens      int  `json:"tokens"`
-		Summary     bool `json:"summary"`
-	}
-	if err := json.Unmarshal(out, &got); err != nil || got.Compactions == 0 || got.Tokens > 2500 || !got.Summary {
-		t.Fatalf("the external runtime printed %q (%v)", out, err)
+	if string(out) != want {
+		t.Fatalf("the Example as a program printed\n%s\nwant\n%s", out, want)
 	}
 }

@@ -100,11 +100,10 @@ func (c *Client) call(ctx context.Context, subject string, body, out any) error 
 	return nil
 }
 
-// CreateRequest is a new session.
-type CreateRequest struct {
-	// SessionID names the session (default: the service makes a UUID).
-	SessionID string `json:"session_id,omitempty"`
-	// Model is the session's model: its token encoding and default window.
+// NewSession is what a session starts with.
+type NewSession struct {
+	// Model is the session's model: its token encoding and default window
+	// (default gpt-4o).
 	Model string `json:"model,omitempty"`
 	// ContextLimit is the session's window in tokens (default: the
 	// model's).
@@ -114,22 +113,28 @@ type CreateRequest struct {
 	Messages []Message `json:"messages"`
 }
 
-// Create stores a new session. The same create again answers the session;
+type createBody struct {
+	SessionID string `json:"session_id,omitempty"`
+	NewSession
+}
+
+// Create stores a new session under sessionID ("": the service makes a
+// UUID, which Created names). The same create again answers the session;
 // another create on a taken id is an error matching ErrConflict.
-func (c *Client) Create(ctx context.Context, req CreateRequest) (Created, error) {
-	if req.SessionID != "" {
-		if err := checkSession(req.SessionID); err != nil {
+func (c *Client) Create(ctx context.Context, sessionID string, s NewSession) (Created, error) {
+	if sessionID != "" {
+		if err := checkSession(sessionID); err != nil {
 			return Created{}, err
 		}
 	}
-	if req.ContextLimit < 0 {
-		return Created{}, fmt.Errorf("client: context limit %d must be >= 0", req.ContextLimit)
+	if s.ContextLimit < 0 {
+		return Created{}, fmt.Errorf("client: context limit %d must be >= 0", s.ContextLimit)
 	}
-	if req.Messages == nil {
-		req.Messages = []Message{}
+	if s.Messages == nil {
+		s.Messages = []Message{}
 	}
 	var out Created
-	return out, c.call(ctx, api.SubjectCreate, req, &out)
+	return out, c.call(ctx, api.SubjectCreate, createBody{SessionID: sessionID, NewSession: s}, &out)
 }
 
 // AppendOption configures one Append.

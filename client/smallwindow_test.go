@@ -30,7 +30,7 @@ func TestChatLoopAtSmallWindows(t *testing.T) {
 	for _, limit := range []int{1200, 1500, 3000, 8000} {
 		t.Run(fmt.Sprint(limit), func(t *testing.T) {
 			sid := fmt.Sprint("chat-", limit)
-			if _, err := c.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: limit, Messages: []client.Message{
+			if _, err := c.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: limit, Messages: []client.Message{
 				client.Text("sys", client.System, "You are an airline's assistant. Answer briefly and exactly.")}}); err != nil {
 				t.Fatal(err)
 			}
@@ -47,14 +47,14 @@ func TestChatLoopAtSmallWindows(t *testing.T) {
 					continue
 				}
 				requests++
-				res, err := c.Compact(ctx, client.CompactRequest{Data: client.RequestData{SessionID: sid, ContextLimit: limit, RequestedTokens: view.Tokens}})
+				res, err := c.Compact(ctx, sid, client.CompactRequest{ContextLimit: limit, RequestedTokens: view.Tokens})
 				if err != nil {
 					t.Fatal(err)
 				}
-				if !res.OK() || res.Completed.Outcome != "compacted" {
-					t.Fatalf("request %d at turn %d (%d tokens): %s", requests, i, view.Tokens, res.Data)
+				if res.Outcome != client.OutcomeCompacted {
+					t.Fatalf("request %d at turn %d (%d tokens): %+v", requests, i, view.Tokens, res)
 				}
-				after := res.Completed.TokensAfter
+				after := res.TokensAfter
 				if after > limit*65/100 {
 					t.Errorf("request %d: %d tokens after, over 65 %% of %d", requests, after, limit)
 				}

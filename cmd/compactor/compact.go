@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -150,23 +149,26 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 	if err != nil {
 		return err
 	}
-	res, err := c.Compact(conn.ctx, client.CompactRequest{Trigger: t, Data: data})
-	if err = conn.err(err); err != nil {
+	req := client.CompactRequest{Trigger: client.Trigger(t), Model: data.Model, ContextLimit: data.ContextLimit, RequestedTokens: data.RequestedTokens,
+		MessageCount: data.MessageCount, Provider: data.Provider, ErrorCode: data.ErrorCode, ErrorMessage: data.ErrorMessage,
+		SummaryModel: data.SummaryModel, SummaryContextLimit: data.SummaryContextLimit, Focus: data.Focus}
+	res, err := c.Compact(conn.ctx, sid, req)
+	var failed *client.FailedError
+	if err = conn.err(err); err != nil && !errors.As(err, &failed) {
 		if errors.Is(err, client.ErrNoResult) {
 			return fmt.Errorf("%w after %v: %s", err, wait, whyNoResult(conn.nc))
 		}
 		return err
 	}
-	// Indented as it came: the keys in the contract's order, not sorted.
-	var pretty bytes.Buffer
-	if err := json.Indent(&pretty, res.Data, "", "  "); err != nil {
-		return fmt.Errorf("result event %s: %w", res.ID, err)
+	// The result event's data, the keys in the contract's order.
+	var out any = res
+	if failed != nil {
+		out = failed.Failed
 	}
-	pretty.WriteByte('\n')
-	if _, err := pretty.WriteTo(stdout); err != nil {
+	if err := printJSON(stdout, out); err != nil {
 		return err
 	}
-	if !res.OK() {
+	if failed != nil {
 		return errFailed
 	}
 	return nil

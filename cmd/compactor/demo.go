@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,11 +17,11 @@ import (
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/demo"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
+	"github.com/compactor/compactor/internal/wire"
 )
 
 // runDemo runs the whole system on one machine: an embedded server, the
@@ -125,7 +124,7 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 	for first < len(msgs) && msgs[first-1].Role == session.RoleSystem {
 		first++
 	}
-	imp, err := c.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: limit, Messages: msgs[:first]})
+	imp, err := c.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: limit, Messages: wire.Must[[]client.Message](msgs[:first])})
 	if err != nil {
 		return err
 	}
@@ -146,7 +145,7 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 	var rows []row
 	for i := first; i <= len(msgs); i++ {
 		if i > first {
-			if _, err := c.Append(ctx, sid, []session.Message{msgs[i-1]}); err != nil {
+			if _, err := c.Append(ctx, sid, wire.Must[[]client.Message](msgs[i-1:i])); err != nil {
 				return err
 			}
 		}
@@ -158,18 +157,20 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 			continue // fits, or the model is mid tool call: the runtime checks before its next model call
 		}
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		res, err := c.Compact(rctx, client.CompactRequest{
-			Data: events.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: limit, RequestedTokens: view.Tokens, MessageCount: len(view.Messages)}})
+		res, err := c.Compact(rctx, sid, client.CompactRequest{Model: "gpt-4o", ContextLimit: limit, RequestedTokens: view.Tokens, MessageCount: len(view.Messages)})
 		cancel()
-		if err != nil {
+		var failed *client.FailedError
+		if err != nil && !errors.As(err, &failed) {
 			return err
 		}
 		var d map[string]any
-		if err := json.Unmarshal(res.Data, &d); err != nil {
-			return err
+		if failed != nil {
+			d = wire.Must[map[string]any](failed.Failed)
+		} else {
+			d = wire.Must[map[string]any](res)
 		}
-		rows = append(rows, row{at: i, result: d, failed: !res.OK()})
-		if !res.OK() {
+		rows = append(rows, row{at: i, result: d, failed: failed != nil})
+		if failed != nil {
 			fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → CompactionFailed: %v: %v\n", i, view.Tokens, limit, d["reason"], d["error"])
 			continue
 		}
@@ -190,10 +191,11 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 	fmt.Fprintf(w, "After %d compaction(s): the model sees %d messages, %d tokens (%.0f %% fewer); every original message is still stored.\n\n",
 		compacted, len(view.Messages), view.Tokens, 100*(1-float64(view.Tokens)/float64(max(total, 1))))
 	fmt.Fprintln(w, "The context now:")
-	for _, m := range view.Messages {
+	shown := wire.Must[[]session.Message](view.Messages)
+	for _, m := range shown {
 		fmt.Fprintf(w, "  [%3d] %-9s %5d tokens  %s\n", m.Seq, roleLabel(m), m.Tokens, preview(m))
 	}
-	for _, m := range view.Messages {
+	for _, m := range shown {
 		if m.IsCompaction {
 			fmt.Fprintf(w, "\nThe summary (compaction %s):\n%s\n", m.ID, indent(pipeline.SummaryText(&m), "  "))
 		}

@@ -51,7 +51,7 @@ func TestLargeSessionReadsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := c.Create(ctx, client.CreateRequest{SessionID: "shots", Model: "gpt-4o", ContextLimit: 128000,
+	if _, err := c.Create(ctx, "shots", client.NewSession{Model: "gpt-4o", ContextLimit: 128000,
 		Messages: []client.Message{client.Text("sys", client.System, "You drive a browser.")}}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestLargeSessionReadsBack(t *testing.T) {
 		digest = ap.Digest
 		whole = append(whole, ap.Data...)
 	}
-	var byParts sessions.ContextView
+	var byParts client.ContextView
 	if err := json.Unmarshal(whole, &byParts); err != nil || sessions.Digest(whole) != digest {
 		t.Fatalf("the parts joined: %v", err)
 	}
@@ -143,12 +143,12 @@ func TestLargeSessionReadsBack(t *testing.T) {
 	}
 
 	// The CLI.
-	var cliView sessions.ContextView
+	var cliView client.ContextView
 	if cli(t, url, &cliView, "session", "context", "shots") != 0 {
 		t.Fatal("session context failed")
 	}
 	same("compactor session context", cliView.Messages[:6])
-	var cliHist sessions.History
+	var cliHist client.History
 	if cli(t, url, &cliHist, "session", "show", "shots") != 0 {
 		t.Fatal("session show failed")
 	}

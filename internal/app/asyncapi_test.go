@@ -445,7 +445,7 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Create(context.Background(), client.CreateRequest{SessionID: "s2", ContextLimit: 3000, Messages: turnsOf(chatJSON(40))}); err != nil {
+	if _, err := c.Create(context.Background(), "s2", client.NewSession{ContextLimit: 3000, Messages: turnsOf(chatJSON(40))}); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range []*nats.Msg{{Subject: events.OverBudgetPrefix + "s2", Header: bh, Data: bbody},

@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/wire"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -45,8 +47,8 @@ func newRuntime(t *testing.T, url, sid string) *runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Create(context.Background(), client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: prepLimit,
-		Messages: []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent for an airline.")}}}); err != nil {
+	if _, err := c.Create(context.Background(), sid, client.NewSession{Model: "gpt-4o", ContextLimit: prepLimit,
+		Messages: []client.Message{client.Text("", client.System, "You are a support agent for an airline.")}}); err != nil {
 		t.Fatal(err)
 	}
 	return &runtime{t: t, c: c, sid: sid, tokens: -1}
@@ -67,15 +69,16 @@ func (r *runtime) grow(share float64) {
 		i := r.next
 		r.next++
 		msgs := []client.Message{
-			{ID: fmt.Sprintf("u%d", i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is my bag tagged BAG-%04d? It held my laptop and the charger for it.", i, i))},
-			{ID: fmt.Sprintf("a%d", i), Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("Bag BAG-%04d is in Lisbon; it arrives on day %d by the evening flight, and a courier brings it to you.", i, i%28+1))},
+			client.Text(fmt.Sprintf("u%d", i), client.User, fmt.Sprintf("question %d: where is my bag tagged BAG-%04d? It held my laptop and the charger for it.", i, i)),
+			client.Text(fmt.Sprintf("a%d", i), client.Assistant, fmt.Sprintf("Bag BAG-%04d is in Lisbon; it arrives on day %d by the evening flight, and a courier brings it to you.", i, i%28+1)),
 		}
 		a, err := r.c.Append(context.Background(), r.sid, msgs)
 		if err != nil {
 			r.t.Fatal(err)
 		}
 		if a.Status == sessions.StatusApplied { // the runtime counts what it sends
-			r.tokens += runtimeCounter.Message(&msgs[0]) + runtimeCounter.Message(&msgs[1])
+			sent := wire.Must[[]session.Message](msgs)
+			r.tokens += runtimeCounter.Message(&sent[0]) + runtimeCounter.Message(&sent[1])
 		}
 	}
 }
@@ -118,18 +121,16 @@ func waitPrepared(t *testing.T, url, sid, state string) session.PreparedCompacti
 
 func (r *runtime) compact(id string) *client.Completed {
 	r.t.Helper()
-	res, err := r.c.Compact(context.Background(), client.CompactRequest{RequestID: id, Data: client.RequestData{SessionID: r.sid}})
+	res, err := r.c.Compact(context.Background(), r.sid, client.CompactRequest{RequestID: id})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if !res.OK() {
-		r.t.Fatalf("failed: %+v", res.Failed)
-	}
-	if err := schemas.Validate(schemas.CompactionCompleted, res.Data); err != nil {
-		r.t.Fatalf("result does not validate: %v\n%s", err, res.Data)
+	data, _ := json.Marshal(res)
+	if err := schemas.Validate(schemas.CompactionCompleted, data); err != nil {
+		r.t.Fatalf("result does not validate: %v\n%s", err, data)
 	}
 	r.tokens = -1
-	return res.Completed
+	return res
 }
 
 // The service prepares a session whose appends pass prepare_at; the
@@ -174,7 +175,7 @@ func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
 	calls, _, _, _ := fp.Stats()
 	rt.grow(1.01)
 	res := rt.compact("after-restart")
-	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared" || res.LLMCalls != 0 || res.PreparedAgeMS <= 0 {
+	if res.Outcome != client.OutcomeCompacted || res.Strategy != "prepared" || res.LLMCalls != 0 || res.PreparedAgeMS <= 0 {
 		t.Fatalf("result %+v", res)
 	}
 	if now, _, _, _ := fp.Stats(); now != calls {
@@ -213,7 +214,7 @@ func TestNearBudgetHintAndAppendsDuringPreparation(t *testing.T) {
 	_, _ = service(t, srv.ClientURL(), slow, func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 })
 	rt := newRuntime(t, srv.ClientURL(), "prep-hint")
 	rt.grow(0.72)
-	if err := rt.c.NearBudget(context.Background(), client.CompactRequest{Data: client.RequestData{SessionID: rt.sid}}); err != nil {
+	if err := rt.c.NearBudget(context.Background(), rt.sid, client.CompactRequest{}); err != nil {
 		t.Fatal(err)
 	}
 	// Appends while the model works: the preparation's claim is stored
@@ -369,8 +370,8 @@ func TestFailedPreparationAndTheBreaker(t *testing.T) {
 		t.Fatalf("a failed preparation counted: %+v", b)
 	}
 	rt.grow(1.01)
-	res, err := rt.c.Compact(context.Background(), client.CompactRequest{RequestID: "needs-model", Data: client.RequestData{SessionID: rt.sid}})
-	if err != nil || res.OK() || res.Failed.Reason != string(pipeline.ReasonSummaryFailed) {
+	res, err := rt.c.Compact(context.Background(), rt.sid, client.CompactRequest{RequestID: "needs-model"})
+	if res != nil || !errors.Is(err, client.ErrSummaryFailed) {
 		t.Fatalf("%+v %v", res, err)
 	}
 	if b, _ := breakers.Breaker(context.Background(), rt.sid); b.Failures != 1 {
@@ -378,7 +379,7 @@ func TestFailedPreparationAndTheBreaker(t *testing.T) {
 	}
 	// The model is back: the next request compacts (the blocking path).
 	fp.SetBehaviour(nil)
-	if c := rt.compact("model-back"); c.Outcome != pipeline.OutcomeCompacted || c.Strategy == "prepared" {
+	if c := rt.compact("model-back"); c.Outcome != client.OutcomeCompacted || c.Strategy == "prepared" {
 		t.Fatalf("result %+v", c)
 	}
 }

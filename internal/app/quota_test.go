@@ -19,22 +19,24 @@ import (
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
+	"github.com/compactor/compactor/internal/wire"
 )
 
 // quotaChat is a chat of turns exchanges whose user turns carry mark.
 func quotaChat(mark string, turns int) []client.Message {
-	msgs := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent.")}}
+	msgs := []client.Message{client.Text("", client.System, "You are a support agent.")}
 	for i := range turns {
-		msgs = append(msgs, client.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("%s question %d: where is my bag BAG-%04d with my laptop in it?", mark, i, i))},
-			client.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and arrives on day %d by courier", i, i%28+1))})
+		msgs = append(msgs, client.Text("", client.User, fmt.Sprintf("%s question %d: where is my bag BAG-%04d with my laptop in it?", mark, i, i)),
+			client.Text("", client.Assistant, fmt.Sprintf("bag BAG-%04d is in Lisbon and arrives on day %d by courier", i, i%28+1)))
 	}
 	return msgs
 }
 
 func textBytes(msgs []client.Message) int64 {
 	var n int64
-	for i := range msgs {
-		n += int64(session.TextBytes(&msgs[i]))
+	stored := wire.Must[[]session.Message](msgs)
+	for i := range stored {
+		n += int64(session.TextBytes(&stored[i]))
 	}
 	return n
 }
@@ -80,18 +82,18 @@ func TestTenantOverEachQuota(t *testing.T) {
 
 	// sessions and bytes_stored.
 	chat := quotaChat("MARK-A", 30)
-	small := []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A hello")}}
+	small := []client.Message{client.Text("", client.User, "MARK-A hello")}
 	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {Sessions: 2, BytesStored: textBytes(chat) + textBytes(small) + 200}})
 	for _, sid := range []string{"s1", "s2"} {
 		msgs := chat
 		if sid == "s2" {
 			msgs = small
 		}
-		if _, err := a.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: 500, Messages: msgs}); err != nil {
+		if _, err := a.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: 500, Messages: msgs}); err != nil {
 			t.Fatalf("A's create of %s: %v", sid, err)
 		}
 	}
-	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s3", Model: "gpt-4o", Messages: small}); !overQuota(err, "sessions") {
+	if _, err := a.Create(ctx, "s3", client.NewSession{Model: "gpt-4o", Messages: small}); !overQuota(err, "sessions") {
 		t.Fatalf("A's third session: %v, want quota_exceeded sessions", err)
 	}
 	var eb api.ErrorBody
@@ -102,10 +104,10 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if _, err := a.History(ctx, "s3"); err == nil {
 		t.Fatal("the refused session was stored")
 	}
-	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s1", Model: "gpt-4o", ContextLimit: 500, Messages: chat}); err != nil {
+	if _, err := a.Create(ctx, "s1", client.NewSession{Model: "gpt-4o", ContextLimit: 500, Messages: chat}); err != nil {
 		t.Fatalf("A's repeated create at its sessions quota: %v (a repeat is no new session)", err)
 	}
-	big := []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A " + strings.Repeat("x", 400))}}
+	big := []client.Message{client.Text("", client.User, "MARK-A "+strings.Repeat("x", 400))}
 	before := head("s1")
 	if _, err := a.Append(ctx, "s1", big); !overQuota(err, "bytes_stored") {
 		t.Fatalf("A's append over its bytes: %v, want quota_exceeded bytes_stored", err)
@@ -113,7 +115,7 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if got := head("s1"); got != before {
 		t.Fatalf("the refused append moved the head %d -> %d", before, got)
 	}
-	if _, err := a.Append(ctx, "s1", []client.Message{{Role: session.RoleUser, Content: session.TextContent("MARK-A ok?")}}); err != nil {
+	if _, err := a.Append(ctx, "s1", []client.Message{client.Text("", client.User, "MARK-A ok?")}); err != nil {
 		t.Fatalf("A's append within its bytes: %v", err)
 	}
 	// The usage scan counts each tenant's sessions and bytes (metrics).
@@ -128,7 +130,7 @@ func TestTenantOverEachQuota(t *testing.T) {
 		return nil
 	})
 	for i := range 3 { // B is not counted against A
-		if _, err := b.Create(ctx, client.CreateRequest{SessionID: fmt.Sprintf("s%d", i+1), Model: "gpt-4o", ContextLimit: 500, Messages: quotaChat("MARK-B", 30)}); err != nil {
+		if _, err := b.Create(ctx, fmt.Sprintf("s%d", i+1), client.NewSession{Model: "gpt-4o", ContextLimit: 500, Messages: quotaChat("MARK-B", 30)}); err != nil {
 			t.Fatalf("B's create %d: %v", i, err)
 		}
 	}
@@ -138,16 +140,13 @@ func TestTenantOverEachQuota(t *testing.T) {
 	// answered, while B's go on.
 	// (A's model use is counted while it has a quota of it.)
 	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {ConcurrentCompactions: 1, ModelCallsPerHour: 1000}})
-	req := func(sid, id string) client.CompactRequest {
-		return client.CompactRequest{RequestID: id, Data: client.RequestData{SessionID: sid, Model: "gpt-4o"}}
+	req := func(id string) client.CompactRequest {
+		return client.CompactRequest{RequestID: id, Model: "gpt-4o"}
 	}
 	hold.Store(true)
 	first := make(chan error, 1)
 	go func() {
-		res, err := a.Compact(ctx, req("s1", "a-1"))
-		if err == nil && !res.OK() {
-			err = fmt.Errorf("failed: %+v", res)
-		}
+		_, err := a.Compact(ctx, "s1", req("a-1"))
 		first <- err
 	}()
 	backlog := consumer.Backlog(svc.JS)
@@ -157,7 +156,7 @@ func TestTenantOverEachQuota(t *testing.T) {
 		}
 		return nil
 	})
-	_, err2 := a.Compact(ctx, req("s2", "a-2"))
+	_, err2 := a.Compact(ctx, "s2", req("a-2"))
 	if !overQuota(err2, "concurrent_compactions") || !strings.Contains(err2.Error(), "retry after") {
 		t.Fatalf("A's second request while one runs: %v, want quota_exceeded concurrent_compactions", err2)
 	}
@@ -165,7 +164,7 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-3"}, &body); code != "429" || body.Quota != tenant.QuotaConcurrentCompactions || body.RetryAfterMS <= 0 {
 		t.Fatalf("A's compactor.compact while one runs: %s %+v", code, body)
 	}
-	if res, err := b.CompactSync(ctx, req("s1", "b-1")); err != nil || !res.OK() {
+	if res, err := b.CompactSync(ctx, "s1", req("b-1")); err != nil {
 		t.Fatalf("B's request while A's runs: %+v %v", res, err)
 	}
 	hold.Store(false)
@@ -190,7 +189,7 @@ func TestTenantOverEachQuota(t *testing.T) {
 		if lim.SummaryTokensPerHour > 0 {
 			quota = tenant.QuotaSummaryTokensPerHour
 		}
-		if _, err := a.Compact(ctx, req("s2", "a-4")); !overQuota(err, quota) {
+		if _, err := a.Compact(ctx, "s2", req("a-4")); !overQuota(err, quota) {
 			t.Fatalf("A's request at its %s: %v", quota, err)
 		}
 		body = api.ErrorBody{}
@@ -199,11 +198,11 @@ func TestTenantOverEachQuota(t *testing.T) {
 			t.Fatalf("A's compactor.compact at its %s: %s %+v (the hour ends in %s)", quota, code, body, untilHour)
 		}
 	}
-	if res, err := b.CompactSync(ctx, req("s2", "b-2")); err != nil || !res.OK() {
+	if res, err := b.CompactSync(ctx, "s2", req("b-2")); err != nil {
 		t.Fatalf("B's request: %+v %v", res, err)
 	}
 	svc.SetTenants(nil, nil)
-	if res, err := a.CompactSync(ctx, req("s2", "a-6")); err != nil || !res.OK() {
+	if res, err := a.CompactSync(ctx, "s2", req("a-6")); err != nil {
 		t.Fatalf("A's request with its quotas lifted: %+v %v", res, err)
 	}
 }
@@ -232,7 +231,7 @@ func TestTwoReplicasShareARequestRate(t *testing.T) {
 	})
 	ctx := context.Background()
 	ncA, a := tenantClient(t, srv, "tenant-a", "a-secret")
-	if _, err := a.Create(ctx, client.CreateRequest{SessionID: "s", Model: "gpt-4o", Messages: quotaChat("MARK-A", 3)}); err != nil {
+	if _, err := a.Create(ctx, "s", client.NewSession{Model: "gpt-4o", Messages: quotaChat("MARK-A", 3)}); err != nil {
 		t.Fatal(err)
 	}
 	in, refused := 0, 0

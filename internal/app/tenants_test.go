@@ -20,7 +20,6 @@ import (
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/natstest"
-	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -125,20 +124,20 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	resA, resB := resultsOf(ncA), resultsOf(ncB)
 
 	turns := func(tenant string, n int) []client.Message {
-		out := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are " + tenant + "'s support agent.")}}
+		out := []client.Message{client.Text("", client.System, "You are "+tenant+"'s support agent.")}
 		for i := range n {
 			out = append(out,
-				client.Message{ID: fmt.Sprintf("u%d", i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("%s question %d: where is my bag tagged BAG-%04d? It held my laptop.", tenant, i, i))},
-				client.Message{ID: fmt.Sprintf("a%d", i), Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("%s: bag BAG-%04d is in Lisbon and arrives on day %d by courier.", tenant, i, i%28+1))})
+				client.Text(fmt.Sprintf("u%d", i), client.User, fmt.Sprintf("%s question %d: where is my bag tagged BAG-%04d? It held my laptop.", tenant, i, i)),
+				client.Text(fmt.Sprintf("a%d", i), client.Assistant, fmt.Sprintf("%s: bag BAG-%04d is in Lisbon and arrives on day %d by courier.", tenant, i, i%28+1)))
 		}
 		return out
 	}
 	for c, tenant := range map[*client.Client]string{a: "A", b: "B"} {
-		if _, err := c.Create(ctx, client.CreateRequest{SessionID: "same", Model: "gpt-4o", ContextLimit: 1000, Messages: turns(tenant, 30)}); err != nil {
+		if _, err := c.Create(ctx, "same", client.NewSession{Model: "gpt-4o", ContextLimit: 1000, Messages: turns(tenant, 30)}); err != nil {
 			t.Fatalf("tenant %s: create: %v", tenant, err)
 		}
 	}
-	if _, err := a.Append(ctx, "same", []client.Message{{ID: "only-a", Role: session.RoleUser, Content: session.TextContent("only A says this")}}); err != nil {
+	if _, err := a.Append(ctx, "same", []client.Message{client.Text("only-a", client.User, "only A says this")}); err != nil {
 		t.Fatal(err)
 	}
 	// Each reads its own session.
@@ -154,8 +153,8 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 		t.Fatalf("A reads %d messages, B %d (%q)", len(hA.Messages), len(hB.Messages), hB.Messages[1].Content.Text)
 	}
 	// A compacts through its request stream; the result reaches A alone.
-	res, err := a.Compact(ctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
-	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
+	res, err := a.Compact(ctx, "same", client.CompactRequest{RequestID: "req-1", Model: "gpt-4o"})
+	if err != nil || res.Outcome != "compacted" {
 		t.Fatalf("A's compaction: %+v %v", res, err)
 	}
 	m, err := resA.NextMsg(10 * time.Second)
@@ -178,12 +177,12 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 	// its own), and so is its request through the endpoint.
 	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
-	res, err = b.Compact(rctx, client.CompactRequest{RequestID: "req-1", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
-	if err != nil || !res.OK() || res.Completed.Outcome != "compacted" {
+	res, err = b.Compact(rctx, "same", client.CompactRequest{RequestID: "req-1", Model: "gpt-4o"})
+	if err != nil || res.Outcome != "compacted" {
 		t.Fatalf("B's compaction: %+v %v", res, err)
 	}
-	res, err = a.CompactSync(ctx, client.CompactRequest{RequestID: "req-2", Data: client.RequestData{SessionID: "same", Model: "gpt-4o"}})
-	if err != nil || !res.OK() {
+	res, err = a.CompactSync(ctx, "same", client.CompactRequest{RequestID: "req-2", Model: "gpt-4o"})
+	if err != nil {
 		t.Fatalf("A's compaction through the endpoint: %+v %v", res, err)
 	}
 	// Each tenant's requests are counted apart.
@@ -253,26 +252,26 @@ func TestTenantOverItsRequestQuota(t *testing.T) {
 	clients := map[string]*client.Client{}
 	for _, u := range []string{"tenant-a", "tenant-b"} {
 		_, c := tenantClient(t, srv, u, map[string]string{"tenant-a": "a-secret", "tenant-b": "b-secret"}[u])
-		msgs := []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent.")}}
+		msgs := []client.Message{client.Text("", client.System, "You are a support agent.")}
 		for i := range 30 {
-			msgs = append(msgs, client.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d: where is my bag BAG-%04d with my laptop in it?", i, i))},
-				client.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("bag BAG-%04d is in Lisbon and arrives on day %d by courier", i, i%28+1))})
+			msgs = append(msgs, client.Text("", client.User, fmt.Sprintf("question %d: where is my bag BAG-%04d with my laptop in it?", i, i)),
+				client.Text("", client.Assistant, fmt.Sprintf("bag BAG-%04d is in Lisbon and arrives on day %d by courier", i, i%28+1)))
 		}
-		if _, err := c.Create(ctx, client.CreateRequest{SessionID: "s", Model: "gpt-4o", ContextLimit: 1000, Messages: msgs}); err != nil {
+		if _, err := c.Create(ctx, "s", client.NewSession{Model: "gpt-4o", ContextLimit: 1000, Messages: msgs}); err != nil {
 			t.Fatal(err)
 		}
 		clients[u] = c
 	}
 	a, b := clients["tenant-a"], clients["tenant-b"]
 	req := func(id string) client.CompactRequest {
-		return client.CompactRequest{RequestID: id, Data: client.RequestData{SessionID: "s", Model: "gpt-4o"}}
+		return client.CompactRequest{RequestID: id, Model: "gpt-4o"}
 	}
-	if res, err := a.Compact(ctx, req("a-1")); err != nil || !res.OK() {
+	if res, err := a.Compact(ctx, "s", req("a-1")); err != nil {
 		t.Fatalf("A's first request: %+v %v", res, err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	_, err := a.Compact(rctx, req("a-2"))
+	_, err := a.Compact(rctx, "s", req("a-2"))
 	if err == nil || !strings.Contains(err.Error(), "quota_exceeded") || !strings.Contains(err.Error(), "requests_per_second") || !strings.Contains(err.Error(), "retry after") {
 		t.Fatalf("A's second request event: %v", err)
 	}
@@ -288,7 +287,7 @@ func TestTenantOverItsRequestQuota(t *testing.T) {
 	}
 	// B is not counted against A.
 	for _, id := range []string{"b-1", "b-2", "b-3"} {
-		if res, err := b.CompactSync(ctx, req(id)); err != nil || !res.OK() {
+		if res, err := b.CompactSync(ctx, "s", req(id)); err != nil {
 			t.Fatalf("B's request %s: %+v %v", id, res, err)
 		}
 	}
@@ -299,7 +298,7 @@ func TestTenantOverItsRequestQuota(t *testing.T) {
 	}
 	// A raised quota applies at once.
 	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {RequestsPerSecond: 100}})
-	if res, err := a.Compact(ctx, req("a-4")); err != nil || !res.OK() {
+	if res, err := a.Compact(ctx, "s", req("a-4")); err != nil {
 		t.Fatalf("A's request after its quota was raised: %+v %v", res, err)
 	}
 }

@@ -29,7 +29,6 @@ import (
 	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/eval"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/models"
@@ -290,12 +289,12 @@ func (e *env) createSessions(ctx context.Context, prefix string, n, count int) (
 func (e *env) compactService(ctx context.Context, sid string) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	res, err := e.client.Compact(ctx, client.CompactRequest{Data: events.RequestData{SessionID: sid, Model: "gpt-4o"}})
+	res, err := e.client.Compact(ctx, sid, client.CompactRequest{Model: "gpt-4o"})
 	if err != nil {
 		return err
 	}
-	if !res.OK() || res.Completed.Outcome != pipeline.OutcomeCompacted {
-		return fmt.Errorf("service did not compact %s: %s", sid, res.Data)
+	if res.Outcome != client.OutcomeCompacted {
+		return fmt.Errorf("service did not compact %s: %+v", sid, res)
 	}
 	return nil
 }

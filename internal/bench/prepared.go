@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -24,6 +25,7 @@ import (
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
+	"github.com/compactor/compactor/internal/wire"
 )
 
 // PreparedOptions set up a comparison of blocking and prepared
@@ -336,7 +338,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		switch {
 		case r.failed:
 			row.Failures++
-		case r.res.Outcome == pipeline.OutcomeCompacted:
+		case r.res.Outcome == client.OutcomeCompacted:
 			row.Compacted++
 			switch r.res.Strategy {
 			case "prepared":
@@ -372,7 +374,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 func runPaced(ctx context.Context, cl *client.Client, store interface {
 	Record(context.Context, string) (session.Record, error)
 }, id string, c transcript.Conversation, counter *tokens.Counter, opt PreparedOptions) ([]request, eval.Retention, error) {
-	if _, err := cl.Create(ctx, client.CreateRequest{SessionID: id, Model: "gpt-4o", ContextLimit: opt.Limit}); err != nil {
+	if _, err := cl.Create(ctx, id, client.NewSession{Model: "gpt-4o", ContextLimit: opt.Limit}); err != nil {
 		return nil, eval.Retention{}, err
 	}
 	var reqs []request
@@ -390,7 +392,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		case <-time.After(time.Duration(opt.Pace * float64(PaceOf(&m)))):
 		}
 		m.Tokens = 0
-		a, err := cl.Append(ctx, id, []client.Message{m})
+		a, err := cl.Append(ctx, id, []client.Message{wire.Must[client.Message](m)})
 		if err != nil {
 			return reqs, eval.Retention{}, err
 		}
@@ -404,12 +406,13 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 			continue
 		}
 		t0 := time.Now()
-		res, err := cl.Compact(ctx, client.CompactRequest{RequestID: fmt.Sprintf("%s-%d", id, i), Data: client.RequestData{SessionID: id}})
-		if err != nil {
+		res, err := cl.Compact(ctx, id, client.CompactRequest{RequestID: fmt.Sprintf("%s-%d", id, i)})
+		var failed *client.FailedError
+		if err != nil && !errors.As(err, &failed) {
 			return reqs, eval.Retention{}, err
 		}
-		r := request{set: c.Source, message: i, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res.Completed, failed: !res.OK()}
-		if c := res.Completed; c != nil && c.LLMCalls == 0 && c.Strategy != "prepared" {
+		r := request{set: c.Source, message: i, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res, failed: failed != nil}
+		if c := res; c != nil && c.LLMCalls == 0 && c.Strategy != "prepared" {
 			r.possible = false // no model needed: instant either way
 		}
 		reqs = append(reqs, r)
@@ -417,7 +420,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if err != nil {
 			return reqs, eval.Retention{}, err
 		}
-		if v.Tokens > opt.Limit && r.res != nil && r.res.Outcome == pipeline.OutcomeCompacted {
+		if v.Tokens > opt.Limit && r.res != nil && r.res.Outcome == client.OutcomeCompacted {
 			return reqs, eval.Retention{}, fmt.Errorf("message %d: compacted to %d tokens, over the limit %d", i, v.Tokens, opt.Limit)
 		}
 		ctxTokens, crossed = v.Tokens, time.Time{}
@@ -436,5 +439,5 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 	if err != nil {
 		return reqs, eval.Retention{}, err
 	}
-	return reqs, eval.Measure(c, func(i int) bool { return int64(i+1) < rec.TailStartSeq }, eval.ContextUnits(v.Messages)), nil
+	return reqs, eval.Measure(c, func(i int) bool { return int64(i+1) < rec.TailStartSeq }, eval.ContextUnits(wire.Must[[]session.Message](v.Messages))), nil
 }

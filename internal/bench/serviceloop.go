@@ -2,15 +2,16 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/eval"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
+	"github.com/compactor/compactor/internal/wire"
 )
 
 // ServiceLoop replays through the service as a runtime uses it: an
@@ -67,14 +68,15 @@ func (l *ServiceLoop) View(ctx context.Context, id string) ([]session.Message, e
 func (l *ServiceLoop) Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	ev, err := l.e.client.Compact(ctx, client.CompactRequest{RequestID: requestID, Data: events.RequestData{SessionID: id, Model: "gpt-4o"}})
-	if err != nil {
+	done, err := l.e.client.Compact(ctx, id, client.CompactRequest{RequestID: requestID, Model: "gpt-4o"})
+	var failed *client.FailedError
+	switch {
+	case err == nil:
+		return wire.Convert[*pipeline.Result](done)
+	case !errors.As(err, &failed):
 		return nil, err
 	}
-	if ev.OK() {
-		return ev.Completed, nil
-	}
-	f := ev.Failed
+	f := failed.Failed
 	res := &pipeline.Result{SessionID: f.SessionID, RequestID: f.RequestID, Trigger: pipeline.Trigger(f.Trigger), Failed: true,
 		Reason: pipeline.Reason(f.Reason), Error: f.Error, Failures: f.Failures, Retryable: f.Retryable,
 		LLMCalls: f.LLMCalls, InputTokens: f.InputTokens, OutputTokens: f.OutputTokens, DurationMS: f.DurationMS}

@@ -24,7 +24,6 @@ import (
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/fakeprovider"
-	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -339,7 +338,7 @@ func (n *noisy) client(user, pass string) (*client.Client, error) {
 func (n *noisy) waitServing(ctx context.Context, c *client.Client) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		_, err := c.Create(ctx, client.CreateRequest{SessionID: "probe", Messages: []client.Message{{Role: session.RoleUser, Content: session.TextContent("hello")}}})
+		_, err := c.Create(ctx, "probe", client.NewSession{Messages: []client.Message{client.Text("", client.User, "hello")}})
 		if err == nil {
 			return nil
 		}
@@ -359,10 +358,10 @@ func turns(sid string, from, k int) []client.Message {
 	var out []client.Message
 	for i := from; i < from+k; i++ {
 		out = append(out,
-			client.Message{ID: fmt.Sprintf("%s-u%04d", sid, i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf(
-				"[%s turn %d] My booking REF-%s-%d: can I move the flight to day %d, keep seat %dA and add a bag of %d kg?", sid, i, sid, i, i%28+1, i%30+1, 10+i%20))},
-			client.Message{ID: fmt.Sprintf("%s-a%04d", sid, i), Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf(
-				"[%s turn %d] Booking REF-%s-%d moved to day %d; seat %dA kept; the bag is added; fare difference $%d.", sid, i, sid, i, i%28+1, i%30+1, 10+i%90))})
+			client.Text(fmt.Sprintf("%s-u%04d", sid, i), client.User, fmt.Sprintf(
+				"[%s turn %d] My booking REF-%s-%d: can I move the flight to day %d, keep seat %dA and add a bag of %d kg?", sid, i, sid, i, i%28+1, i%30+1, 10+i%20)),
+			client.Text(fmt.Sprintf("%s-a%04d", sid, i), client.Assistant, fmt.Sprintf(
+				"[%s turn %d] Booking REF-%s-%d moved to day %d; seat %dA kept; the bag is added; fare difference $%d.", sid, i, sid, i, i%28+1, i%30+1, 10+i%90)))
 	}
 	return out
 }
@@ -380,8 +379,8 @@ func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, ph
 		go func() {
 			defer wg.Done()
 			sid := fmt.Sprintf("b-%s-%02d", phase, i)
-			if _, err := b.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: noisyLimit,
-				Messages: []client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent for an airline. Be brief.")}}}); err != nil {
+			if _, err := b.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: noisyLimit,
+				Messages: []client.Message{client.Text("", client.System, "You are a support agent for an airline. Be brief.")}}); err != nil {
 				n.fail(fmt.Errorf("B %s: create: %w", sid, err))
 				n.quietFailed.Add(1)
 				return
@@ -393,9 +392,9 @@ func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, ph
 					return
 				}
 				start := time.Now()
-				res, err := b.Compact(ctx, client.CompactRequest{RequestID: uuid.NewString(), Data: client.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: noisyLimit}})
+				res, err := b.Compact(ctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
 				took := time.Since(start)
-				if err != nil || !res.OK() {
+				if err != nil {
 					n.fail(fmt.Errorf("B %s: compact: %v %+v", sid, err, res))
 					n.quietFailed.Add(1)
 					continue
@@ -417,8 +416,8 @@ func (n *noisy) flood(ctx context.Context, a *client.Client) {
 	const sessions = 32
 	for i := range sessions {
 		sid := fmt.Sprintf("a-%02d", i)
-		msgs := append([]client.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a support agent.")}}, turns(sid, 0, 40)...)
-		if _, err := a.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: noisyLimit, Messages: msgs}); err != nil && ctx.Err() == nil {
+		msgs := append([]client.Message{client.Text("", client.System, "You are a support agent.")}, turns(sid, 0, 40)...)
+		if _, err := a.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: noisyLimit, Messages: msgs}); err != nil && ctx.Err() == nil {
 			n.fail(fmt.Errorf("A %s: create: %w", sid, err))
 		}
 	}
@@ -446,10 +445,14 @@ func (n *noisy) flood(ctx context.Context, a *client.Client) {
 				n.fail(fmt.Errorf("A %s: append: %w", sid, err))
 				return
 			}
-			res, err := a.Compact(rctx, client.CompactRequest{RequestID: uuid.NewString(), Data: client.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: noisyLimit}})
+			_, err := a.Compact(rctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
+			// A failed compaction was stored and answered; a request
+			// refused at the door is an error of another kind.
+			var failed *client.FailedError
+			answered := err == nil || errors.As(err, &failed)
 			var qe string
 			for _, q := range []string{tenant.QuotaRequestsPerSecond, tenant.QuotaConcurrentCompactions} {
-				if err != nil && strings.Contains(err.Error(), "quota_exceeded") && strings.Contains(err.Error(), q) {
+				if !answered && strings.Contains(err.Error(), "quota_exceeded") && strings.Contains(err.Error(), q) {
 					qe = q
 				}
 			}
@@ -457,7 +460,7 @@ func (n *noisy) flood(ctx context.Context, a *client.Client) {
 			case qe != "":
 				c, _ := n.refused.LoadOrStore(qe, new(atomic.Int64))
 				c.(*atomic.Int64).Add(1)
-			case err != nil || res == nil:
+			case !answered:
 				n.failed.Add(1)
 			default:
 				n.stored.Add(1)

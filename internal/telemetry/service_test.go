@@ -86,15 +86,15 @@ func TestOneCompactionOneTrace(t *testing.T) {
 			client.Text(fmt.Sprintf("a%d", i), client.Assistant, fmt.Sprintf("bag BAG-%04d is in Lisbon; it arrives on day %d", i, i%28+1)))
 	}
 	for _, sid := range []string{"by-event", "by-endpoint"} {
-		if _, err := cl.Create(ctx, client.CreateRequest{SessionID: sid, Model: "gpt-4o", ContextLimit: 1500, Messages: msgs}); err != nil {
+		if _, err := cl.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: 1500, Messages: msgs}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	const runtimeTrace, runtimeSpan = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 	parent := "00-" + runtimeTrace + "-" + runtimeSpan + "-01"
-	res, err := cl.Compact(ctx, client.CompactRequest{RequestID: "traced-1", Data: client.RequestData{SessionID: "by-event"}, TraceParent: parent})
-	if err != nil || !res.OK() || res.Completed.LLMCalls == 0 {
+	res, err := cl.Compact(ctx, "by-event", client.CompactRequest{RequestID: "traced-1", TraceParent: parent})
+	if err != nil || res.LLMCalls == 0 {
 		t.Fatalf("compact: %+v %v", res, err)
 	}
 	// The consumer's span ends after the result is published and the
@@ -160,8 +160,8 @@ func TestOneCompactionOneTrace(t *testing.T) {
 	cca := attrs(cc.Snapshot())
 	if cca["gen_ai.operation.name"].AsString() != "compact_context" || cca["gen_ai.conversation.id"].AsString() != "by-event" ||
 		cca["gen_ai.request.model"].AsString() != "gpt-4o" || cca["compactor.trigger"].AsString() != "over_budget" ||
-		cca["compactor.outcome"].AsString() != "compacted" || cca["compactor.tokens_before"].AsInt64() != int64(res.Completed.TokensBefore) ||
-		cca["compactor.tokens_after"].AsInt64() != int64(res.Completed.TokensAfter) || cca["compactor.summary_tokens"].AsInt64() == 0 ||
+		cca["compactor.outcome"].AsString() != "compacted" || cca["compactor.tokens_before"].AsInt64() != int64(res.TokensBefore) ||
+		cca["compactor.tokens_after"].AsInt64() != int64(res.TokensAfter) || cca["compactor.summary_tokens"].AsInt64() == 0 ||
 		cca["compactor.attempts"].AsInt64() != 1 {
 		t.Errorf("compact_context attributes %v", cca)
 	}
@@ -217,9 +217,8 @@ func TestOneCompactionOneTrace(t *testing.T) {
 	// same tree.
 	exp.Reset()
 	const endpointTrace = "5bf92f3577b34da6a3ce929d0e0e4737"
-	sres, err := cl.CompactSync(ctx, client.CompactRequest{RequestID: "traced-2", Data: client.RequestData{SessionID: "by-endpoint"},
-		TraceParent: "00-" + endpointTrace + "-" + runtimeSpan + "-01"})
-	if err != nil || !sres.OK() {
+	sres, err := cl.CompactSync(ctx, "by-endpoint", client.CompactRequest{RequestID: "traced-2", TraceParent: "00-" + endpointTrace + "-" + runtimeSpan + "-01"})
+	if err != nil {
 		t.Fatalf("compact by endpoint: %+v %v", sres, err)
 	}
 	var server, cc2 *tracetest.SpanStub
