@@ -7,7 +7,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-race test-short bench scale chaos microbench lint fmt tidy run demo docker screenshots clean
+.PHONY: build test test-ts test-race test-short bench scale chaos microbench lint fmt tidy run demo docker screenshots clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
@@ -17,6 +17,14 @@ build:
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
 	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty|TestLargeSession|TestComparePrepared|TestChaosFailsOnABrokenBuild' ./internal/pipeline ./internal/eval ./internal/kvstore ./internal/bench ./cmd/compactor
+	$(MAKE) test-ts
+
+# The TypeScript client's tests (node --test) against a real compactor
+# serve; skipped, saying so, where Node is not installed.
+test-ts: build
+	@if ! command -v node >/dev/null 2>&1; then \
+		echo "make test-ts: Node is not installed: the TypeScript client's tests are skipped (apt-get install nodejs npm)"; exit 0; fi; \
+	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && COMPACTOR_BIN=$(CURDIR)/$(BIN) npm test
 
 test-race: test
 

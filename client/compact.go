@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/events"
@@ -134,25 +135,67 @@ func (c *Client) NearBudget(ctx context.Context, sessionID string, req CompactRe
 // publishRequest publishes req as a request event of route's type, in
 // binary mode, with its trace context.
 func (c *Client) publishRequest(ctx context.Context, route events.Route, sid string, req CompactRequest) error {
+	_, err := c.publish(ctx, route, sid, req)
+	return err
+}
+
+// publish publishes the request event and returns the stream's ack
+// (Duplicate: the request was stored before).
+func (c *Client) publish(ctx context.Context, route events.Route, sid string, req CompactRequest) (*jetstream.PubAck, error) {
 	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.data(sid))
 	if err != nil {
-		return fmt.Errorf("client: %w", err)
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	if req.TraceParent != "" {
 		if err := ev.Context.SetExtension("traceparent", req.TraceParent); err != nil {
-			return fmt.Errorf("client: traceparent: %w", err)
+			return nil, fmt.Errorf("client: traceparent: %w", err)
 		}
 		if req.TraceState != "" {
 			if err := ev.Context.SetExtension("tracestate", req.TraceState); err != nil {
-				return fmt.Errorf("client: tracestate: %w", err)
+				return nil, fmt.Errorf("client: tracestate: %w", err)
 			}
 		}
 	}
 	h, body := events.EncodeBinary(ev)
-	if _, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: route.Prefix + sid, Header: h, Data: body}); err != nil {
-		return fmt.Errorf("client: publish request to %s: %w", route.Prefix+sid, err)
+	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: route.Prefix + sid, Header: h, Data: body})
+	if err != nil {
+		return nil, fmt.Errorf("client: publish request to %s: %w", route.Prefix+sid, err)
 	}
-	return nil
+	return ack, nil
+}
+
+// resultStream keeps every result and circuit event.
+const resultStream = "COMPACTION_EVENTS"
+
+// storedResult reads the stored result event of a request sent before
+// (the last, when a failure was followed by a completion) from the
+// result stream, with an ordered consumer on the session's events: nil
+// when none is stored yet.
+func (c *Client) storedResult(ctx context.Context, sid, completed, failed string) (*nats.Msg, error) {
+	cons, err := c.js.OrderedConsumer(ctx, resultStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"compaction.*." + sid}})
+	if err != nil {
+		return nil, fmt.Errorf("client: read stored results: %w", err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: read stored results: %w", err)
+	}
+	var found *nats.Msg
+	for pending := info.NumPending; pending > 0; {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("client: read stored results: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		pending = md.NumPending
+		if id := m.Headers().Get("ce-id"); id == completed || id == failed {
+			found = &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+		}
+	}
+	return found, nil
 }
 
 // ErrNoResult: no result arrived before the context ended. The request is
@@ -193,8 +236,20 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 	if err := c.nc.FlushWithContext(fctx); err != nil {
 		return nil, fmt.Errorf("client: subscribe to results: %w", err)
 	}
-	if err := c.publishRequest(fctx, route, sessionID, req); err != nil {
+	ack, err := c.publish(fctx, route, sessionID, req)
+	if err != nil {
 		return nil, err
+	}
+	if ack.Duplicate {
+		// Sent before: its result may be stored already.
+		m, err := c.storedResult(fctx, sessionID, completed, failed)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			_, done, err := decodeResult(m)
+			return done, err
+		}
 	}
 	for {
 		select {

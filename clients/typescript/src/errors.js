@@ -1,0 +1,94 @@
+// Errors of the compactor client. Every error the client throws is a
+// CompactorError; the subclasses say what happened.
+
+/** Any error of the compactor client. */
+export class CompactorError extends Error {
+  constructor(message, options) {
+    super(message, options);
+    this.name = "CompactorError";
+  }
+}
+
+/**
+ * An endpoint answered an error (compactor.session.*, compactor.compact).
+ * code is HTTP-like: 400 bad input, 404 no such session, 409 a taken id or a
+ * moved head, 413 an answer too large, 429 a quota, 503 retry, 500.
+ * status says what happened to the request: "not_applied" (nothing was
+ * written), "retry" (send the same request again: it is safe) or "failed".
+ */
+export class EndpointError extends CompactorError {
+  constructor(subject, code, message, body = {}) {
+    super(`${subject}: ${code} ${message}`);
+    this.name = "EndpointError";
+    this.subject = subject;
+    this.code = code;
+    this.status = body.status ?? "";
+    this.headSeq = body.head_seq;
+    this.quota = body.quota;
+    this.retryAfterMs = body.retry_after_ms;
+  }
+
+  /** Whether the same request may succeed when sent again. */
+  get retryable() {
+    return this.status === "retry" || this.code === 503;
+  }
+}
+
+/** The session does not exist (an endpoint's 404). */
+export class NotFoundError extends EndpointError {
+  constructor(...args) {
+    super(...args);
+    this.name = "NotFoundError";
+  }
+}
+
+/**
+ * The session exists with other content, or an append's expected head
+ * moved (an endpoint's 409; headSeq is the head then).
+ */
+export class ConflictError extends EndpointError {
+  constructor(...args) {
+    super(...args);
+    this.name = "ConflictError";
+  }
+}
+
+/** No compactor service answers on the subject. */
+export class NoServiceError extends CompactorError {
+  constructor(subject, options) {
+    super(`${subject}: no compactor service answers (is \`compactor serve\` running against this NATS server?)`, options);
+    this.name = "NoServiceError";
+    this.subject = subject;
+  }
+}
+
+/**
+ * No result arrived before the wait ended. The request is stored and will
+ * still be answered: compact again with the same requestId to wait for it.
+ */
+export class NoResultError extends CompactorError {
+  constructor(requestId, sessionId, ms) {
+    super(`no result for request ${requestId} of session ${sessionId} within ${ms} ms: it is stored and will still be answered; compact again with the same requestId to wait for it`);
+    this.name = "NoResultError";
+    this.requestId = requestId;
+    this.sessionId = sessionId;
+  }
+}
+
+/**
+ * A compaction failed: failed is the CompactionFailed event's data, reason
+ * its reason ("summary_failed", "circuit_open", "session_not_found",
+ * "quota_exceeded", ...), retryable whether the same request may succeed
+ * later.
+ */
+export class CompactionFailedError extends CompactorError {
+  constructor(failed) {
+    super(`compaction of ${failed.session_id} failed: ${failed.reason}: ${failed.error}`);
+    this.name = "CompactionFailedError";
+    this.failed = failed;
+    this.reason = failed.reason;
+    this.retryable = Boolean(failed.retryable);
+    this.sessionId = failed.session_id;
+    this.requestId = failed.request_id;
+  }
+}

@@ -1,0 +1,597 @@
+// @compactor/client: the runtime's side of the compactor's contract for
+// JavaScript and TypeScript. Sessions are written and read through the
+// service's NATS micro endpoints (compactor.session.*); compactions are
+// requested with a CloudEvent (binary mode) on agent.context.<trigger>.<id>,
+// stored in JetStream, and answered by one result event on
+// compaction.completed.<id> or compaction.failed.<id>. The caller owns the
+// NATS connection.
+
+import { createHash, randomUUID } from "node:crypto";
+import { headers as natsHeaders } from "@nats-io/transport-node";
+import { jetstream } from "@nats-io/jetstream";
+
+import {
+  CompactionFailedError,
+  CompactorError,
+  ConflictError,
+  EndpointError,
+  NoResultError,
+  NoServiceError,
+  NotFoundError,
+} from "./errors.js";
+
+export * from "./errors.js";
+
+/** The endpoints' subjects. */
+export const Subjects = Object.freeze({
+  create: "compactor.session.create",
+  append: "compactor.session.append",
+  upload: "compactor.session.upload",
+  context: "compactor.session.context",
+  history: "compactor.session.history",
+  message: "compactor.session.message",
+  delete: "compactor.session.delete",
+  breaker: "compactor.breaker.get",
+  compact: "compactor.compact",
+});
+
+/** The request triggers and their event types and subject prefixes. */
+const requestRoutes = Object.freeze({
+  over_budget: { type: "ContextOverBudget", prefix: "agent.context.over_budget." },
+  overflow: { type: "context_overflow", prefix: "agent.context.overflow." },
+  near_budget: { type: "ContextNearBudget", prefix: "agent.context.near_budget." },
+});
+
+/** The result and circuit events' subject prefixes. */
+export const EventSubjects = Object.freeze({
+  CompactionCompleted: "compaction.completed.",
+  CompactionFailed: "compaction.failed.",
+  CompactionCircuitOpened: "compaction.circuit_opened.",
+  CompactionCircuitClosed: "compaction.circuit_closed.",
+});
+
+export const DEFAULT_SOURCE = "urn:compactor:client";
+// The stream that keeps every result and circuit event.
+const RESULT_STREAM = "COMPACTION_EVENTS";
+const SESSION_ID = /^[A-Za-z0-9_-]{1,200}$/;
+// What an upload's part and the parts of one message may be (the
+// service's bounds).
+const MAX_UPLOAD_PART = 512 << 10;
+const MAX_UPLOAD_PARTS = 128;
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function checkSession(sessionId) {
+  if (typeof sessionId !== "string" || !SESSION_ID.test(sessionId)) {
+    throw new CompactorError(`session id ${JSON.stringify(sessionId)} must be 1-200 letters, digits, '-' or '_'`);
+  }
+}
+
+/** A text message; id makes an append of it safe to repeat. */
+export function text(id, role, content) {
+  return { id, role, content };
+}
+
+/**
+ * The messages as a provider's chat API takes them (OpenAI's format): the
+ * chat fields alone, without the ids, seqs, token counts and compaction
+ * metadata the service keeps.
+ */
+export function toChat(messages) {
+  return messages.map((m) => {
+    const out = { role: m.role, content: m.content ?? null };
+    if (m.name) out.name = m.name;
+    if (m.tool_calls?.length) out.tool_calls = m.tool_calls;
+    if (m.tool_call_id) out.tool_call_id = m.tool_call_id;
+    return out;
+  });
+}
+
+function withoutEmpty(obj) {
+  const out = {};
+  for (const [k, v] of Object.entries(obj)) {
+    if (v !== undefined && v !== null && v !== "" && v !== 0) out[k] = v;
+  }
+  return out;
+}
+
+/** The request event's data for a session. */
+function requestData(sessionId, o) {
+  return withoutEmpty({
+    session_id: sessionId,
+    model: o.model,
+    context_limit: o.contextLimit,
+    requested_tokens: o.requestedTokens,
+    message_count: o.messageCount,
+    provider: o.provider,
+    error_code: o.errorCode,
+    error_message: o.errorMessage,
+    summary_model: o.summaryModel,
+    summary_context_limit: o.summaryContextLimit,
+    focus: o.focus,
+    cache: o.cache
+      ? { last_request_time: new Date(o.cache.lastRequestTime).toISOString(), ttl_seconds: o.cache.ttlSeconds }
+      : undefined,
+  });
+}
+
+/** A header value as the CloudEvents NATS binding writes it. */
+function headerValue(s) {
+  return String(s).replace(/[^\x21-\x7e]|["%]/gu, (c) =>
+    [...encoder.encode(c)].map((b) => "%" + b.toString(16).toUpperCase().padStart(2, "0")).join(""),
+  );
+}
+
+function headerDecode(s) {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+// The CloudEvents attributes that are not extensions.
+const standard = new Set(["specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"]);
+
+/**
+ * Reads a CloudEvent from a NATS message, in binary mode (ce- headers) or
+ * structured mode (application/cloudevents+json).
+ */
+export function decodeEvent(msg) {
+  const h = msg.headers;
+  const type = h?.get("ce-type");
+  if (type) {
+    const body = msg.data.length ? decoder.decode(msg.data) : "";
+    const extensions = {};
+    for (const [k] of h) {
+      const name = k.toLowerCase();
+      if (name.startsWith("ce-") && !standard.has(name.slice(3))) extensions[name.slice(3)] = headerDecode(h.get(k));
+    }
+    return {
+      id: headerDecode(h.get("ce-id")),
+      type: headerDecode(type),
+      source: headerDecode(h.get("ce-source")),
+      subject: headerDecode(h.get("ce-subject")),
+      time: h.get("ce-time"),
+      extensions,
+      data: body ? JSON.parse(body) : null,
+    };
+  }
+  const ev = JSON.parse(decoder.decode(msg.data));
+  const extensions = {};
+  for (const [k, v] of Object.entries(ev)) if (!standard.has(k) && k !== "data" && k !== "data_base64") extensions[k] = v;
+  return { id: ev.id, type: ev.type, source: ev.source, subject: ev.subject, time: ev.time, extensions, data: ev.data ?? null };
+}
+
+/** The compactor's client over a NATS connection the caller owns. */
+export class CompactorClient {
+  #nc;
+  #js;
+  #source;
+  #timeoutMs;
+
+  /**
+   * @param nc a connected NATS connection (@nats-io/transport-node)
+   * @param options source: the CloudEvents source of the requests (a
+   *   URI-reference naming the runtime); timeoutMs: bounds each endpoint
+   *   request (default 30 s)
+   */
+  constructor(nc, { source = DEFAULT_SOURCE, timeoutMs = 30_000 } = {}) {
+    if (!nc || nc.isClosed?.()) throw new CompactorError("a connected NATS connection is required");
+    if (!source) throw new CompactorError("source must not be empty");
+    if (!(timeoutMs > 0)) throw new CompactorError(`timeoutMs ${timeoutMs} must be positive`);
+    this.#nc = nc;
+    this.#js = jetstream(nc);
+    this.#source = source;
+    this.#timeoutMs = timeoutMs;
+  }
+
+  get #maxPayload() {
+    return this.#nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  /** One endpoint request with a JSON body; the answer's JSON. */
+  async #call(subject, body, { timeoutMs = this.#timeoutMs, headers } = {}) {
+    const payload = encoder.encode(JSON.stringify(body));
+    if (payload.length > this.#maxPayload) {
+      throw new CompactorError(`${subject}: a request of ${payload.length} bytes is over the server's max_payload (${this.#maxPayload})`);
+    }
+    let m;
+    try {
+      m = await this.#nc.request(subject, payload, { timeout: timeoutMs, headers });
+    } catch (err) {
+      if (err?.isNoResponders?.() || err?.name === "NoRespondersError" || err?.cause?.name === "NoRespondersError") {
+        throw new NoServiceError(subject, { cause: err });
+      }
+      throw new CompactorError(`${subject}: ${err?.message ?? err}`, { cause: err });
+    }
+    const code = m.headers?.get("Nats-Service-Error-Code");
+    const text = m.data.length ? decoder.decode(m.data) : "";
+    if (code) {
+      let eb = {};
+      try {
+        eb = JSON.parse(text);
+      } catch {
+        // not JSON: the header says it all
+      }
+      return { error: { code: Number(code), message: eb.error || m.headers.get("Nats-Service-Error") || "", body: eb } };
+    }
+    return { value: text ? JSON.parse(text) : null };
+  }
+
+  async #endpoint(subject, body, options) {
+    const r = await this.#call(subject, body, options);
+    if (r.error) throw endpointError(subject, r.error);
+    return r.value;
+  }
+
+  /**
+   * Stores a new session under sessionId ("" or undefined: the service
+   * makes a UUID, which the answer names). The same create again answers
+   * the session; another content on a taken id throws ConflictError.
+   */
+  async create(sessionId, { model, contextLimit, messages = [] } = {}) {
+    if (sessionId) checkSession(sessionId);
+    if (contextLimit !== undefined && !(contextLimit >= 0)) throw new CompactorError(`contextLimit ${contextLimit} must be >= 0`);
+    return this.#endpoint(Subjects.create, withoutEmpty({ session_id: sessionId, model, context_limit: contextLimit, messages }));
+  }
+
+  /**
+   * Adds messages to a session. A message whose id is stored already is
+   * not written again (status "already_applied"): an append is safe to
+   * repeat. Messages too large for one request are uploaded in parts
+   * first and appended with the others at once. expectedHeadSeq applies
+   * the append only if the session's last seq is that (else ConflictError
+   * with headSeq).
+   */
+  async append(sessionId, messages, { expectedHeadSeq } = {}) {
+    checkSession(sessionId);
+    if (!Array.isArray(messages) || messages.length === 0) throw new CompactorError("append needs at least one message");
+    const raws = messages.map((m) => JSON.stringify(m));
+    let size = 256 + raws.reduce((n, r) => n + encoder.encode(r).length + 1, 0);
+    const room = this.#maxPayload - 1024;
+    const order = raws.map((_, i) => i).sort((a, b) => raws[b].length - raws[a].length);
+    const parts = raws.map((r) => JSON.parse(r));
+    for (const i of order) {
+      if (size <= room) break;
+      const ref = await this.#upload(sessionId, encoder.encode(raws[i]));
+      size += JSON.stringify(ref).length - encoder.encode(raws[i]).length;
+      parts[i] = ref;
+    }
+    if (size > room) throw new CompactorError(`${messages.length} messages do not fit one append even uploaded one by one: append fewer at once`);
+    const body = { session_id: sessionId, messages: parts };
+    if (expectedHeadSeq !== undefined) body.expected_head_seq = expectedHeadSeq;
+    return this.#endpoint(Subjects.append, body);
+  }
+
+  /** Stores a message's JSON in parts; the reference to append instead. */
+  async #upload(sessionId, raw) {
+    const id = "c-" + createHash("sha256").update(raw).digest("hex").slice(0, 32);
+    const part = Math.min(MAX_UPLOAD_PART, Math.floor(((this.#maxPayload - 1024) * 3) / 4));
+    const parts = Math.ceil(raw.length / part);
+    if (parts > MAX_UPLOAD_PARTS) {
+      throw new CompactorError(`a message of ${raw.length} bytes is over what the service stores (${MAX_UPLOAD_PARTS} parts of ${part} bytes)`);
+    }
+    for (let p = 0; p < parts; p++) {
+      const data = Buffer.from(raw.subarray(p * part, Math.min(raw.length, (p + 1) * part))).toString("base64");
+      await this.#endpoint(Subjects.upload, { session_id: sessionId, upload_id: id, part: p, parts, data });
+    }
+    return { upload_id: id };
+  }
+
+  /**
+   * What to send to the model now: the system prompt and pinned messages,
+   * the summary, then the messages after it. An answer over one NATS
+   * message is read in parts.
+   */
+  async context(sessionId) {
+    return this.#read(Subjects.context, sessionId);
+  }
+
+  /** The session's record, every message, every compaction and its prepared one. */
+  async history(sessionId) {
+    return this.#read(Subjects.history, sessionId);
+  }
+
+  async #read(subject, sessionId) {
+    checkSession(sessionId);
+    const r = await this.#call(subject, { session_id: sessionId });
+    if (!r.error) return r.value;
+    if (r.error.code !== 413) throw endpointError(subject, r.error);
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return JSON.parse(decoder.decode(await this.#readParts(subject, sessionId)));
+      } catch (err) {
+        // written while read: read the new answer, a few times at most
+        if (err instanceof ConflictError && attempt < 4) continue;
+        throw err;
+      }
+    }
+  }
+
+  async #readParts(subject, sessionId) {
+    const chunks = [];
+    let digest = "";
+    for (let p = 0, parts = 1; p < parts; p++) {
+      const body = { session_id: sessionId, part: p };
+      if (digest) body.digest = digest;
+      const ap = await this.#endpoint(subject, body);
+      parts = ap.parts;
+      digest = ap.digest;
+      chunks.push(Buffer.from(ap.data, "base64"));
+    }
+    const whole = Buffer.concat(chunks);
+    if (createHash("sha256").update(whole).digest("hex") !== digest) {
+      throw new CompactorError(`${subject} of ${sessionId}: the parts do not match their digest`);
+    }
+    return whole;
+  }
+
+  /**
+   * One stored message by its seq, summarised or not: the original of what
+   * a compaction replaced. A message too large for one answer is read in
+   * parts.
+   */
+  async message(sessionId, seq) {
+    checkSession(sessionId);
+    if (!(seq >= 1)) throw new CompactorError(`seq ${seq} must be >= 1`);
+    const r = await this.#call(Subjects.message, { session_id: sessionId, seq });
+    if (!r.error) return r.value;
+    if (r.error.code !== 413) throw endpointError(Subjects.message, r.error);
+    const chunks = [];
+    for (let p = 0, parts = 1; p < parts; p++) {
+      const mp = await this.#endpoint(Subjects.message, { session_id: sessionId, seq, part: p });
+      parts = mp.parts;
+      chunks.push(Buffer.from(mp.data, "base64"));
+    }
+    return JSON.parse(decoder.decode(Buffer.concat(chunks)));
+  }
+
+  /** Removes a session; deleting one that does not exist answers the same. */
+  async delete(sessionId) {
+    checkSession(sessionId);
+    return this.#endpoint(Subjects.delete, { session_id: sessionId });
+  }
+
+  /** The session's circuit breaker. */
+  async breaker(sessionId) {
+    checkSession(sessionId);
+    return this.#endpoint(Subjects.breaker, { session_id: sessionId });
+  }
+
+  /** Publishes a request event in binary mode to the AGENT_CONTEXT stream. */
+  async #publishRequest(sessionId, trigger, o) {
+    const route = requestRoutes[trigger];
+    const h = natsHeaders();
+    h.set("ce-specversion", "1.0");
+    h.set("ce-id", headerValue(o.requestId));
+    h.set("ce-source", headerValue(this.#source));
+    h.set("ce-type", route.type);
+    h.set("ce-subject", sessionId);
+    h.set("ce-time", new Date().toISOString());
+    h.set("ce-datacontenttype", "application/json");
+    h.set("Content-Type", "application/json");
+    if (o.traceparent) {
+      h.set("ce-traceparent", headerValue(o.traceparent));
+      if (o.tracestate) h.set("ce-tracestate", headerValue(o.tracestate));
+    }
+    const data = encoder.encode(JSON.stringify(requestData(sessionId, o)));
+    try {
+      return await this.#js.publish(route.prefix + sessionId, data, { msgID: o.requestId, headers: h, timeout: this.#timeoutMs });
+    } catch (err) {
+      throw new CompactorError(`publish request to ${route.prefix + sessionId}: ${err?.message ?? err}`, { cause: err });
+    }
+  }
+
+  /**
+   * Asks for a compaction of the session with a request event
+   * (ContextOverBudget, or context_overflow with trigger "overflow") and
+   * waits for its one result: the CompactionCompleted data, or a thrown
+   * CompactionFailedError with the CompactionFailed data. It subscribes
+   * before publishing, so the result cannot be missed. After timeoutMs
+   * (default 2 min) it throws NoResultError: the request is stored and
+   * will still be answered; the same requestId waits for the same result.
+   *
+   * options: requestId (default a new UUID), trigger ("over_budget" or
+   * "overflow"), model, contextLimit, requestedTokens, messageCount,
+   * provider, errorCode, errorMessage (an overflow's), summaryModel,
+   * summaryContextLimit, focus, cache ({lastRequestTime, ttlSeconds}),
+   * traceparent, tracestate, timeoutMs, signal.
+   */
+  async compact(sessionId, options = {}) {
+    checkSession(sessionId);
+    const o = { requestId: randomUUID(), trigger: "over_budget", timeoutMs: 120_000, ...options };
+    if (o.trigger !== "over_budget" && o.trigger !== "overflow") {
+      throw new CompactorError(`trigger ${JSON.stringify(o.trigger)} is not over_budget or overflow`);
+    }
+    const results = this.results(sessionId, { signal: o.signal });
+    try {
+      await this.#nc.flush();
+      const ack = await this.#publishRequest(sessionId, o.trigger, o);
+      if (ack.duplicate) {
+        // Sent before: its result may be stored already.
+        const stored = await this.#storedResult(sessionId, o.requestId);
+        if (stored?.type === "CompactionFailed") throw new CompactionFailedError(stored.data);
+        if (stored) return stored.data;
+      }
+      const timer = setTimeout(() => results.return(), o.timeoutMs);
+      try {
+        for await (const ev of results) {
+          if (ev.data?.request_id !== o.requestId) continue; // another request's
+          if (ev.type === "CompactionFailed") throw new CompactionFailedError(ev.data);
+          return ev.data;
+        }
+      } finally {
+        clearTimeout(timer);
+      }
+      o.signal?.throwIfAborted();
+      throw new NoResultError(o.requestId, sessionId, o.timeoutMs);
+    } finally {
+      await results.return();
+    }
+  }
+
+  /**
+   * The stored result event of a request (the last, when a failure was
+   * followed by a completion), read from the COMPACTION_EVENTS stream with
+   * an ordered consumer on the session's events; undefined when none.
+   */
+  async #storedResult(sessionId, requestId) {
+    const consumer = await this.#js.consumers.get(RESULT_STREAM, { filter_subjects: "compaction.*." + sessionId, deliver_policy: "all" });
+    let found;
+    try {
+      let pending = (await consumer.info()).num_pending;
+      while (pending > 0) {
+        const m = await consumer.next({ expires: 5_000 });
+        if (!m) break;
+        pending = m.info.pending;
+        try {
+          const ev = decodeEvent(m);
+          if (ev.data?.request_id === requestId && (ev.type === "CompactionCompleted" || ev.type === "CompactionFailed")) found = ev;
+        } catch {
+          // not an event
+        }
+      }
+    } finally {
+      await consumer.delete().catch(() => {});
+    }
+    return found;
+  }
+
+  /**
+   * Asks for a compaction through the compactor.compact endpoint and
+   * returns its result: the same result, and the same result event
+   * published, as compact ("manual" is a trigger here too). A failed
+   * compaction throws CompactionFailedError; any other error means no
+   * result (send the same requestId again).
+   */
+  async compactSync(sessionId, options = {}) {
+    checkSession(sessionId);
+    const o = { requestId: randomUUID(), trigger: "over_budget", timeoutMs: 120_000, ...options };
+    if (!["over_budget", "overflow", "manual"].includes(o.trigger)) {
+      throw new CompactorError(`trigger ${JSON.stringify(o.trigger)} is not over_budget, overflow or manual`);
+    }
+    let headers;
+    if (o.traceparent) {
+      headers = natsHeaders();
+      headers.set("traceparent", o.traceparent);
+      if (o.tracestate) headers.set("tracestate", o.tracestate);
+    }
+    const body = { ...requestData(sessionId, o), request_id: o.requestId, trigger: o.trigger };
+    const r = await this.#call(Subjects.compact, body, { timeoutMs: o.timeoutMs, headers });
+    if (!r.error) return r.value;
+    const f = r.error.body;
+    if (!f?.reason || (r.error.code === 503 && f.reason !== "summary_failed" && f.reason !== "circuit_open")) {
+      throw endpointError(Subjects.compact, r.error);
+    }
+    throw new CompactionFailedError(f);
+  }
+
+  /**
+   * Tells the service the session's context nears its budget (a
+   * ContextNearBudget event): it prepares the compaction the coming
+   * request will need, so that request does not wait for a summary model.
+   * No event answers it; it returns once the event is stored.
+   */
+  async nearBudget(sessionId, options = {}) {
+    checkSession(sessionId);
+    await this.#publishRequest(sessionId, "near_budget", { requestId: randomUUID(), ...options });
+  }
+
+  /**
+   * The session's result events as they are published, as an async
+   * iterator of {type, id, data} (type "CompactionCompleted" or
+   * "CompactionFailed"); it ends with return(), break, or the signal.
+   */
+  results(sessionId, { signal } = {}) {
+    checkSession(sessionId);
+    return this.#events([EventSubjects.CompactionCompleted + sessionId, EventSubjects.CompactionFailed + sessionId], signal);
+  }
+
+  /**
+   * Calls handler with each circuit event of a session (every session's
+   * for "" or undefined): {type: "CompactionCircuitOpened" |
+   * "CompactionCircuitClosed", sessionId, data}. Returns a subscription:
+   * unsubscribe() stops at once, drain() once the events received are
+   * handled.
+   */
+  subscribeCircuit(sessionId, handler) {
+    const tok = sessionId ? (checkSession(sessionId), sessionId) : "*";
+    if (typeof handler !== "function") throw new CompactorError("subscribeCircuit needs a handler");
+    const subs = [EventSubjects.CompactionCircuitOpened + tok, EventSubjects.CompactionCircuitClosed + tok].map((subject) =>
+      this.#nc.subscribe(subject, {
+        callback: (err, msg) => {
+          if (err) return;
+          let ev;
+          try {
+            ev = decodeEvent(msg);
+          } catch {
+            return; // not an event
+          }
+          handler({ type: ev.type, sessionId: ev.subject, data: ev.data });
+        },
+      }),
+    );
+    return {
+      unsubscribe: () => subs.forEach((s) => s.unsubscribe()),
+      drain: () => Promise.all(subs.map((s) => s.drain())).then(() => undefined),
+      closed: Promise.all(subs.map((s) => s.closed)).then(() => undefined),
+    };
+  }
+
+  /** An async iterator over the events on subjects. */
+  #events(subjects, signal) {
+    const queue = [];
+    let wake = null;
+    let done = false;
+    const push = (item) => {
+      queue.push(item);
+      wake?.();
+    };
+    const subs = subjects.map((subject) =>
+      this.#nc.subscribe(subject, {
+        callback: (err, msg) => {
+          if (err) return;
+          try {
+            push(decodeEvent(msg));
+          } catch {
+            // not an event
+          }
+        },
+      }),
+    );
+    const finish = () => {
+      if (!done) {
+        done = true;
+        subs.forEach((s) => s.unsubscribe());
+        wake?.();
+      }
+    };
+    signal?.addEventListener("abort", finish, { once: true });
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      async next() {
+        for (;;) {
+          if (queue.length) return { value: queue.shift(), done: false };
+          if (done) return { value: undefined, done: true };
+          await new Promise((resolve) => (wake = resolve));
+          wake = null;
+        }
+      },
+      async return() {
+        finish();
+        queue.length = 0;
+        return { value: undefined, done: true };
+      },
+    };
+  }
+}
+
+function endpointError(subject, { code, message, body }) {
+  if (code === 404) return new NotFoundError(subject, code, message, body);
+  if (code === 409) return new ConflictError(subject, code, message, body);
+  return new EndpointError(subject, code, message, body);
+}
