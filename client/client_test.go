@@ -209,7 +209,7 @@ func TestCircuitEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer sub.Stop()
 	if _, err := c.Create(ctx, "s1", client.NewSession{ContextLimit: 1500, Messages: turns(0, 40)}); err != nil {
 		t.Fatal(err)
 	}
@@ -226,12 +226,12 @@ func TestCircuitEvents(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no circuit event")
 	}
-	// Drain hands over what arrived, then stops: a reset's closed event
-	// comes no more.
-	if err := sub.Drain(ctx); err != nil {
-		t.Fatal(err)
+	// Drain hands over what arrived, then stops; Closed says when.
+	sub.Drain()
+	select {
+	case <-sub.Closed():
+	case <-ctx.Done():
+		t.Fatal("a drained subscription did not close")
 	}
-	if err := sub.Unsubscribe(); err != nil {
-		t.Fatalf("unsubscribe after drain: %v", err)
-	}
+	sub.Stop() // after a drain: nothing more to do
 }

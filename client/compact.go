@@ -353,81 +353,61 @@ type CircuitEvent struct {
 	Closed *CircuitClosed
 }
 
-// Subscription is a running SubscribeCircuit.
+// Subscription is a running SubscribeCircuit; it stops as a nats.go
+// JetStream consumption does: Stop at once, Drain once the events
+// received are handled, Closed when either is done.
 type Subscription struct {
-	subs []*nats.Subscription
-	done chan struct{}
-	ch   chan *nats.Msg
-	once sync.Once
-	err  error
-	// stopped is closed once the handler goroutine has returned.
-	stopped chan struct{}
+	subs    []*nats.Subscription
+	ch      chan *nats.Msg
+	done    chan struct{} // closed to end the handler's loop
+	stopped chan struct{} // closed once the handler's loop has returned
+	once    sync.Once
 }
 
-// Unsubscribe stops at once: events not handled yet are dropped.
-func (s *Subscription) Unsubscribe() error {
+// Stop stops at once: events not handled yet are dropped.
+func (s *Subscription) Stop() {
 	s.once.Do(func() {
-		s.err = s.unsubscribe()
+		s.unsubscribe()
 		close(s.done)
 	})
-	<-s.stopped
-	return s.err
 }
 
-// Drain stops taking events and returns once every event received so far
-// has been handled (as nats.go's Drain does), or ctx ends.
-func (s *Subscription) Drain(ctx context.Context) error {
-	var err error
+// Drain stops taking events; those received already are still handled,
+// then Closed closes.
+func (s *Subscription) Drain() {
 	s.once.Do(func() {
 		for _, sub := range s.subs {
-			if e := sub.Drain(); e != nil && s.err == nil {
-				s.err = e
-			}
+			_ = sub.Drain()
 		}
-		// Wait for the server to stop sending, then for the handler to
-		// take what arrived.
-		for _, sub := range s.subs {
-			for sub.IsValid() {
-				select {
-				case <-ctx.Done():
-					err = ctx.Err()
-					close(s.done)
-					return
-				case <-time.After(5 * time.Millisecond):
+		go func() {
+			// The server has stopped sending once the subscriptions are
+			// gone; then the handler takes what arrived.
+			for _, sub := range s.subs {
+				for sub.IsValid() {
+					time.Sleep(5 * time.Millisecond)
 				}
 			}
-		}
-		for len(s.ch) > 0 {
-			select {
-			case <-ctx.Done():
-				err = ctx.Err()
-				close(s.done)
-				return
-			case <-time.After(5 * time.Millisecond):
+			for len(s.ch) > 0 {
+				time.Sleep(5 * time.Millisecond)
 			}
-		}
-		close(s.done)
+			close(s.done)
+		}()
 	})
-	<-s.stopped
-	if err != nil {
-		return err
-	}
-	return s.err
 }
 
-func (s *Subscription) unsubscribe() error {
-	var first error
+// Closed is closed once the subscription has stopped and its handler has
+// returned.
+func (s *Subscription) Closed() <-chan struct{} { return s.stopped }
+
+func (s *Subscription) unsubscribe() {
 	for _, sub := range s.subs {
-		if err := sub.Unsubscribe(); err != nil && !errors.Is(err, nats.ErrBadSubscription) && first == nil {
-			first = err
-		}
+		_ = sub.Unsubscribe()
 	}
-	return first
 }
 
 // SubscribeCircuit calls f with each circuit event of a session (every
 // session's for ""), as they happen, until the subscription is
-// unsubscribed or drained. f runs on one goroutine, in order.
+// stopped or drained. f runs on one goroutine, in order.
 func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (*Subscription, error) {
 	tok := "*"
 	if sessionID != "" {
@@ -464,13 +444,13 @@ func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (*Subs
 	for _, typ := range []string{events.TypeCompactionCircuitOpened, events.TypeCompactionCircuitClosed} {
 		s, err := c.nc.ChanSubscribe(events.Subject(typ, tok), sub.ch)
 		if err != nil {
-			_ = sub.unsubscribe()
+			sub.unsubscribe()
 			return nil, fmt.Errorf("client: subscribe: %w", err)
 		}
 		sub.subs = append(sub.subs, s)
 	}
 	if err := c.nc.Flush(); err != nil {
-		_ = sub.unsubscribe()
+		sub.unsubscribe()
 		return nil, fmt.Errorf("client: subscribe: %w", err)
 	}
 	go func() {
