@@ -105,6 +105,10 @@ func (r *ProbeReport) Add(o ProbeReport) {
 }
 
 var (
+	// notFiles are the arguments of a command that name no file: a sed or
+	// perl substitution script ('s/old/new/'), and a find's patterns
+	// (-name "build.gradle" looks for one; it touches none).
+	notFiles  = regexp.MustCompile(`'s([/|#])[^']*'|"s([/|#])[^"]*"|-(?:i?name|i?path|wholename|i?regex)\s+(?:"[^"]*"|'[^']*'|\S+)`)
 	probePath = regexp.MustCompile(`(?:^|[\s"'=(/])((?:[\w.@-]+/)*[\w@-][\w.@-]*\.[A-Za-z][A-Za-z0-9]{0,5})\b`)
 	probeErr  = regexp.MustCompile(`(?i)^(\w+(Error|Exception)\b.*|error(\[\w+\])?:\s*\S.*|fatal:.*|.*: command not found|.*: No such file or directory.*|.*\.\w+:\d+(:\d+)?: error: .*|Error: .*|FAILED \S+.*)$`)
 	probeInst = regexp.MustCompile(`(?i)^(please|always|never|don't|do not|make sure|ensure|avoid|remember to|from now on|only)\b|\b(you must|you should|i want you to|i need you to)\b`)
@@ -139,7 +143,7 @@ func BuildProbes(c transcript.Conversation) []Probe {
 	// A shell command: its opening, and the files it names.
 	command := func(i int, cmd string) {
 		add(ProbeCommands, i, opening(cmd, 30))
-		for _, p := range probePath.FindAllStringSubmatch(cmd, -1) {
+		for _, p := range probePath.FindAllStringSubmatch(notFiles.ReplaceAllString(cmd, " "), -1) {
 			if !strings.Contains(p[1], "://") && !isNumberish(p[1]) && fileName(p[1]) {
 				add(ProbeFiles, i, base(p[1]))
 			}

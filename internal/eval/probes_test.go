@@ -2,8 +2,10 @@ package eval_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,6 +193,31 @@ func TestProbesOfTextActions(t *testing.T) {
 // Plan probes: each planning call's items with their status, checked
 // until a later planning call is summarised too. The ledger keeps them;
 // without it, a summary that never names the plan loses them.
+// A command's files are the files it names, not its scripts or patterns:
+// a sed substitution ('s/a.b/c.d/') and a find's -name "build.gradle"
+// name none (the 32k and 64k replays counted both as files lost).
+func TestProbesOfCommandsNameFilesOnly(t *testing.T) {
+	call := func(id, cmd string) session.Message {
+		args, _ := json.Marshal(map[string]string{"command": cmd})
+		return session.Message{Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: id, Type: "function", Function: session.FunctionCall{Name: "execute_bash", Arguments: string(args)}}}}
+	}
+	msgs := []session.Message{
+		{Role: session.RoleUser, Content: session.TextContent("Fix the plugin manager.")},
+		call("1", `sed -i 's/self.config.pluginmanager._duplicatepaths.add(p)/paths.add(p)/' src/_pytest/main.py`),
+		call("2", `find /home/app -name "build.gradle" -o -iname '*.pom' | head`),
+		call("3", `cat docs/setup.cfg`),
+	}
+	var files []string
+	for _, p := range eval.BuildProbes(transcript.Conversation{Name: "cmds", Source: "openhands", Messages: msgs}) {
+		if p.Kind == eval.ProbeFiles {
+			files = append(files, p.Want)
+		}
+	}
+	if want := []string{"main.py", "setup.cfg"}; !slices.Equal(files, want) {
+		t.Fatalf("file probes %q, want %q", files, want)
+	}
+}
+
 func TestPlanProbes(t *testing.T) {
 	counter, _ := tokens.ForEncoding("o200k_base")
 	todo := func(statuses ...string) string {

@@ -305,6 +305,10 @@ type Message struct {
 	ToolCallID string
 	Name       string
 	Summary    bool // a compaction message: skipped
+	// Lookahead marks the message after the range read: it is read only
+	// as the output of a text action that ends the range (a cut between
+	// an agent's fenced command and its output), never on its own.
+	Lookahead bool
 }
 
 // Call is one tool call of an assistant message.
@@ -380,7 +384,7 @@ type pendingError struct {
 
 func (x *extractor) message(msgs []Message, i int) {
 	m := &msgs[i]
-	if m.Summary {
+	if m.Summary || m.Lookahead {
 		return
 	}
 	if strings.Contains(m.Text, "[image") || strings.Contains(m.Text, "[file") {

@@ -237,3 +237,60 @@ func TestInstructions(t *testing.T) {
 		t.Fatalf("a conversation between people: %q", chat.Instructions)
 	}
 }
+
+// A session of read-only exploration that met a few errors, fixed since,
+// with long lines (an editor's "old_str ... did not appear"): at a small
+// budget the last commands stay, and the fixed errors show short. The
+// commands' list went first, all of it, before: at 4k the OpenHands ponyc
+// run kept none of its 11 commands behind three fixed errors.
+func TestCommandsOutlastFixedErrors(t *testing.T) {
+	l := &ledger.Ledger{}
+	for i := range 20 {
+		l.Commands = append(l.Commands, ledger.Command{Cmd: fmt.Sprintf("find src/pkg%d -name \"*parser*.pony\"", i), Seq: int64(i)})
+	}
+	for i := range 4 {
+		l.Errors = append(l.Errors, ledger.Issue{Error: fmt.Sprintf("ERROR: No replacement was performed, old_str 'return CommandParser._sub(cs, this)._parse_command(tokens, options, args, envsmap, opt_stop) %d' did not appear verbatim", i),
+			From: "str_replace_editor", Fix: "then `str_replace_editor` succeeded", Seq: int64(30 + i)})
+	}
+	count := func(s string) int { return len(s) / 4 }
+	r := ledger.Render(l, count, 230)
+	all := strings.Join(r.All(), "\n")
+	if !strings.Contains(all, `find src/pkg19 -name "*parser*.pony"`) || !strings.Contains(all, `find src/pkg12 -name`) {
+		t.Fatalf("the last eight commands are not kept:\n%s", all)
+	}
+	for _, b := range r.Errors {
+		if strings.Contains(b, "did not appear verbatim") {
+			t.Fatalf("a fixed error shows its whole line: %s", b)
+		}
+	}
+}
+
+// A cut between an agent's fenced command and its output (the assistant
+// and user messages of mini-swe-agent): the message after the range is
+// read as the action's output, so the action is recorded with what it
+// did, and never read on its own. Before, the action was lost (the
+// pytest run at 32k lost the file its here-document created).
+func TestTextActionCutFromItsOutput(t *testing.T) {
+	rng := []ledger.Message{
+		{Role: "user", Seq: 1, Text: "Fix the collector."},
+		{Role: "assistant", Seq: 2, Text: "THOUGHT: a script to check it.\n\n```bash\ncat <<'EOF' > check_dupes.sh\npytest tests tests\nEOF\n```"},
+	}
+	out := ledger.Message{Role: "user", Seq: 3, Text: "<returncode>1</returncode>\n<output>\nError: ModuleNotFoundError: No module named 'xmlschema'\nYou must always install it first.\n</output>", Lookahead: true}
+	without := ledger.Extract(rng)
+	if len(without.Commands) != 0 {
+		t.Fatalf("without its output the action is %+v: the heuristic changed", without.Commands)
+	}
+	l := ledger.Extract(append(rng, out))
+	if len(l.Commands) != 1 || !strings.Contains(l.Commands[0].Cmd, "check_dupes.sh") {
+		t.Fatalf("commands %+v", l.Commands)
+	}
+	if !slices.ContainsFunc(l.Files, func(f ledger.File) bool { return f.Path == "check_dupes.sh" }) {
+		t.Fatalf("files %+v", l.Files)
+	}
+	if len(l.Errors) != 1 || !strings.Contains(l.Errors[0].Error, "xmlschema") {
+		t.Fatalf("the output's error: %+v", l.Errors)
+	}
+	if len(l.Instructions) != 0 {
+		t.Fatalf("the output was read as the user's words: %q", l.Instructions)
+	}
+}

@@ -43,8 +43,9 @@ type limits struct {
 // ("- " + bullet + "\n" each), total at most maxTokens. The task shows
 // at most maxTokens/2 characters (it is the summary's goal too). When the
 // whole ledger is over, it shows less, in this order: approvals down to
-// the last, the task down to 160 characters, commands, test runs, fixed
-// errors, open errors down to two, attachments down to four, files only
+// the last, the task down to 160 characters, commands down to the last
+// eight, test runs, fixed errors, open errors down to two, the rest of the
+// commands, attachments down to four, files only
 // read, calls in flight down to two, identifiers down to eight, then the
 // oldest files changed, the last open errors and attachments, the task,
 // the approvals, the last identifiers (the ids a session acted on outlast
@@ -149,8 +150,17 @@ func (lim *limits) shrink() bool {
 		*n -= *n / 4
 		return true
 	}
+	// A list cut down to a floor first, the rest of it later.
+	downTo := func(n *int, floor int) bool {
+		if *n <= floor {
+			return false
+		}
+		*n = max(*n-max(*n/4, 1), floor)
+		return true
+	}
 	switch {
-	case lim.approvals > 1 && half(&lim.approvals), lim.task > minTask && half(&lim.task), quarter(&lim.commands), half(&lim.tests), half(&lim.fixed), lim.open > 2 && half(&lim.open), lim.attachments > 4 && half(&lim.attachments),
+	case lim.approvals > 1 && half(&lim.approvals), lim.task > minTask && half(&lim.task), downTo(&lim.commands, minCommands), half(&lim.tests), half(&lim.fixed),
+		lim.open > 2 && half(&lim.open), quarter(&lim.commands), lim.attachments > 4 && half(&lim.attachments),
 		half(&lim.files[3]), lim.inFlight > 2 && half(&lim.inFlight), lim.refs > 8 && quarter(&lim.refs), half(&lim.files[2]), half(&lim.files[1]), half(&lim.files[0]), half(&lim.open), half(&lim.attachments),
 		half(&lim.task), half(&lim.approvals), quarter(&lim.refs), half(&lim.inFlight), half(&lim.plan), half(&lim.instructions):
 		return true
@@ -163,6 +173,18 @@ func (lim *limits) shrink() bool {
 	}
 	return false
 }
+
+// minCommands is what the commands' list keeps while the fixed errors and
+// test runs are cut: the last commands say where the agent was (the list
+// went first, all of it, before: at 4k a session of read-only exploration
+// lost every command to three fixed errors' long lines).
+const minCommands = 8
+
+// The longest an error's line shows: fixed, and still open.
+const (
+	fixedErrorChars = 80
+	openErrorChars  = 160
+)
 
 // byOp groups the file paths by their strongest operation (edited, created,
 // deleted, read), oldest first.
@@ -271,7 +293,14 @@ func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 			}
 			open++
 		}
-		b := "`" + strings.ReplaceAll(e.Error, "`", "'") + "`"
+		// An error's line, at most fixedErrorChars when fixed (what it
+		// was is enough to know it is not to be chased again), at most
+		// openErrorChars when still open.
+		n := openErrorChars
+		if e.Fix != "" {
+			n = fixedErrorChars
+		}
+		b := "`" + strings.ReplaceAll(short(e.Error, n), "`", "'") + "`"
 		if e.From != "" {
 			b += " from `" + short(e.From, 60) + "`"
 		}

@@ -524,7 +524,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	}
 	var led ledgerPart
 	if s.cfg.LedgerShare > 0 {
-		led.ledger = ledgerOf(prev, ledgerInput, r.incremental, pinsUser(p.pinned))
+		led.ledger = ledgerOf(prev, ledgerInput, after(p.sess.Messages, ledgerInput), r.incremental, pinsUser(p.pinned))
 		// Under roomyBudget the state shares the ledger's budget: the
 		// summariser keeps all the rest.
 		if r.budget < roomyBudget {

@@ -31,8 +31,20 @@ func ledgerMessages(msgs []session.Message) []ledger.Message {
 // input's. The task is the first user message of a range that starts the
 // session; one pinned (keep_first_user_message) is in the context as it
 // was, and a later range's first user message is not the task.
-func ledgerOf(prev *session.Message, input []session.Message, incremental, taskPinned bool) *ledger.Ledger {
-	cur := ledger.Extract(ledgerMessages(input))
+//
+// next, when not nil, is the message after input (the raw tail's first):
+// the ledger reads it only as the output of a text action that ends
+// input, so an agent's fenced command summarised apart from its output
+// (mini-swe-agent's action and observation are an assistant and a user
+// message, which the cut may part) is still recorded with what it did.
+func ledgerOf(prev *session.Message, input []session.Message, next *session.Message, incremental, taskPinned bool) *ledger.Ledger {
+	msgs := ledgerMessages(input)
+	if next != nil && len(msgs) > 0 {
+		la := ledgerMessages([]session.Message{*next})[0]
+		la.Lookahead = true
+		msgs = append(msgs, la)
+	}
+	cur := ledger.Extract(msgs)
 	if taskPinned {
 		cur.Task = ""
 	}
@@ -41,6 +53,21 @@ func ledgerOf(prev *session.Message, input []session.Message, incremental, taskP
 		return ledger.Merge(prev.Compaction.Ledger, cur)
 	}
 	return cur
+}
+
+// after is the message of msgs that follows the last of input (nil when
+// none does).
+func after(msgs, input []session.Message) *session.Message {
+	if len(input) == 0 {
+		return nil
+	}
+	last := input[len(input)-1].Seq
+	for i := range msgs {
+		if msgs[i].Seq > last && !msgs[i].IsCompaction {
+			return &msgs[i]
+		}
+	}
+	return nil
 }
 
 // asStored returns msgs as the store holds them (from stored, by seq and
