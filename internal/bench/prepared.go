@@ -65,6 +65,10 @@ type TraceLine struct {
 	LLMCalls           int   `json:"llm_calls"`
 	SummaryInputTokens int   `json:"summary_input_tokens"`
 	PreparedAgeMS      int64 `json:"prepared_age_ms,omitempty"`
+	// SummaryTokens is the summary's size in the context it left (a
+	// committed preparation's too): a preparation that writes a larger
+	// summary leaves more, and the session compacts sooner.
+	SummaryTokens int `json:"summary_tokens"`
 }
 
 func (o *PreparedOptions) defaults() {
@@ -300,7 +304,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 				tl := TraceLine{Mode: mode, Session: convs[i].Name, Message: rq.message, Possible: rq.possible, WaitMS: rq.wait.Milliseconds(), Failed: rq.failed}
 				if c := rq.res; c != nil {
 					tl.Strategy, tl.TokensBefore, tl.TokensAfter, tl.MessagesSummarised = c.Strategy, c.TokensBefore, c.TokensAfter, c.MessagesSummarised
-					tl.LLMCalls, tl.SummaryInputTokens, tl.PreparedAgeMS = c.LLMCalls, c.InputTokens, c.PreparedAgeMS
+					tl.LLMCalls, tl.SummaryInputTokens, tl.PreparedAgeMS, tl.SummaryTokens = c.LLMCalls, c.InputTokens, c.PreparedAgeMS, c.SummaryTokens
 				}
 				if err := enc.Encode(tl); err != nil {
 					errs = append(errs, fmt.Errorf("trace: %w", err))
