@@ -129,18 +129,13 @@ func (c *Client) NearBudget(ctx context.Context, sessionID string, req CompactRe
 	route, _ := events.RequestRoute(pipeline.TriggerNearBudget)
 	fctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	return c.publishRequest(fctx, route, sessionID, req)
-}
-
-// publishRequest publishes req as a request event of route's type, in
-// binary mode, with its trace context.
-func (c *Client) publishRequest(ctx context.Context, route events.Route, sid string, req CompactRequest) error {
-	_, err := c.publish(ctx, route, sid, req)
+	_, err := c.publish(fctx, route, sessionID, req)
 	return err
 }
 
-// publish publishes the request event and returns the stream's ack
-// (Duplicate: the request was stored before).
+// publish publishes req as a request event of route's type, in binary
+// mode, with its trace context, and returns the stream's ack (Duplicate:
+// the request was stored before).
 func (c *Client) publish(ctx context.Context, route events.Route, sid string, req CompactRequest) (*jetstream.PubAck, error) {
 	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.data(sid))
 	if err != nil {

@@ -59,7 +59,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	case len(pos) > 1:
 		return fmt.Errorf("%w: one session ID at a time, got %d", errUsage, len(pos))
 	case len(pos) == 1:
-		return compactStored(ctx, nf, pos[0], *trigger, *pf.timeout, events.RequestData{SessionID: pos[0], Model: *model,
+		return compactStored(ctx, nf, pos[0], *trigger, *pf.timeout, client.CompactRequest{Model: *model,
 			ContextLimit: *limit, Focus: *focus, SummaryModel: pf.cfg.SummaryModel, SummaryContextLimit: pf.cfg.SummaryContextLimit}, stdout)
 	case *file == "":
 		return fmt.Errorf("%w: give a stored session's ID, or --file FILE", errUsage)
@@ -124,7 +124,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 
 // compactStored publishes a request event for a stored session and prints
 // its result event's data: exit 0 when completed, 1 when failed.
-func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait time.Duration, data events.RequestData, stdout io.Writer) error {
+func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait time.Duration, req client.CompactRequest, stdout io.Writer) error {
 	t := pipeline.Trigger(trigger)
 	if _, ok := events.RequestRoute(t); !ok {
 		return fmt.Errorf("%w: --trigger %q: a stored session takes over_budget or overflow", errUsage, trigger)
@@ -142,16 +142,14 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 		return err
 	}
 	defer conn.Close()
+	req.Trigger = client.Trigger(t)
 	if t == pipeline.TriggerOverflow {
-		data.ErrorCode, data.ErrorMessage = "manual", "requested with compactor compact --trigger overflow"
+		req.ErrorCode, req.ErrorMessage = "manual", "requested with compactor compact --trigger overflow"
 	}
 	c, err := client.New(conn.nc, client.WithSource(cliSource))
 	if err != nil {
 		return err
 	}
-	req := client.CompactRequest{Trigger: client.Trigger(t), Model: data.Model, ContextLimit: data.ContextLimit, RequestedTokens: data.RequestedTokens,
-		MessageCount: data.MessageCount, Provider: data.Provider, ErrorCode: data.ErrorCode, ErrorMessage: data.ErrorMessage,
-		SummaryModel: data.SummaryModel, SummaryContextLimit: data.SummaryContextLimit, Focus: data.Focus}
 	res, err := c.Compact(conn.ctx, sid, req)
 	var failed *client.FailedError
 	if err = conn.err(err); err != nil && !errors.As(err, &failed) {
