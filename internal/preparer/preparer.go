@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -69,6 +70,11 @@ type Stats struct {
 	// ReadyMS is how long a preparation takes to be ready once due, as
 	// the preparer has seen (a moving average; 0 before the first).
 	ReadyMS int64 `json:"ready_ms"`
+	// Scale is the tokens a read found appended per token the appends'
+	// estimate said (EstimateTokens), over all sessions: a moving average
+	// of every session's own, which is what its estimate counts with (1
+	// before the first).
+	Scale float64 `json:"scale"`
 }
 
 // Preparer is the scheduler. It is safe for concurrent use.
@@ -90,6 +96,9 @@ type Preparer struct {
 	// ready is how long a preparation takes from its trigger to ready (a
 	// moving average of those that were made; 0 before the first).
 	ready time.Duration
+	// scale is the moving average of the sessions' scales (calibrate):
+	// what a session starts with before its first measured one.
+	scale float64
 
 	triggers, queued, dropped, skipped, paced atomic.Int64
 }
@@ -116,6 +125,20 @@ type estimate struct {
 	// base is the count read, so that tokens-base were appended since
 	// read; biggest is the largest of those appends.
 	base, biggest int
+	// added is what the appends since read said (EstimateTokens), before
+	// scale: tokens is base plus added times scale, the tokens a read
+	// finds per estimated token in this session (calibrate; 0 until
+	// measured, when the preparer's average stands for it).
+	added int
+	scale float64
+}
+
+// snapshot is an estimate as a preparation's read began, to calibrate
+// the estimate against what the read found.
+type snapshot struct {
+	e     *estimate
+	head  int64
+	added int
 }
 
 // maxEstimates bounds the sessions the preparer remembers.
@@ -146,12 +169,13 @@ func New(svc *pipeline.Service, opt Options) *Preparer {
 func (p *Preparer) Stats() Stats {
 	p.mu.Lock()
 	waiting := int64(len(p.queue))
+	ready, scale := p.ready, p.scale
 	p.mu.Unlock()
-	p.mu.Lock()
-	ready := p.ready
-	p.mu.Unlock()
+	if scale == 0 {
+		scale = 1
+	}
 	return Stats{Triggers: p.triggers.Load(), Queued: p.queued.Load(), Dropped: p.dropped.Load(), Skipped: p.skipped.Load(), Waiting: waiting,
-		Paced: p.paced.Load(), ReadyMS: ready.Milliseconds()}
+		Paced: p.paced.Load(), ReadyMS: ready.Milliseconds(), Scale: scale}
 }
 
 // EstimateTokens is what an append of this many bytes of text adds to a
@@ -184,7 +208,9 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	p.mu.Lock()
 	if e := p.est[tenant.Key(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
 		// No append unseen since the last count: the estimate holds.
-		e.head, e.tokens, e.biggest = head, e.tokens+tokens, max(e.biggest, tokens)
+		scaled := p.scaled(e, tokens)
+		e.head, e.added, e.biggest = head, e.added+tokens, max(e.biggest, scaled)
+		e.tokens = e.base + p.scaled(e, e.added)
 		now := p.opt.Now()
 		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
 		// Over the limit the request is due (a compaction elsewhere may
@@ -245,10 +271,13 @@ func (p *Preparer) NearBudget(ctx context.Context, req pipeline.Request) {
 }
 
 // Compacted is told that a session was compacted here: its estimate is
-// gone (the context shrank).
+// gone (the context shrank: the next append reads it), all but its scale.
 func (p *Preparer) Compacted(ctx context.Context, sessionID string) {
+	key := tenant.Key(tenant.From(ctx), sessionID)
 	p.mu.Lock()
-	delete(p.est, tenant.Key(tenant.From(ctx), sessionID))
+	if e := p.est[key]; e != nil {
+		p.est[key] = &estimate{scale: e.scale}
+	}
 	p.mu.Unlock()
 }
 
@@ -356,9 +385,10 @@ func (p *Preparer) work(ctx context.Context) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+		snap := p.snapshot(j.key())
 		out, err := p.svc.Prepare(tenant.With(ctx, j.tenant), pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
 			Model: j.model, ContextLimit: j.limit})
-		p.learn(j.key(), out, err)
+		p.learn(j.key(), out, snap)
 		if err == nil && out.Outcome == pipeline.PrepareDone && !j.at.IsZero() {
 			p.readyIn(p.opt.Now().Sub(j.at))
 		}
@@ -376,6 +406,70 @@ func (p *Preparer) work(ctx context.Context) {
 	}
 }
 
+// Calibration (see calibrate).
+const (
+	// minCalibration is the fewest estimated tokens appended between two
+	// reads that measure a session's scale (under it, a message's framing
+	// and a count's rounding weigh too much).
+	minCalibration = 200
+	// minScale and maxScale bound a scale: English is about 0.7 of the
+	// estimate, code about 0.9, text in scripts of three-byte characters
+	// up to about 2; images' base64 is far under.
+	minScale, maxScale = 0.1, 3
+)
+
+// calibrate learns a session's scale from a read that found grown tokens
+// appended since the last one, whose appends the estimate put at added
+// (unscaled), and returns it. EstimateTokens errs high (a third of the
+// bytes, where English is about a quarter): uncalibrated, the session's
+// limit seemed near while a quarter of it was free, and its preparation,
+// paced on that, came that much early (LoCoMo's chats at 8k: ready 11 to
+// 31 s before their request, which then left a raw tail of up to 1,800
+// tokens more than a compaction made at the limit). A session's first
+// measure is its scale, later ones move it halfway; the preparer's scale
+// moves a quarter towards each, for the sessions still unmeasured.
+// Called with p.mu held.
+func (p *Preparer) calibrate(e *estimate, grown, added int) float64 {
+	if added < minCalibration || grown <= 0 {
+		return e.scale
+	}
+	m := min(max(float64(grown)/float64(added), minScale), maxScale)
+	if p.scale == 0 {
+		p.scale = m
+	} else {
+		p.scale = (3*p.scale + m) / 4
+	}
+	if e.scale == 0 {
+		return m
+	}
+	return (e.scale + m) / 2
+}
+
+// scaled is tokens as the estimate e counts them: by its session's scale,
+// or the preparer's where none is measured yet, or as estimated. Called
+// with p.mu held.
+func (p *Preparer) scaled(e *estimate, tokens int) int {
+	s := e.scale
+	if s == 0 {
+		s = p.scale
+	}
+	if s == 0 {
+		return tokens
+	}
+	return int(math.Ceil(s * float64(tokens)))
+}
+
+// snapshot is the session's (its key's) estimate as a preparation begins.
+func (p *Preparer) snapshot(key string) snapshot {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.est[key]
+	if e == nil {
+		return snapshot{}
+	}
+	return snapshot{e: e, head: e.head, added: e.added}
+}
+
 // readyIn learns that a preparation was ready d after its trigger: a
 // moving average, weighing the latest a third.
 func (p *Preparer) readyIn(d time.Duration) {
@@ -389,13 +483,23 @@ func (p *Preparer) readyIn(d time.Duration) {
 }
 
 // learn updates the session's (its key's) estimate from what a
-// preparation read.
-func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
+// preparation read, snap being the estimate as it began.
+func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	old := p.est[sid]
 	if out.HeadSeq == 0 || out.Limit == 0 {
-		delete(p.est, sid) // not read: the next append reads it
+		if old != nil { // not read: the next append reads it
+			p.est[sid] = &estimate{scale: old.scale}
+		}
 		return
+	}
+	scale := 0.0
+	if old != nil {
+		scale = old.scale
+		if old == snap.e && snap.head == out.HeadSeq {
+			scale = p.calibrate(old, out.TokensBefore-old.base, snap.added)
+		}
 	}
 	if len(p.est) >= maxEstimates {
 		for k := range p.est { // forget one at random
@@ -404,7 +508,7 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, err error) {
 		}
 	}
 	now := p.opt.Now()
-	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now}
+	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale}
 	switch out.Outcome {
 	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight,
 		pipeline.PrepareFailed, pipeline.PrepareCancelled:

@@ -280,3 +280,80 @@ func TestPreparationsArePaced(t *testing.T) {
 		t.Fatalf("unpaced: prepared at %d tokens, %+v", slowU.TokensBefore, u.Stats())
 	}
 }
+
+// The appends are told as the service tells them, by their bytes
+// (EstimateTokens, which errs high on English by about a third): a read
+// of the session measures what its appends really came to, and the
+// estimate counts with that, so that a slow session is still prepared
+// near its limit in real tokens (uncalibrated, it was prepared with a
+// seventh of its limit still free: the raw tail its compaction left was
+// that much larger).
+func TestEstimatesAreCalibrated(t *testing.T) {
+	counter, store, svc := newService(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		clock = time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	)
+	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
+	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	done := make(chan pipeline.Preparation, 100)
+	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
+		Busy:    func() bool { advance(3 * time.Second); return false }, // every preparation takes 3 s
+		Observe: func(out pipeline.Preparation, _ error) { done <- out }})
+	go func() { _ = p.Run(ctx) }()
+	const limit = 8000
+	turnTokens := 0
+	// grow appends a turn every 10 s until a preparation is made.
+	grow := func(sid string) pipeline.Preparation {
+		t.Helper()
+		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; ; i++ {
+			msgs := []session.Message{
+				{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Hey, it has been a while! Last weekend (the %dth) I finally went hiking up the ridge behind the old mill with my sister, and we took the long trail past the lake because the short one was closed after the storm.", i%28+1))},
+				{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("That sounds lovely. Was the lake still frozen at the edges? Last time you told me about trip number %d you said the water was so clear you could see the stones at the bottom, and that your sister wanted to come back in the summer.", i))},
+			}
+			estimated := 0
+			turnTokens = 0
+			for j := range msgs {
+				turnTokens += counter.Ensure(&msgs[j])
+				estimated += preparer.EstimateTokens(len(msgs[j].Text()))
+			}
+			a, err := store.AppendWith(ctx, sid, msgs, session.AppendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			advance(10 * time.Second)
+			queued := p.Stats().Queued
+			p.Appended(ctx, sid, a.HeadSeq, a.HeadSeq-int64(len(msgs))+1, estimated)
+			if p.Stats().Queued == queued {
+				continue
+			}
+			select {
+			case out := <-done:
+				if out.Outcome == pipeline.PrepareDone {
+					return out
+				}
+				if out.TokensBefore > limit {
+					t.Fatalf("%s: no preparation before the limit (%+v)", sid, out)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("no preparation ran")
+			}
+		}
+	}
+	grow("first") // (a preparation's time learnt)
+	slow := grow("slow")
+	st := p.Stats()
+	if st.Scale < 0.5 || st.Scale > 0.95 {
+		t.Fatalf("scale %.2f: English was not measured under the estimate", st.Scale)
+	}
+	// A turn every 10 s and a preparation in 3 s: due within two turns of
+	// the limit (two of its biggest appends), not earlier.
+	if slow.TokensBefore < limit-3*turnTokens || slow.TokensBefore > limit || st.Paced == 0 {
+		t.Fatalf("prepared at %d tokens of %d (turns of %d tokens), %+v", slow.TokensBefore, limit, turnTokens, st)
+	}
+}
