@@ -23,19 +23,24 @@ import (
 
 // evalSummary is the overall line of `compactor eval`.
 type evalSummary struct {
-	Limit       int             `json:"context_limit"`
-	Incremental bool            `json:"incremental"`
-	Service     bool            `json:"through_service,omitempty"`
-	Sessions    int             `json:"sessions"`
-	Compactions int             `json:"compactions"`
-	Failures    int             `json:"failures"`
-	LLMCalls    int             `json:"llm_calls"`
-	Tokens      int             `json:"tokens"`
-	InputTokens int             `json:"summary_input_tokens"`
-	CostRatio   float64         `json:"input_over_floor"`
-	TokensSaved int             `json:"tokens_saved"`
-	Retention   *eval.Retention `json:"locomo_retention,omitempty"`
-	Share       float64         `json:"locomo_retention_share,omitempty"`
+	Limit       int     `json:"context_limit"`
+	Incremental bool    `json:"incremental"`
+	Service     bool    `json:"through_service,omitempty"`
+	Sessions    int     `json:"sessions"`
+	Compactions int     `json:"compactions"`
+	Failures    int     `json:"failures"`
+	LLMCalls    int     `json:"llm_calls"`
+	Tokens      int     `json:"tokens"`
+	InputTokens int     `json:"summary_input_tokens"`
+	CostRatio   float64 `json:"input_over_floor"`
+	TokensSaved int     `json:"tokens_saved"`
+	// PinnedHeadKept is the share of the compacted contexts' pinned heads
+	// kept as the provider's cached prefix (omitted where none had one).
+	PinnedHeadKept float64         `json:"pinned_head_kept_share,omitempty"`
+	Retention      *eval.Retention `json:"locomo_retention,omitempty"`
+	Share          float64         `json:"locomo_retention_share,omitempty"`
+	pinnedHead     int
+	headKept       int
 }
 
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -230,6 +235,8 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				total.Tokens += rep.Tokens
 				total.InputTokens += rep.InputTokens
 				total.TokensSaved += rep.TokensSaved
+				total.pinnedHead += rep.PinnedHead
+				total.headKept += rep.HeadKept
 				if rep.Retention != nil {
 					if total.Retention == nil {
 						total.Retention = &eval.Retention{}
@@ -245,6 +252,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			}
 			if total.Retention != nil {
 				total.Share = total.Retention.Share()
+			}
+			if total.pinnedHead > 0 {
+				total.PinnedHeadKept = float64(total.headKept) / float64(total.pinnedHead)
 			}
 			if err := enc.Encode(total); err != nil {
 				return err

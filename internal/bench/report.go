@@ -101,9 +101,10 @@ func (r *Report) Markdown(chart string) string {
 	} else {
 		w("Every conversation replayed through the runtime loop twice in this run, with the ladder (clear old tool results, then summarise: " +
 			"the default) and with summary only; the token limit is the only trigger. Summary input is what a model would be charged; " +
-			"prefix kept is the leading tokens of the new context identical to the old one (a provider's cached prefix stays valid up to there).\n\n")
-		w("| set | limit | sessions | compactions (ladder / summary) | without a model call | summary input (ladder / summary) | ratio | mean prefix kept (ladder / summary) | tokens saved (ladder / summary) | LoCoMo retention (ladder / summary) |\n")
-		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+			"prefix kept is the leading tokens of the new context identical to the old one (a provider's cached prefix stays valid up to there); " +
+			"pinned head kept is the share of the pinned messages before the summary (the system prompt, the task) that stayed in that prefix.\n\n")
+		w("| set | limit | sessions | compactions (ladder / summary) | without a model call | summary input (ladder / summary) | ratio | mean prefix kept (ladder / summary) | pinned head kept (ladder / summary) | tokens saved (ladder / summary) | LoCoMo retention (ladder / summary) |\n")
+		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 		for _, l := range r.Ladder {
 			ret := "-"
 			if l.Ladder.Retention != nil && l.Ladder.Retention.Eligible > 0 {
@@ -113,9 +114,13 @@ func (r *Report) Markdown(chart string) string {
 			if l.SummaryOnly.InputTokens > 0 {
 				ratio = fmt.Sprintf("**%.2f×**", l.InputRatio)
 			}
-			w("| %s | %d | %d | %d / %d | %d (%.0f %%) | %d / %d | %s | %.0f / %.0f | %d / %d | %s |\n", l.Set, l.Limit, l.Sessions,
+			head := "-"
+			if l.Ladder.PinnedHead > 0 && l.SummaryOnly.PinnedHead > 0 {
+				head = fmt.Sprintf("%.0f %% / %.0f %%", 100*l.Ladder.HeadKept, 100*l.SummaryOnly.HeadKept)
+			}
+			w("| %s | %d | %d | %d / %d | %d (%.0f %%) | %d / %d | %s | %.0f / %.0f | %s | %d / %d | %s |\n", l.Set, l.Limit, l.Sessions,
 				l.Ladder.Compactions, l.SummaryOnly.Compactions, l.Ladder.NoModel, 100*l.Ladder.NoModelShare, l.Ladder.InputTokens, l.SummaryOnly.InputTokens,
-				ratio, l.Ladder.MeanPrefixKept, l.SummaryOnly.MeanPrefixKept, l.Ladder.TokensSaved, l.SummaryOnly.TokensSaved, ret)
+				ratio, l.Ladder.MeanPrefixKept, l.SummaryOnly.MeanPrefixKept, head, l.Ladder.TokensSaved, l.SummaryOnly.TokensSaved, ret)
 		}
 	}
 	w("\n## 6. Prepared compactions against blocking ones\n\n")

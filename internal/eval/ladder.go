@@ -19,8 +19,14 @@ type Side struct {
 	NoModelShare float64 `json:"share_without_model"`
 	LLMCalls     int     `json:"llm_calls"`
 	InputTokens  int     `json:"summary_input_tokens"`
-	// MeanPrefixKept is the mean prefix_kept_tokens of the compactions.
+	// MeanPrefixKept is the mean prefix_kept_tokens of the compactions;
+	// HeadKept the share of their pinned heads kept as the provider's
+	// cached prefix (Report.HeadKept over Report.PinnedHead; 0 where no
+	// compaction left a pinned head).
 	MeanPrefixKept float64 `json:"mean_prefix_kept_tokens"`
+	HeadKept       float64 `json:"pinned_head_kept_share,omitempty"`
+	PinnedHead     int     `json:"pinned_head_tokens"`
+	HeadKeptTokens int     `json:"pinned_head_kept_tokens"`
 	TokensSaved    int     `json:"tokens_saved"`
 	Failures       int     `json:"failures"`
 	// Retention is LoCoMo's fact retention, for conversations with QA.
@@ -34,6 +40,8 @@ func (s *Side) add(r Report) {
 	s.LLMCalls += r.LLMCalls
 	s.InputTokens += r.InputTokens
 	s.MeanPrefixKept += float64(r.PrefixKept) // a sum until finish
+	s.PinnedHead += r.PinnedHead
+	s.HeadKeptTokens += r.HeadKept
 	s.TokensSaved += r.TokensSaved
 	s.Failures += r.Failures
 	if r.Retention != nil {
@@ -50,6 +58,9 @@ func (s *Side) finish() {
 		s.MeanPrefixKept /= float64(s.Compactions)
 	} else {
 		s.MeanPrefixKept = 0
+	}
+	if s.PinnedHead > 0 {
+		s.HeadKept = float64(s.HeadKeptTokens) / float64(s.PinnedHead)
 	}
 	if s.Retention != nil {
 		s.Share = s.Retention.Share()

@@ -53,4 +53,35 @@ func TestCompareLadder(t *testing.T) {
 	if talk.Ladder.InputTokens != talk.SummaryOnly.InputTokens || talk.Ladder.NoModel != 0 || talk.Ladder.Compactions == 0 {
 		t.Fatalf("chat: %+v", talk)
 	}
+	// The pinned head (the system prompt, and the task in the agent run)
+	// stays the provider's cached prefix through every compaction.
+	for _, s := range []eval.Side{agent.Ladder, agent.SummaryOnly, talk.Ladder, talk.SummaryOnly} {
+		if s.HeadKept != 1 {
+			t.Fatalf("pinned head kept %.3f: %+v", s.HeadKept, s)
+		}
+	}
+}
+
+// The pinned head of a compacted context is what comes before its
+// summary; without one, the leading system messages and the pinned task.
+func TestPinnedHead(t *testing.T) {
+	sys := session.Message{Role: session.RoleSystem, Tokens: 10}
+	task := session.Message{Role: session.RoleUser, Tokens: 7}
+	sum := session.Message{Role: session.RoleUser, Tokens: 100, IsCompaction: true}
+	reply := session.Message{Role: session.RoleAssistant, Tokens: 50}
+	for _, c := range []struct {
+		view  []session.Message
+		first bool
+		want  int
+	}{
+		{[]session.Message{sys, task, sum, reply}, false, 17},
+		{[]session.Message{sum, reply}, true, 0},
+		{[]session.Message{sys, task, reply}, true, 17},
+		{[]session.Message{sys, task, reply}, false, 10},
+		{[]session.Message{sys, sys, reply}, true, 20},
+	} {
+		if got := eval.PinnedHead(c.view, c.first); got != c.want {
+			t.Errorf("PinnedHead(%v, %v) = %d, want %d", c.view, c.first, got, c.want)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -35,9 +36,36 @@ type Report struct {
 	CostRatio   float64 `json:"input_over_floor"`   // InputTokens / Tokens
 	// NoModel counts the compactions that called no model (the ladder's
 	// clearing sufficed); PrefixKept sums their prefix_kept_tokens.
-	NoModel    int        `json:"compactions_without_model"`
-	PrefixKept int        `json:"prefix_kept_tokens"`
+	NoModel    int `json:"compactions_without_model"`
+	PrefixKept int `json:"prefix_kept_tokens"`
+	// PinnedHead sums, over the compactions, the pinned head of the
+	// context each left (the messages before its summary, or the leading
+	// system messages and pinned task where none is), and HeadKept how
+	// much of it each kept as the provider's cached prefix
+	// (min(prefix_kept_tokens, head)).
+	PinnedHead int        `json:"pinned_head_tokens"`
+	HeadKept   int        `json:"pinned_head_kept_tokens"`
 	Retention  *Retention `json:"retention,omitempty"`
+}
+
+// PinnedHead is the pinned head of a compacted context: the messages
+// before its summary, or, where it has none, its leading system messages
+// and (keepFirstUser) the user's first message after them, counted.
+func PinnedHead(view []session.Message, keepFirstUser bool) int {
+	n, i := 0, 0
+	if j := slices.IndexFunc(view, func(m session.Message) bool { return m.IsCompaction }); j >= 0 {
+		for _, m := range view[:j] {
+			n += m.Tokens
+		}
+		return n
+	}
+	for ; i < len(view) && view[i].Role == session.RoleSystem; i++ {
+		n += view[i].Tokens
+	}
+	if keepFirstUser && i < len(view) && view[i].Role == session.RoleUser {
+		n += view[i].Tokens
+	}
+	return n
 }
 
 // Loop is what a replay drives: a session store and a compactor, in
@@ -232,6 +260,10 @@ func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *
 			}
 			if view, n, err = contextOf(); err != nil {
 				return rep, err
+			}
+			if head := PinnedHead(view, cfg.KeepFirstUserMessage); head > 0 {
+				rep.PinnedHead += head
+				rep.HeadKept += min(res.PrefixKeptTokens, head)
 			}
 			if err := CheckContext(all, view, n, limit, counter, cfg.SummaryBound(limit)); err != nil {
 				return rep, fmt.Errorf("%s after message %d: %w", c.Name, i, err)
