@@ -261,6 +261,21 @@ func TestPlanProbes(t *testing.T) {
 	if got := forgetfulReplay(t, c, counter, 0, 4000).Scores[eval.ProbePlan]; got.Checks == 0 || got.Share() == 1 {
 		t.Fatalf("without the ledger the plan still counts as kept: %+v", got)
 	}
+	// The same on the prepared path: the plan a preparation summarised,
+	// committed with the steps appended since, is the plan as it stands.
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages, cfg.LedgerShare, cfg.Reductions = 0, 0.4, []string{pipeline.StepSummarise}
+	loop, err := eval.NewPreparingMemoryLoop(forgetful{}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := eval.ProbeReplay(context.Background(), loop, c, counter, cfg, 4000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rep.Scores[eval.ProbePlan]; loop.FromPreparation == 0 || got.Checks == 0 || got.Share() != 1 {
+		t.Fatalf("prepared path: %d compactions from a preparation of %d, plan %+v, missed %+v", loop.FromPreparation, rep.Compactions, got, rep.Missed)
+	}
 }
 
 // The prepared path: each append past prepare_at prepares the next
