@@ -72,7 +72,10 @@ type Config struct {
 	// PrepareWorkers run preparations at once (default 4; see
 	// pipeline.Config.PrepareAt).
 	PrepareWorkers int
-	ShutdownGrace  time.Duration
+	// ObservePreparation, when set, sees every preparation that ran
+	// (after the metrics).
+	ObservePreparation func(pipeline.Preparation, error)
+	ShutdownGrace      time.Duration
 	// Source is the CloudEvents source of the events published.
 	Source string
 	// MetricsAddr serves /metrics, /healthz and /readyz ("": off).
@@ -247,7 +250,11 @@ func Start(ctx context.Context, cfg Config) (a *App, err error) {
 	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
 	// Preparations yield to requests: none starts while the consumer's
 	// workers are all taken.
-	a.Preparer = preparer.New(a.Pipeline, preparer.Options{Workers: cfg.PrepareWorkers, Logger: log, Observe: a.Metrics.ObservePreparation,
+	observePrep := a.Metrics.ObservePreparation
+	if o := cfg.ObservePreparation; o != nil {
+		observePrep = func(out pipeline.Preparation, err error) { a.Metrics.ObservePreparation(out, err); o(out, err) }
+	}
+	a.Preparer = preparer.New(a.Pipeline, preparer.Options{Workers: cfg.PrepareWorkers, Logger: log, Observe: observePrep,
 		Busy: func() bool { return a.Consumer.InFlight() >= int64(cfg.Workers) }})
 	a.Metrics.Preparations(a.Pipeline.PrepareStats, a.Preparer.Stats)
 	if o, ok := cfg.Summarizer.(interface{ Observe(func(router.Call)) }); ok {

@@ -42,8 +42,28 @@ type PreparedOptions struct {
 	// Progress, when set, gets a line per mode.
 	Progress io.Writer
 	// Trace, when set, gets a JSON line per request (TraceLine): what
-	// each compaction did, to tell why one mode spent more than the other.
+	// each compaction did, to tell why one mode spent more than the other;
+	// and one per preparation that ran (PrepTraceLine).
 	Trace io.Writer
+}
+
+// PrepTraceLine is one preparation of a paced replay, as
+// PreparedOptions.Trace writes it.
+type PrepTraceLine struct {
+	Mode    string `json:"mode"`
+	Kind    string `json:"kind"` // "preparation"
+	Session string `json:"session"`
+	// AtMS is when it ended, from the replay's start.
+	AtMS         int64  `json:"at_ms"`
+	Outcome      string `json:"outcome"`
+	Detail       string `json:"detail,omitempty"`
+	TokensBefore int    `json:"tokens_before"`
+	TokensAfter  int    `json:"tokens_after"`
+	LLMCalls     int    `json:"llm_calls"`
+	InputTokens  int    `json:"summary_input_tokens"`
+	WastedTokens int    `json:"wasted_tokens,omitempty"`
+	DurationMS   int64  `json:"duration_ms"`
+	Error        string `json:"error,omitempty"`
 }
 
 // TraceLine is one request of a paced replay, as PreparedOptions.Trace
@@ -158,6 +178,12 @@ type PreparedRow struct {
 	PrepInputTokens  int64 `json:"preparation_input_tokens"`
 	WastedTokens     int64 `json:"wasted_tokens"`
 	StalePreparation int64 `json:"stale_preparations"`
+	// UnusedAtEnd are the sessions whose replay ended with a preparation
+	// ready that no request used (the session stopped short of its
+	// limit), and UnusedAtEndInput what those preparations' model calls
+	// read: a runtime that stops there pays it too.
+	UnusedAtEnd      int   `json:"unused_at_end"`
+	UnusedAtEndInput int64 `json:"unused_at_end_input_tokens"`
 	// PacedTriggers are appends past prepare_at the preparer left alone:
 	// at the session's pace its limit was further off than a preparation
 	// takes (preparer.Stats.Paced).
@@ -180,8 +206,12 @@ type SetLatency struct {
 type PreparedComparison struct {
 	Blocking PreparedRow `json:"blocking"`
 	Prepared PreparedRow `json:"prepared"`
-	// InputRatio is the stand-in's input tokens, prepared over blocking.
-	InputRatio float64 `json:"input_ratio"`
+	// InputRatio is the stand-in's input tokens, prepared over blocking;
+	// InputRatioReached leaves out the preparations of sessions that
+	// ended short of their limit (Prepared.UnusedAtEndInput), which
+	// blocking never pays: what the compactions both modes made cost.
+	InputRatio        float64 `json:"input_ratio"`
+	InputRatioReached float64 `json:"input_ratio_reached"`
 	// Speedup is the blocking p95 over the prepared p95, where a
 	// preparation was possible.
 	Speedup float64 `json:"p95_speedup"`
@@ -223,6 +253,7 @@ func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg p
 	}
 	if out.Blocking.InputTokens > 0 {
 		out.InputRatio = float64(out.Prepared.InputTokens) / float64(out.Blocking.InputTokens)
+		out.InputRatioReached = float64(out.Prepared.InputTokens-out.Prepared.UnusedAtEndInput) / float64(out.Blocking.InputTokens)
 	}
 	if out.Prepared.LatencyPossible.P95 > 0 {
 		out.Speedup = out.Blocking.LatencyPossible.P95 / out.Prepared.LatencyPossible.P95
@@ -267,8 +298,37 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		return row, err
 	}
 	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
+	enc := json.NewEncoder(opt.Trace)
+	start := time.Now()
+	var (
+		mu   sync.Mutex
+		reqs []request
+		ret  eval.Retention
+		errs []error
+		wg   sync.WaitGroup
+	)
+	names := make(map[string]string, len(convs))
+	for i := range convs {
+		names[fmt.Sprintf("prep-%d", i)] = convs[i].Name
+	}
+	traced := func(out pipeline.Preparation, err error) {
+		if out.Outcome == pipeline.PrepareBelow && err == nil {
+			return // (a read of a session not due)
+		}
+		tl := PrepTraceLine{Mode: mode, Kind: "preparation", Session: names[out.SessionID], AtMS: time.Since(start).Milliseconds(), Outcome: string(out.Outcome),
+			Detail: out.Detail, TokensBefore: out.TokensBefore, TokensAfter: out.TokensAfter, LLMCalls: out.LLMCalls, InputTokens: out.InputTokens,
+			WastedTokens: out.WastedTokens, DurationMS: out.DurationMS}
+		if err != nil {
+			tl.Error = err.Error()
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err := enc.Encode(tl); err != nil {
+			errs = append(errs, fmt.Errorf("trace: %w", err))
+		}
+	}
 	svc, err := app.Start(ctx, app.Config{NATSURL: srv.ClientURL(), Provision: true, Workers: 64, PrepareWorkers: 16,
-		Pipeline: cfg, Summarizer: sum})
+		Pipeline: cfg, Summarizer: sum, ObservePreparation: traced})
 	if err != nil {
 		return row, err
 	}
@@ -284,15 +344,6 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 	}
 	store := svc.Sessions.Store()
 
-	enc := json.NewEncoder(opt.Trace)
-	start := time.Now()
-	var (
-		mu   sync.Mutex
-		reqs []request
-		ret  eval.Retention
-		errs []error
-		wg   sync.WaitGroup
-	)
 	for i := range convs {
 		wg.Add(1)
 		go func() {
@@ -319,8 +370,29 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 	}
 	wg.Wait()
 	row.Seconds = time.Since(start).Seconds()
+	mu.Lock()
+	defer mu.Unlock()
 	if len(errs) > 0 {
 		return row, errs[0]
+	}
+	if ps, ok := store.(pipeline.PreparedStore); ok {
+		for i := range convs {
+			id := fmt.Sprintf("prep-%d", i)
+			p, err := ps.Prepared(ctx, id)
+			if errors.Is(err, session.ErrNotFound) {
+				continue
+			} else if err != nil {
+				return row, err
+			}
+			rec, err := store.Record(ctx, id)
+			if err != nil {
+				return row, err
+			}
+			if p.State == session.PreparedReady && p.Compaction != nil && rec.CompactionID != p.Compaction.ID {
+				row.UnusedAtEnd++
+				row.UnusedAtEndInput += int64(p.InputTokens)
+			}
+		}
 	}
 	var all, possible []time.Duration
 	bySet := map[string][]time.Duration{}

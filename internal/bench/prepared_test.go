@@ -44,12 +44,28 @@ func TestComparePreparedSmall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The trace has a line per request, and its figures add up to the rows'.
+	// The trace has a line per request, and its figures add up to the
+	// rows'; and one per preparation, in the prepared mode only.
 	lines := map[string]int{}
-	fromPrep := 0
+	fromPrep, prepCalls := 0, 0
 	for dec := json.NewDecoder(&trace); dec.More(); {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			t.Fatal(err)
+		}
+		var pl PrepTraceLine
+		if err := json.Unmarshal(raw, &pl); err != nil {
+			t.Fatal(err)
+		}
+		if pl.Kind == "preparation" {
+			if pl.Mode != "prepared" || pl.Session != "a" && pl.Session != "b" || pl.Outcome == "prepared" && (pl.LLMCalls == 0 || pl.InputTokens == 0) {
+				t.Fatalf("preparation trace line %s", raw)
+			}
+			prepCalls += pl.LLMCalls
+			continue
+		}
 		var tl TraceLine
-		if err := dec.Decode(&tl); err != nil {
+		if err := json.Unmarshal(raw, &tl); err != nil {
 			t.Fatal(err)
 		}
 		lines[tl.Mode]++
@@ -73,6 +89,10 @@ func TestComparePreparedSmall(t *testing.T) {
 	}
 	if p.FromPreparation == 0 || p.PrepCalls == 0 || p.PrepInputTokens == 0 || p.InputTokens < p.PrepInputTokens {
 		t.Fatalf("the prepared mode answered none from a preparation: %+v", p)
+	}
+	// (A preparation still running when the replay ended is not traced.)
+	if prepCalls == 0 || int64(prepCalls) > p.PrepCalls {
+		t.Fatalf("the trace's preparations made %d model calls, the stand-in saw %d", prepCalls, p.PrepCalls)
 	}
 	if p.Latency.N != p.Requests || p.Latency.P50 > p.Latency.P99 {
 		t.Fatalf("latency %+v", p.Latency)
