@@ -33,9 +33,9 @@ test-short:
 
 # Overhead and throughput against the JetStream floor, model cost over the
 # LoCoMo replay (when ../shared/data is there), scale, prepared compactions
-# (the bundled sets at 4k, the long agent runs at 32k and 64k at a real
-# agent's pace); writes docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about
-# 15 minutes on 2 cores).
+# (the bundled sets at 4k, and at 8k at a real agent's pace; the long
+# agent runs at 32k and 64k at a real agent's pace); writes
+# docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 25 minutes on 2 cores).
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
 

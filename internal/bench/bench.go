@@ -608,6 +608,10 @@ type Report struct {
 	// (agent_trajectories/long), one per LongLimits.
 	Long     []*PreparedComparison `json:"long_prepared,omitempty"`
 	LongNote string                `json:"long_prepared_note,omitempty"`
+	// Window is the comparison of section 6 again at WindowLimit and a
+	// real agent loop's pace (issue 26's goals on the bundled sets).
+	Window     *PreparedComparison `json:"window_prepared,omitempty"`
+	WindowNote string              `json:"window_prepared_note,omitempty"`
 }
 
 // Run runs every measure. It returns an error if any fails.
@@ -657,6 +661,11 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	}
 	if rep.Long, rep.LongNote, err = longPrepared(ctx, opt.Data, opt.Prepared, opt.Progress); err != nil {
 		return nil, fmt.Errorf("long runs: %w", err)
+	}
+	w := opt.Prepared
+	w.Limit, w.Pace = WindowLimit, LongPace
+	if rep.Window, rep.WindowNote, err = prepared(ctx, opt.Data, w, opt.Progress); err != nil {
+		return nil, fmt.Errorf("prepared at %d: %w", WindowLimit, err)
 	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil

@@ -150,6 +150,11 @@ var LongLimits = []int{32000, 64000}
 // preparation is done).
 const LongPace = 1.0
 
+// WindowLimit is the window the bundled sets are replayed at, at
+// LongPace, for issue 26's goals (section 8 of make bench): the smallest
+// where their chats compact more than once.
+const WindowLimit = 8000
+
 // longPrepared runs ComparePrepared on the long agent runs of the data
 // folder (agent_trajectories/long), at each of LongLimits, at LongPace
 // unless opt sets a pace.

@@ -98,11 +98,13 @@ func TestComparePreparedSmall(t *testing.T) {
 		t.Fatalf("latency %+v", p.Latency)
 	}
 	var out strings.Builder
-	rep := &Report{Prepared: cmp, Long: []*PreparedComparison{cmp}}
+	rep := &Report{Prepared: cmp, Long: []*PreparedComparison{cmp}, Window: cmp}
 	out.WriteString(rep.Markdown(""))
 	if !strings.Contains(out.String(), "## 6. Prepared compactions") || !strings.Contains(out.String(), "| prepared |") ||
 		!strings.Contains(out.String(), "## 7. Prepared compactions on long agent runs\n\nThe long agent runs") ||
-		!strings.Contains(out.String(), fmt.Sprintf("### %d tokens", cmp.Prepared.Limit)) {
+		!strings.Contains(out.String(), fmt.Sprintf("### %d tokens", cmp.Prepared.Limit)) ||
+		!strings.Contains(out.String(), "## 8. Prepared compactions on the bundled sets at a real pace\n\nSection 6's replay again") ||
+		!strings.Contains(out.String(), fmt.Sprintf("- Prepared at %d tokens, %gx pace: ", cmp.Prepared.Limit, cmp.Pace)) {
 		t.Fatalf("report:\n%s", out.String())
 	}
 	if none := (&Report{LongNote: "skipped: no long agent runs"}).Markdown(""); !strings.Contains(none, "## 7. Prepared compactions on long agent runs\n\nskipped: no long agent runs.") {

@@ -160,6 +160,13 @@ func (r *Report) Markdown(chart string) string {
 			preparedTable(w, c)
 		}
 	}
+	w("\n## 8. Prepared compactions on the bundled sets at a real pace\n\n")
+	if c := r.Window; c == nil {
+		w("%s.\n", r.WindowNote)
+	} else {
+		w("Section 6's replay again, at %d tokens and %gx a real agent loop's pace: the goals of issue 26 on the bundled sets.\n\n", c.Prepared.Limit, c.Pace)
+		preparedTable(w, c)
+	}
 	w("\n## Against the thresholds\n\n")
 	for _, f := range r.Flags() {
 		w("- %s\n", f)
@@ -235,6 +242,24 @@ func (r *Report) Flags() []string {
 		out = append(out, fmt.Sprintf("Prepared compactions: summary input %.2f× blocking's (%.2f× without the sessions that ended short of their limit): %s 1.15×; LoCoMo retention %.1f %% against %.1f %%: %s.",
 			c.InputRatio, c.InputRatioReached, mark(c.InputRatio <= 1.15), 100*c.Prepared.RetentionShare, 100*c.Blocking.RetentionShare,
 			map[bool]string{true: "no lower", false: "**lower**"}[c.Prepared.RetentionShare >= c.Blocking.RetentionShare]))
+	}
+	agents := append([]*PreparedComparison{}, r.Long...)
+	if r.Window != nil {
+		agents = append(agents, r.Window)
+	}
+	for _, c := range agents {
+		from := 0
+		for _, s := range c.Prepared.BySet {
+			from += s.FromPreparation
+		}
+		share := 0.0
+		if c.Prepared.Possible > 0 {
+			share = float64(from) / float64(c.Prepared.Possible)
+		}
+		out = append(out, fmt.Sprintf("Prepared at %d tokens, %gx pace: %d of %d possible from a preparation (%.0f %%), p95 there %.0f ms: %s 90 %% and 50 ms; "+
+			"summary input %.2f× blocking's (%.2f× without the %d sessions that ended short of their limit): %s 1.15×.",
+			c.Prepared.Limit, c.Pace, from, c.Prepared.Possible, 100*share, c.Prepared.LatencyPossible.P95,
+			mark(share >= 0.9 && c.Prepared.LatencyPossible.P95 <= 50), c.InputRatio, c.InputRatioReached, c.Prepared.UnusedAtEnd, mark(c.InputRatio <= 1.15)))
 	}
 	for _, l := range r.Ladder {
 		switch {
