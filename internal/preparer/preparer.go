@@ -424,8 +424,8 @@ const (
 // calibrate learns a session's scale from a read that found grown tokens
 // appended since the last one, whose appends the estimate put at added
 // (unscaled), and returns it. EstimateTokens errs high (a third of the
-// bytes, where English is about a quarter): uncalibrated, the session's
-// limit seemed near while a quarter of it was free, and its preparation,
+// bytes, where English is about a quarter): uncalibrated, a chat's limit
+// seemed near while a tenth of it or more was free, and its preparation,
 // paced on that, came that much early (LoCoMo's chats at 8k: ready 11 to
 // 31 s before their request, which then left a raw tail of up to 1,800
 // tokens more than a compaction made at the limit). A session's first
