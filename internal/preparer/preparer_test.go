@@ -18,6 +18,16 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 )
 
+// testClock is a clock that moves only when advanced.
+func testClock() (now func() time.Time, advance func(time.Duration)) {
+	var (
+		mu    sync.Mutex
+		clock = time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	)
+	return func() time.Time { mu.Lock(); defer mu.Unlock(); return clock },
+		func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+}
+
 // newService is a pipeline on a memory store, with the extractive
 // summariser and no message-count trigger.
 func newService(t *testing.T) (*tokens.Counter, *memstore.Store, *pipeline.Service) {
@@ -185,12 +195,7 @@ func TestPreparationsArePaced(t *testing.T) {
 	counter, store, svc := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var (
-		mu    sync.Mutex
-		clock = time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
-	)
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	now, advance := testClock()
 	const limit = 6000
 	done := make(chan pipeline.Preparation, 100)
 	start := func(opt preparer.Options) *preparer.Preparer {
@@ -286,18 +291,13 @@ func TestPreparationsArePaced(t *testing.T) {
 // of the session measures what its appends really came to, and the
 // estimate counts with that, so that a slow session is still prepared
 // near its limit in real tokens (uncalibrated, it was prepared with a
-// seventh of its limit still free: the raw tail its compaction left was
+// ninth of its limit still free: the raw tail its compaction left was
 // that much larger).
 func TestEstimatesAreCalibrated(t *testing.T) {
 	counter, store, svc := newService(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var (
-		mu    sync.Mutex
-		clock = time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
-	)
-	now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-	advance := func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
+	now, advance := testClock()
 	done := make(chan pipeline.Preparation, 100)
 	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
 		Busy:    func() bool { advance(3 * time.Second); return false }, // every preparation takes 3 s
