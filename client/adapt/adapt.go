@@ -71,21 +71,14 @@ func ToOpenAI(msgs []client.Message) []OpenAIMessage {
 // message, as the SDK's openai.ChatCompletionMessage or its JSON — as a
 // message to append, under id.
 func FromOpenAI(id string, reply any) (client.Message, error) {
-	b, err := json.Marshal(reply)
-	if err != nil {
-		return client.Message{}, fmt.Errorf("adapt: %w", err)
-	}
 	var r struct {
 		Role      string            `json:"role"`
 		Content   *string           `json:"content"`
 		Refusal   string            `json:"refusal"`
 		ToolCalls []client.ToolCall `json:"tool_calls"`
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return client.Message{}, fmt.Errorf("adapt: an OpenAI reply: %w", err)
-	}
-	if r.Role != "" && r.Role != "assistant" {
-		return client.Message{}, fmt.Errorf("adapt: an OpenAI reply of role %q: want assistant", r.Role)
+	if err := readReply("OpenAI", reply, &r, &r.Role); err != nil {
+		return client.Message{}, err
 	}
 	m := client.Message{ID: id, Role: client.Assistant}
 	switch {
@@ -104,6 +97,18 @@ func FromOpenAI(id string, reply any) (client.Message, error) {
 		return client.Message{}, errors.New("adapt: an OpenAI reply with neither content nor tool calls")
 	}
 	return m, nil
+}
+
+// readReply decodes a vendor's reply into dst (Into), whose role, once
+// read, must be the assistant's (or absent).
+func readReply(vendor string, reply, dst any, role *string) error {
+	if err := Into(dst, reply); err != nil {
+		return fmt.Errorf("%w (an %s reply)", err, vendor)
+	}
+	if *role != "" && *role != "assistant" {
+		return fmt.Errorf("adapt: an %s reply of role %q: want assistant", vendor, *role)
+	}
+	return nil
 }
 
 // AnthropicMessage is a message of Anthropic's Messages API.
@@ -229,10 +234,6 @@ func imageSource(url string) map[string]string {
 // anthropic.Message or its JSON — as a message to append, under id: its
 // text blocks joined, its tool_use blocks as tool calls.
 func FromAnthropic(id string, reply any) (client.Message, error) {
-	b, err := json.Marshal(reply)
-	if err != nil {
-		return client.Message{}, fmt.Errorf("adapt: %w", err)
-	}
 	var r struct {
 		Role    string `json:"role"`
 		Content []struct {
@@ -243,11 +244,8 @@ func FromAnthropic(id string, reply any) (client.Message, error) {
 			Input json.RawMessage `json:"input"`
 		} `json:"content"`
 	}
-	if err := json.Unmarshal(b, &r); err != nil {
-		return client.Message{}, fmt.Errorf("adapt: an Anthropic reply: %w", err)
-	}
-	if r.Role != "" && r.Role != "assistant" {
-		return client.Message{}, fmt.Errorf("adapt: an Anthropic reply of role %q: want assistant", r.Role)
+	if err := readReply("Anthropic", reply, &r, &r.Role); err != nil {
+		return client.Message{}, err
 	}
 	m := client.Message{ID: id, Role: client.Assistant}
 	var texts []string

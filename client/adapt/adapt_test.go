@@ -3,6 +3,7 @@ package adapt_test
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
@@ -113,6 +114,12 @@ func TestOpenAIReplyBack(t *testing.T) {
 	if _, err := adapt.FromOpenAI("x", map[string]any{"role": "assistant"}); err == nil {
 		t.Error("an empty reply was read")
 	}
+	if _, err := adapt.FromOpenAI("x", map[string]any{"role": "user", "content": "hi"}); err == nil || !strings.Contains(err.Error(), `role "user"`) {
+		t.Errorf("a user message read as a reply: %v", err)
+	}
+	if _, err := adapt.FromOpenAI("x", []int{1}); err == nil {
+		t.Error("a list read as a reply")
+	}
 }
 
 // The Anthropic SDK's own parameter types take the context: the system
@@ -181,6 +188,10 @@ func TestAnthropicReplyBack(t *testing.T) {
 	if m.Content.Text != "I'll move you." || len(m.ToolCalls) != 1 || m.ToolCalls[0].ID != "toolu_01" || m.ToolCalls[0].Function.Name != "change_seat" ||
 		m.ToolCalls[0].Function.Arguments != `{"seat":"14F"}` {
 		t.Fatalf("the reply read back: %+v", m)
+	}
+	if _, err := adapt.FromAnthropic("x", map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": "hi"}}}); err == nil ||
+		!strings.Contains(err.Error(), `role "user"`) {
+		t.Errorf("a user message read as a reply: %v", err)
 	}
 	// And it goes back out as the same tool_use, its result after it.
 	_, msgs := adapt.ToAnthropic([]client.Message{client.Text("u", client.User, "Move me"), m, adapt.ToolResult("t", "toolu_01", "change_seat", "done")})
