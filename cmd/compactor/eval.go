@@ -188,7 +188,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, limit := range lims {
 		for _, incremental := range modes {
 			cfg := pipeline.DefaultConfig()
-			cfg.EnableIncremental, cfg.MaxSummaryTokens = incremental, *maxSummary
+			cfg.EnableIncremental, cfg.MaxSummaryTokens, cfg.MaxMessages = incremental, *maxSummary, *maxMessages
 			if err := cfg.Validate(); err != nil {
 				return fmt.Errorf("%w: %v", errUsage, err)
 			}

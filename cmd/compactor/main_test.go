@@ -166,10 +166,25 @@ func TestEval(t *testing.T) {
 		Sessions    int     `json:"sessions"`
 		Compactions int     `json:"compactions"`
 		Ratio       float64 `json:"input_over_floor"`
+		HeadKept    float64 `json:"pinned_head_kept_share"`
 	}
 	json.Unmarshal([]byte(lines[1]), &total)
-	if total.Sessions != 1 || total.Compactions == 0 || total.Ratio <= 0 {
+	if total.Sessions != 1 || total.Compactions == 0 || total.Ratio <= 0 || total.HeadKept != 1 {
 		t.Fatalf("overall: %s", lines[1])
+	}
+	// --max-messages is the replay's message trigger: 0 leaves the token
+	// limit alone (none reached here), 10 compacts.
+	for _, c := range []struct {
+		max  string
+		some bool
+	}{{"0", false}, {"10", true}} {
+		code, out, stderr := runCLI(t, "eval", "--data", dir, "--limits", "1000000", "--mode", "scratch", "--max-messages", c.max)
+		var got struct {
+			Compactions int `json:"compactions"`
+		}
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || (got.Compactions > 0) != c.some {
+			t.Fatalf("--max-messages %s: exit %d, %s %s", c.max, code, out, stderr)
+		}
 	}
 	// Progress goes to stderr only when asked or on a terminal (a buffer
 	// is not one), never to stdout.
