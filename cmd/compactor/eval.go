@@ -58,6 +58,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
 	trace := fs.String("trace", "", "with --compare-prepared: write a JSON line per request to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
 	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
+	together := fs.Bool("together", false, "with --compare-prepared: run the two modes at the same time (half the time; they share the CPU)")
 	speakers := fs.String("speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
 	probesPrepared := fs.Bool("prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
 	probes := fs.Bool("probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, plan items and their status, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
@@ -146,7 +147,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := cfg.Validate(); err != nil || *prepareAt == 0 {
 			return fmt.Errorf("%w: --prepare-at must be in (0, 1)", errUsage)
 		}
-		opt := bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw}
+		opt := bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw, Together: *together}
 		if *trace != "" {
 			f, err := os.Create(*trace)
 			if err != nil {

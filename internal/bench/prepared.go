@@ -41,6 +41,11 @@ type PreparedOptions struct {
 	Pace float64
 	// Progress, when set, gets a line per mode.
 	Progress io.Writer
+	// Together runs the two modes at the same time, each with its own
+	// server, service and stand-in model: half the time, where the
+	// replays are long and the machine idles (a replay mostly waits on
+	// its pace), at the cost of sharing the CPU between them.
+	Together bool
 	// Trace, when set, gets a JSON line per request (TraceLine): what
 	// each compaction did, to tell why one mode spent more than the other;
 	// and one per preparation that ran (PrepTraceLine).
@@ -109,18 +114,33 @@ func (o *PreparedOptions) defaults() {
 	}
 }
 
-// PaceOf is how long after the previous message a message arrives in a
-// real agent loop: an assistant message as a model writes it (0.5 s to
-// the first token, then 100 tokens a second), a tool result as a tool
-// runs (0.3 s, plus reading its output at 5,000 tokens a second), a user
-// message 0.5 s plus 100 tokens a second (a person, or an orchestrator
-// agent, writing it).
-func PaceOf(m *session.Message) time.Duration {
-	secs := 0.5 + float64(m.Tokens)/100
-	if m.Role == session.RoleTool {
-		secs = 0.3 + float64(m.Tokens)/5000
+// PaceOf is how long after the previous message a message of this role
+// and tokens arrives in a real agent loop: an assistant message as a
+// model writes it (0.5 s to the first token, then 100 tokens a second), a
+// tool result as a tool runs (0.3 s, plus reading its output at 5,000
+// tokens a second), a user message 0.5 s plus 100 tokens a second (a
+// person, or an orchestrator agent, writing it); at most 20 s. The count
+// is an argument, not the message's Tokens, which a replay clears before
+// it appends: reading that field, the replays paced every assistant
+// message at 0.5 s whatever its length (from issue 24 until session 19).
+func PaceOf(role session.Role, tokens int) time.Duration {
+	secs := 0.5 + float64(tokens)/100
+	if role == session.RoleTool {
+		secs = 0.3 + float64(tokens)/5000
 	}
 	return time.Duration(math.Min(secs, 20) * float64(time.Second))
+}
+
+// paceOf is how long a replay of c at pace takes with no compaction:
+// every message's PaceOf, scaled.
+func paceOf(c transcript.Conversation, counter *tokens.Counter, pace float64) time.Duration {
+	var d time.Duration
+	for i := range c.Messages {
+		m := c.Messages[i]
+		m.Tokens = 0
+		d += time.Duration(pace * float64(PaceOf(m.Role, counter.Message(&m))))
+	}
+	return d
 }
 
 // Quantiles are latencies in milliseconds.
@@ -232,24 +252,50 @@ func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg p
 	opt.defaults()
 	cfg.MaxMessages = 0 // the token limit decides, as the runtime's check does
 	out := &PreparedComparison{Pace: opt.Pace, ModelDelayMS: opt.ModelDelay.Milliseconds()}
-	for _, mode := range []string{"blocking", "prepared"} {
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		errs = make([]error, 2)
+	)
+	if opt.Together {
+		opt.Trace = &syncWriter{w: opt.Trace} // (a line is one Write)
+	}
+	for i, mode := range []string{"blocking", "prepared"} {
 		c := cfg
 		if mode == "blocking" {
 			c.PrepareAt = 0
 		} else if c.PrepareAt == 0 {
 			c.PrepareAt = pipeline.DefaultConfig().PrepareAt
 		}
-		row, err := replayPaced(ctx, convs, c, opt, mode)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", mode, err)
+		replay := func() {
+			row, err := replayPaced(ctx, convs, c, opt, mode)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", mode, err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(opt.Progress, "prepared comparison, %s: %d requests, p50/p95/p99 %.0f/%.0f/%.0f ms (where a preparation was possible: %d, p95 %.0f ms), %d from a preparation, model input %d tokens, %.0f s\n",
+				mode, row.Requests, row.Latency.P50, row.Latency.P95, row.Latency.P99, row.Possible, row.LatencyPossible.P95, row.FromPreparation, row.InputTokens, row.Seconds)
+			if mode == "blocking" {
+				out.Blocking = row
+			} else {
+				out.Prepared = row
+			}
 		}
-		fmt.Fprintf(opt.Progress, "prepared comparison, %s: %d requests, p50/p95/p99 %.0f/%.0f/%.0f ms (where a preparation was possible: %d, p95 %.0f ms), %d from a preparation, model input %d tokens, %.0f s\n",
-			mode, row.Requests, row.Latency.P50, row.Latency.P95, row.Latency.P99, row.Possible, row.LatencyPossible.P95, row.FromPreparation, row.InputTokens, row.Seconds)
-		if mode == "blocking" {
-			out.Blocking = row
-		} else {
-			out.Prepared = row
+		if !opt.Together {
+			replay()
+			continue
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			replay()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	if out.Blocking.InputTokens > 0 {
 		out.InputRatio = float64(out.Prepared.InputTokens) / float64(out.Blocking.InputTokens)
@@ -259,6 +305,18 @@ func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg p
 		out.Speedup = out.Blocking.LatencyPossible.P95 / out.Prepared.LatencyPossible.P95
 	}
 	return out, nil
+}
+
+// syncWriter serialises the writes of replays running at once.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
 }
 
 // request is one compaction request as the runtime saw it.
@@ -465,9 +523,8 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		select {
 		case <-ctx.Done():
 			return reqs, eval.Retention{}, ctx.Err()
-		case <-time.After(time.Duration(opt.Pace * float64(PaceOf(&m)))):
+		case <-time.After(time.Duration(opt.Pace * float64(PaceOf(m.Role, added)))):
 		}
-		m.Tokens = 0
 		a, err := cl.Append(ctx, id, []client.Message{wire.Must[client.Message](m)})
 		if err != nil {
 			return reqs, eval.Retention{}, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
 )
 
@@ -93,6 +94,15 @@ func TestComparePreparedSmall(t *testing.T) {
 	// (A preparation still running when the replay ended is not traced.)
 	if prepCalls == 0 || int64(prepCalls) > p.PrepCalls {
 		t.Fatalf("the trace's preparations made %d model calls, the stand-in saw %d", prepCalls, p.PrepCalls)
+	}
+	// Each mode took at least its messages' pace: an assistant message
+	// waits as its tokens say (the replays once paced them all alike).
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if least := paceOf(convs[0], counter, 0.03).Seconds(); b.Seconds < least || p.Seconds < least || least < 7 {
+		t.Fatalf("the replays took %.1f s and %.1f s, under the %.1f s their messages' pace adds up to", b.Seconds, p.Seconds, least)
 	}
 	if p.Latency.N != p.Requests || p.Latency.P50 > p.Latency.P99 {
 		t.Fatalf("latency %+v", p.Latency)
