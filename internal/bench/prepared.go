@@ -68,7 +68,11 @@ type PrepTraceLine struct {
 	InputTokens  int    `json:"summary_input_tokens"`
 	WastedTokens int    `json:"wasted_tokens,omitempty"`
 	DurationMS   int64  `json:"duration_ms"`
-	Error        string `json:"error,omitempty"`
+	// Cause is why the preparer queued it, QueuedMS how long it waited
+	// to start (pipeline.Preparation).
+	Cause    string `json:"cause,omitempty"`
+	QueuedMS int64  `json:"queued_ms,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // TraceLine is one request of a paced replay, as PreparedOptions.Trace
@@ -375,7 +379,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		}
 		tl := PrepTraceLine{Mode: mode, Kind: "preparation", Session: names[out.SessionID], AtMS: time.Since(start).Milliseconds(), Outcome: string(out.Outcome),
 			Detail: out.Detail, TokensBefore: out.TokensBefore, TokensAfter: out.TokensAfter, LLMCalls: out.LLMCalls, InputTokens: out.InputTokens,
-			WastedTokens: out.WastedTokens, DurationMS: out.DurationMS}
+			WastedTokens: out.WastedTokens, DurationMS: out.DurationMS, Cause: out.Cause, QueuedMS: out.QueuedMS}
 		if err != nil {
 			tl.Error = err.Error()
 		}

@@ -1,11 +1,13 @@
 package pipeline
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -111,6 +113,11 @@ type Preparation struct {
 	// replaced (counted once, in PrepareStats).
 	WastedTokens int   `json:"wasted_tokens,omitempty"`
 	DurationMS   int64 `json:"duration_ms"`
+	// Cause and QueuedMS are the scheduler's (the preparer sets them):
+	// why it queued the session, and how long the preparation waited
+	// from that trigger to its start.
+	Cause    string `json:"cause,omitempty"`
+	QueuedMS int64  `json:"queued_ms,omitempty"`
 }
 
 // PrepareStats are the service's preparation counters since it started.
@@ -423,6 +430,13 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 		out.Outcome, out.Detail = PrepareInFlight, "claimed by "+stored.Owner
 		return nil, nil
 	}
+	if rb, ok := rebased(stored, rec, p.sess.Summary); ok {
+		// Stored on the clearing, so that the next clearing finds it
+		// on its base too.
+		if rb, err := ps.PutPrepared(ctx, rb); err == nil {
+			stored = rb
+		}
+	}
 	// Plan as if the context had grown to its limit: the messages to come
 	// fill the tail.
 	p.growth = max(p.limit-p.beforeTokens, 0)
@@ -544,6 +558,50 @@ func (pp *preparations) run(ctx context.Context, ps PreparedStore, req PrepareRe
 	return nil
 }
 
+// rebased is the ready preparation p moved onto the compaction in force,
+// cur (rec's), when cur only cleared tool results on top of the
+// compaction p was prepared on, which it reports. Clearing is what a
+// request at the limit does first when it is enough (no model call, the
+// context before the first cleared result left as it was), and a
+// preparation had judged a summary needed there: based on the
+// compaction before it, the preparation was stale at once, and the next
+// request summarised anew with the model (ponyc-4593 at 8k: the
+// preparation's 5,622 tokens of input lost, and a 2 s wait). What p
+// summarises is still raw under cur, its summary builds on the same
+// summary (a clearing keeps the one in force), and cur's placeholders
+// after p's cut still stand: p with those, on cur, is the compaction p
+// would be had it been prepared after the clearing.
+func rebased(p session.PreparedCompaction, rec session.Record, cur *session.Message) (session.PreparedCompaction, bool) {
+	if p.State != session.PreparedReady || p.Compaction == nil || p.Compaction.Compaction == nil || p.Epoch != rec.Epoch || p.HeadSeq > rec.HeadSeq ||
+		p.Base == rec.CompactionID || cur == nil || cur.ID != rec.CompactionID || cur.Compaction == nil {
+		return p, false
+	}
+	cm, meta := cur.Compaction, *p.Compaction.Compaction
+	if cm.Step != StepClear || cm.Previous != p.Base || cm.SummaryToSeq >= meta.FromSeq || cm.SummaryFromSeq != meta.SummaryFromSeq && cm.SummaryToSeq > 0 {
+		return p, false
+	}
+	type key struct {
+		seq  int64
+		kind string
+	}
+	have := make(map[key]bool, len(meta.Cleared))
+	for _, c := range meta.Cleared {
+		have[key{c.Seq, c.Kind}] = true
+	}
+	meta.Cleared = slices.Clone(meta.Cleared)
+	for _, c := range cm.Cleared {
+		if c.Seq >= meta.TailStartSeq && !have[key{c.Seq, c.Kind}] {
+			meta.Cleared = append(meta.Cleared, c)
+		}
+	}
+	slices.SortStableFunc(meta.Cleared, func(a, b session.Cleared) int { return cmp.Compare(a.Seq, b.Seq) })
+	meta.Previous = cur.ID
+	m := *p.Compaction
+	m.Compaction = &meta
+	p.Compaction, p.Base = &m, cur.ID
+	return p, true
+}
+
 // unusedTokens are the model tokens of a stored preparation that no
 // request used (0 for one used, or none).
 func unusedTokens(p session.PreparedCompaction, rec session.Record) int {
@@ -578,6 +636,9 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 		// Another replica is preparing the session, and what it will
 		// leave fits: wait for it.
 		stored = pp.awaitPrepared(ctx, ps, stored)
+	}
+	if rb, ok := rebased(stored, rec, p.sess.Summary); ok {
+		stored = rb
 	}
 	if !stored.Usable(rec) || pp.tooOld(stored) {
 		pp.retire(ctx, ps, stored, rec)

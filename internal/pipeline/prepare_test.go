@@ -430,3 +430,108 @@ func TestPreparationLeavesTheGrowthItsTurns(t *testing.T) {
 		t.Fatalf("committed at the limit, %d turns raw, under keep_recent_turns %d", raw, cfg.KeepRecentTurns)
 	}
 }
+
+// A preparation outlives a compaction that only cleared tool results on
+// top of the compaction it was prepared on: the next request is answered
+// from it with no model call, the results the clearing cleared after its
+// cut still cleared, and the compaction chain goes through the
+// clearing. (It was stale at once: an OpenHands run at 8k lost its
+// preparation to the clearing of the request at its limit, and its next
+// request waited for the model.)
+func TestPreparationOutlivesAClearing(t *testing.T) {
+	const limit = 10000
+	ctx := context.Background()
+	e, rec := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "a", limit, []session.Message{{Role: session.RoleSystem, Content: session.TextContent("You are a coding agent.")},
+		{Role: session.RoleUser, Content: session.TextContent("Make the request timeout configurable in src/, with a default of 30 s.")}})
+	next := 0
+	step := func(lines int) {
+		t.Helper()
+		if _, err := e.store.Append(ctx, "a", agentStep(next, lines)...); err != nil {
+			t.Fatal(err)
+		}
+		next++
+	}
+	for e.tokens(t, "a") < int(0.72*limit) {
+		step(3) // too small to clear: a summary is prepared
+	}
+	p := prepare(t, e, "a")
+	if p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("preparation: %+v", p)
+	}
+	// Results worth clearing come, then steps that push them out of the
+	// raw tail; another request clears them (a service whose ladder
+	// only clears), and the session grows past its limit.
+	for range 3 {
+		step(25)
+	}
+	for e.tokens(t, "a") < limit-300 {
+		step(0)
+	}
+	cfg := prepCfg()
+	cfg.Reductions, cfg.HeadroomRatio, cfg.KeepToolResults, cfg.MinReduction = []string{pipeline.StepClear}, 0.3, 1, 0.01
+	other, err := pipeline.New(e.store, e.breakers, extractive.New(e.counter), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := other.Compact(ctx, pipeline.Request{ID: "clear", SessionID: "a", Trigger: pipeline.TriggerManual})
+	if err != nil || cl.Strategy != "cleared" || cl.ToolResultsCleared == 0 {
+		t.Fatalf("clearing: %+v %v", cl, err)
+	}
+	clearing, err := e.store.Record(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The preparer's next look finds it standing, and stores it on the
+	// clearing (a second clearing finds it on its base).
+	if again := prepare(t, e, "a"); again.Outcome != pipeline.PrepareUnchanged {
+		t.Fatalf("preparation after the clearing: %+v", again)
+	}
+	if sp, err := e.store.Prepared(ctx, "a"); err != nil || sp.Base != clearing.CompactionID || !sp.Usable(clearing) {
+		t.Fatalf("stored preparation on %q (%v), want on the clearing %s", sp.Base, err, clearing.CompactionID)
+	}
+	for e.tokens(t, "a") <= limit {
+		step(0)
+	}
+	calls := rec.count.Load()
+	res := compact(t, e, "a", pipeline.TriggerOverBudget)
+	if res.Outcome != pipeline.OutcomeCompacted || res.Strategy != "prepared" || rec.count.Load() != calls {
+		t.Fatalf("after the clearing: %s %s (%d model calls), want prepared with none", res.Outcome, res.Strategy, rec.count.Load()-calls)
+	}
+	if st := e.svc.PrepareStats(); st.Stale != 0 || st.Used != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	now, err := e.store.Record(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.store.Compaction(ctx, "a", now.CompactionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Compaction.Previous != clearing.CompactionID || m.Compaction.FromSeq != p.FromSeq || m.Compaction.ToSeq != p.ToSeq {
+		t.Fatalf("committed %+v on %s, want the preparation's range %d-%d after the clearing", m.Compaction, clearing.CompactionID, p.FromSeq, p.ToSeq)
+	}
+	// What the clearing cleared past the cut is still cleared.
+	c, err := e.store.Compaction(ctx, "a", clearing.CompactionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, x := range c.Compaction.Cleared {
+		if x.Seq > p.ToSeq {
+			want++
+		}
+	}
+	shown := 0
+	for _, x := range e.context(t, "a") {
+		for _, y := range c.Compaction.Cleared {
+			if x.Seq == y.Seq && x.Seq > p.ToSeq && strings.Contains(x.Content.Text, "cleared") {
+				shown++
+			}
+		}
+	}
+	if want == 0 || shown != want {
+		t.Fatalf("%d results the clearing cleared after the cut, %d shown cleared now", want, shown)
+	}
+}

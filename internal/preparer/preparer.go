@@ -114,7 +114,31 @@ type job struct {
 	model                         string
 	limit                         int
 	at                            time.Time // when it was triggered
+	cause                         string    // why (a Cause)
 }
+
+// Why a session was queued (pipeline.Preparation.Cause).
+const (
+	// CauseNearBudget: a runtime's ContextNearBudget.
+	CauseNearBudget = "near_budget"
+	// CauseUnread: the preparer has no count of the session (new to it,
+	// just compacted, or an append it did not see): the preparation
+	// reads one, and prepares if the session is due.
+	CauseUnread = "unread"
+	// CauseRecheck: a preparation stands, or the context was over its
+	// limit, since longer than Recheck.
+	CauseRecheck = "recheck"
+	// CauseUnpaced: past prepare_at with Unpaced set, or before the
+	// preparer knows its pace (no preparation made yet, or the
+	// session's rate not measured yet).
+	CauseUnpaced = "prepare_at"
+	// CauseAppends: two of the session's biggest appends would fill
+	// what is left before its limit.
+	CauseAppends = "appends"
+	// CausePace: at the session's rate its limit comes within the time
+	// a preparation takes (with the margin).
+	CausePace = "pace"
+)
 
 // estimate is what the preparer knows of a session's context: its
 // tokens at head (the last count plus the appends since), its limit, and
@@ -208,6 +232,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		return
 	}
 	t := tenant.From(ctx)
+	cause := CauseUnread
 	p.mu.Lock()
 	if e := p.est[tenant.Key(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
 		// No append unseen since the last count: the estimate holds.
@@ -226,15 +251,21 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 			p.skipped.Add(1)
 			return
 		}
-		if !p.opt.Unpaced && p.early(e, now) {
-			p.mu.Unlock()
-			p.skipped.Add(1)
-			p.paced.Add(1)
-			return
+		cause = CauseUnpaced
+		if !p.opt.Unpaced {
+			if cause = p.pace(e, now); cause == "" {
+				p.mu.Unlock()
+				p.skipped.Add(1)
+				p.paced.Add(1)
+				return
+			}
+		}
+		if e.tokens > e.limit || !e.settled.IsZero() {
+			cause = CauseRecheck
 		}
 	}
 	p.mu.Unlock()
-	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now()})
+	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause})
 }
 
 // Pacing (see Appended): a preparation is due when the session's limit is
@@ -247,22 +278,26 @@ const (
 	paceWindow = time.Second
 )
 
-// early reports whether a session past prepare_at may wait: a
-// preparation's time to ready is known, the session's rate since its
-// count was read is measured, and at that rate its limit is further off
-// than paceMargin times that time plus paceSlack, and further than two
-// of its biggest appends. Called with p.mu held.
-func (p *Preparer) early(e *estimate, now time.Time) bool {
+// pace says why a session past prepare_at must be prepared now (a
+// Cause), or "" when it may wait: a preparation's time to ready is
+// known, the session's rate since its count was read is measured, and at
+// that rate its limit is further off than paceMargin times that time
+// plus paceSlack, and further than two of its biggest appends. Called
+// with p.mu held.
+func (p *Preparer) pace(e *estimate, now time.Time) string {
 	elapsed, grown := now.Sub(e.read), e.tokens-e.base
 	if p.ready <= 0 || elapsed < paceWindow || grown <= 0 {
-		return false
+		return CauseUnpaced
 	}
 	room := e.limit - e.tokens
 	if room <= 2*e.biggest {
-		return false
+		return CauseAppends
 	}
 	left := time.Duration(float64(room) / float64(grown) * float64(elapsed))
-	return left > time.Duration(paceMargin*float64(p.ready))+paceSlack
+	if left <= time.Duration(paceMargin*float64(p.ready))+paceSlack {
+		return CausePace
+	}
+	return ""
 }
 
 // NearBudget is told of a runtime's ContextNearBudget: the session is
@@ -270,7 +305,7 @@ func (p *Preparer) early(e *estimate, now time.Time) bool {
 func (p *Preparer) NearBudget(ctx context.Context, req pipeline.Request) {
 	p.triggers.Add(1)
 	p.enqueue(job{tenant: tenant.From(ctx), sessionID: req.SessionID, trigger: pipeline.PrepareNearBudget, requestID: req.ID, model: req.Model, limit: req.ContextLimit,
-		at: p.opt.Now()})
+		at: p.opt.Now(), cause: CauseNearBudget})
 }
 
 // Compacted is told that a session was compacted here: its estimate is
@@ -388,9 +423,13 @@ func (p *Preparer) work(ctx context.Context) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		snap := p.snapshot(j.key())
+		snap, started := p.snapshot(j.key()), p.opt.Now()
 		out, err := p.svc.Prepare(tenant.With(ctx, j.tenant), pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
 			Model: j.model, ContextLimit: j.limit})
+		out.Cause = j.cause
+		if !j.at.IsZero() {
+			out.QueuedMS = started.Sub(j.at).Milliseconds()
+		}
 		p.learn(j.key(), out, snap)
 		if err == nil && out.Outcome == pipeline.PrepareDone && !j.at.IsZero() {
 			p.readyIn(p.opt.Now().Sub(j.at))
@@ -401,7 +440,7 @@ func (p *Preparer) work(ctx context.Context) {
 			p.log.Warn("preparation failed", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
 		case err == nil && (out.Outcome == pipeline.PrepareDone || out.Outcome == pipeline.PrepareFailed):
 			p.log.Info("preparation", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("trigger", j.trigger),
-				slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int("llm_calls", out.LLMCalls), slog.Int64("duration_ms", out.DurationMS))
+				slog.String("cause", j.cause), slog.Int64("queued_ms", out.QueuedMS), slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int("llm_calls", out.LLMCalls), slog.Int64("duration_ms", out.DurationMS))
 		}
 		if p.opt.Observe != nil && ctx.Err() == nil {
 			p.opt.Observe(out, err)
