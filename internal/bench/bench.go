@@ -663,7 +663,7 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 		return nil, fmt.Errorf("long runs: %w", err)
 	}
 	w := opt.Prepared
-	w.Limit, w.Pace = WindowLimit, LongPace
+	w.Limit, w.Pace, w.Together = WindowLimit, LongPace, true
 	if rep.Window, rep.WindowNote, err = prepared(ctx, opt.Data, w, opt.Progress); err != nil {
 		return nil, fmt.Errorf("prepared at %d: %w", WindowLimit, err)
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -170,19 +171,31 @@ func longPrepared(ctx context.Context, data string, opt PreparedOptions, progres
 	if len(convs) == 0 {
 		return nil, fmt.Sprintf("skipped: no long agent runs under %s", dir), nil
 	}
-	opt.Progress = progress
-	var out []*PreparedComparison
-	for _, limit := range LongLimits {
+	opt.Progress = &syncWriter{w: progress}
+	if progress == nil {
+		opt.Progress = nil
+	}
+	// Every limit and mode at once: a replay at a real pace mostly waits
+	// (the long runs take 14 minutes each, and a few per cent of a core).
+	out, errs := make([]*PreparedComparison, len(LongLimits)), make([]error, len(LongLimits))
+	var wg sync.WaitGroup
+	for i, limit := range LongLimits {
 		o := opt
-		o.Limit = limit
+		o.Limit, o.Together = limit, true
 		if o.Pace == 0 {
 			o.Pace = LongPace
 		}
-		cmp, err := ComparePrepared(ctx, convs, pipeline.DefaultConfig(), o)
-		if err != nil {
-			return nil, "", fmt.Errorf("at %d tokens: %w", limit, err)
-		}
-		out = append(out, cmp)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out[i], errs[i] = ComparePrepared(ctx, convs, pipeline.DefaultConfig(), o); errs[i] != nil {
+				errs[i] = fmt.Errorf("at %d tokens: %w", limit, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, "", err
 	}
 	return out, "", nil
 }

@@ -70,9 +70,10 @@ type PrepTraceLine struct {
 	DurationMS   int64  `json:"duration_ms"`
 	// Cause is why the preparer queued it, QueuedMS how long it waited
 	// to start (pipeline.Preparation).
-	Cause    string `json:"cause,omitempty"`
-	QueuedMS int64  `json:"queued_ms,omitempty"`
-	Error    string `json:"error,omitempty"`
+	Cause       string `json:"cause,omitempty"`
+	CauseDetail string `json:"cause_detail,omitempty"`
+	QueuedMS    int64  `json:"queued_ms,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // TraceLine is one request of a paced replay, as PreparedOptions.Trace
@@ -240,6 +241,8 @@ type PreparedComparison struct {
 	// preparation was possible.
 	Speedup float64 `json:"p95_speedup"`
 	Pace    float64 `json:"pace"`
+	// Together: the two modes ran at the same time (PreparedOptions).
+	Together bool `json:"together,omitempty"`
 	// ModelDelayMS is every summary call's time.
 	ModelDelayMS int64 `json:"model_delay_ms"`
 }
@@ -255,7 +258,7 @@ type PreparedComparison struct {
 func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg pipeline.Config, opt PreparedOptions) (*PreparedComparison, error) {
 	opt.defaults()
 	cfg.MaxMessages = 0 // the token limit decides, as the runtime's check does
-	out := &PreparedComparison{Pace: opt.Pace, ModelDelayMS: opt.ModelDelay.Milliseconds()}
+	out := &PreparedComparison{Pace: opt.Pace, ModelDelayMS: opt.ModelDelay.Milliseconds(), Together: opt.Together}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -379,7 +382,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		}
 		tl := PrepTraceLine{Mode: mode, Kind: "preparation", Session: names[out.SessionID], AtMS: time.Since(start).Milliseconds(), Outcome: string(out.Outcome),
 			Detail: out.Detail, TokensBefore: out.TokensBefore, TokensAfter: out.TokensAfter, LLMCalls: out.LLMCalls, InputTokens: out.InputTokens,
-			WastedTokens: out.WastedTokens, DurationMS: out.DurationMS, Cause: out.Cause, QueuedMS: out.QueuedMS}
+			WastedTokens: out.WastedTokens, DurationMS: out.DurationMS, Cause: out.Cause, CauseDetail: out.CauseDetail, QueuedMS: out.QueuedMS}
 		if err != nil {
 			tl.Error = err.Error()
 		}

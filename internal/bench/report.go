@@ -154,7 +154,7 @@ func (r *Report) Markdown(chart string) string {
 		w("%s.\n", r.LongNote)
 	} else {
 		w("The long agent runs of `agent_trajectories/long` (mini-swe-agent and OpenHands, 75k-290k tokens each) replayed as in section 6, "+
-			"at windows where agents work, at %gx a real agent loop's pace.\n", r.Long[0].Pace)
+			"at windows where agents work, at %gx a real agent loop's pace%s.\n", r.Long[0].Pace, together(r.Long[0], ", every window at once"))
 		for _, c := range r.Long {
 			w("\n### %d tokens\n\n", c.Prepared.Limit)
 			preparedTable(w, c)
@@ -164,7 +164,8 @@ func (r *Report) Markdown(chart string) string {
 	if c := r.Window; c == nil {
 		w("%s.\n", r.WindowNote)
 	} else {
-		w("Section 6's replay again, at %d tokens and %gx a real agent loop's pace: the goals of issue 26 on the bundled sets.\n\n", c.Prepared.Limit, c.Pace)
+		w("Section 6's replay again, at %d tokens and %gx a real agent loop's pace%s: the goals of issue 26 on the bundled sets.\n\n", c.Prepared.Limit, c.Pace,
+			together(c, ""))
 		preparedTable(w, c)
 	}
 	w("\n## Against the thresholds\n\n")
@@ -172,6 +173,15 @@ func (r *Report) Markdown(chart string) string {
 		w("- %s\n", f)
 	}
 	return b.String()
+}
+
+// together says how a comparison's modes ran, when at once (more says
+// what else ran beside them).
+func together(c *PreparedComparison, more string) string {
+	if !c.Together {
+		return ""
+	}
+	return ", the two modes at the same time" + more + " (each with its own server, service and stand-in model: a replay at this pace mostly waits)"
 }
 
 // preparedTable writes a comparison's two modes and their ratios.

@@ -57,6 +57,11 @@ type PrepareRequest struct {
 	// Model and ContextLimit override the session's, as in a Request.
 	Model        string
 	ContextLimit int
+	// Measure only reads the session's context (HeadSeq, Limit,
+	// TokensBefore) and prepares nothing: outcome PrepareBelow, detail
+	// "measured". The preparer measures what its estimate of a session
+	// stands for before it paces on it.
+	Measure bool
 }
 
 // PrepareOutcome says what one Prepare call did.
@@ -116,8 +121,9 @@ type Preparation struct {
 	// Cause and QueuedMS are the scheduler's (the preparer sets them):
 	// why it queued the session, and how long the preparation waited
 	// from that trigger to its start.
-	Cause    string `json:"cause,omitempty"`
-	QueuedMS int64  `json:"queued_ms,omitempty"`
+	Cause       string `json:"cause,omitempty"`
+	CauseDetail string `json:"cause_detail,omitempty"`
+	QueuedMS    int64  `json:"queued_ms,omitempty"`
 }
 
 // PrepareStats are the service's preparation counters since it started.
@@ -415,6 +421,9 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 	rec := p.sess.Record
 	out.HeadSeq, out.Limit, out.TokensBefore = rec.HeadSeq, p.limit, p.beforeTokens
 	switch {
+	case req.Measure:
+		out.Outcome, out.Detail = PrepareBelow, "measured"
+		return nil, nil
 	case req.Trigger == PrepareAppend && float64(p.beforeTokens) < pp.s.cfg.PrepareAt*float64(p.limit):
 		out.Outcome, out.Detail = PrepareBelow, fmt.Sprintf("%d tokens, under %.0f%% of %d", p.beforeTokens, 100*pp.s.cfg.PrepareAt, p.limit)
 		return nil, nil

@@ -17,6 +17,7 @@ package preparer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -115,6 +116,8 @@ type job struct {
 	limit                         int
 	at                            time.Time // when it was triggered
 	cause                         string    // why (a Cause)
+	detail                        string    // the estimate behind it
+	measure                       bool      // read the session only
 }
 
 // Why a session was queued (pipeline.Preparation.Cause).
@@ -138,6 +141,10 @@ const (
 	// CausePace: at the session's rate its limit comes within the time
 	// a preparation takes (with the margin).
 	CausePace = "pace"
+	// CauseMeasure: the session's estimate passed prepare_at, but the
+	// session was never measured (calibrate): its context is read, and
+	// nothing prepared, before the pace is judged on it.
+	CauseMeasure = "measure"
 )
 
 // estimate is what the preparer knows of a session's context: its
@@ -158,6 +165,10 @@ type estimate struct {
 	// measured, when the preparer's average stands for it).
 	added int
 	scale float64
+	// rate is the session's growth in tokens a second before read (0
+	// until measured over paceWindow): what the pace goes by until this
+	// estimate has its own (see rateOf).
+	rate float64
 }
 
 // snapshot is an estimate as a preparation's read began, to calibrate
@@ -232,7 +243,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		return
 	}
 	t := tenant.From(ctx)
-	cause := CauseUnread
+	cause, detail := CauseUnread, ""
 	p.mu.Lock()
 	if e := p.est[tenant.Key(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
 		// No append unseen since the last count: the estimate holds.
@@ -252,6 +263,16 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 			return
 		}
 		cause = CauseUnpaced
+		detail = p.describe(e, now)
+		if e.scale == 0 && e.added >= minCalibration && p.pacing() {
+			// Counted with the preparer's scale, which other kinds of
+			// session set (LoCoMo's chats at 8k, counted at the agent
+			// runs' 0.9 where theirs is 0.7, were prepared at 80 % of
+			// their window, 30 s before their request).
+			p.mu.Unlock()
+			p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: now, cause: CauseMeasure, detail: detail, measure: true})
+			return
+		}
 		if !p.opt.Unpaced {
 			if cause = p.pace(e, now); cause == "" {
 				p.mu.Unlock()
@@ -264,9 +285,21 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 			cause = CauseRecheck
 		}
 	}
+	measure := cause == CauseUnread && p.pacing()
+	if measure {
+		// Read it, and pace from the next append: prepared on this
+		// read, a session past prepare_at was prepared however far its
+		// limit (a mini-swe-agent run at 32k, left at 78 % by a
+		// clearing: 59 s before its request).
+		cause = CauseMeasure
+	}
 	p.mu.Unlock()
-	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause})
+	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
 }
+
+// pacing reports whether the pace decides (Unpaced is off, and a
+// preparation's time to ready is known). Called with p.mu held.
+func (p *Preparer) pacing() bool { return !p.opt.Unpaced && p.ready > 0 }
 
 // Pacing (see Appended): a preparation is due when the session's limit is
 // within paceMargin times a preparation's time to ready, plus paceSlack
@@ -285,19 +318,52 @@ const (
 // plus paceSlack, and further than two of its biggest appends. Called
 // with p.mu held.
 func (p *Preparer) pace(e *estimate, now time.Time) string {
-	elapsed, grown := now.Sub(e.read), e.tokens-e.base
-	if p.ready <= 0 || elapsed < paceWindow || grown <= 0 {
+	rate := rateOf(e, now)
+	if p.ready <= 0 || rate <= 0 {
 		return CauseUnpaced
 	}
 	room := e.limit - e.tokens
 	if room <= 2*e.biggest {
 		return CauseAppends
 	}
-	left := time.Duration(float64(room) / float64(grown) * float64(elapsed))
+	left := time.Duration(float64(room) / rate * float64(time.Second))
 	if left <= time.Duration(paceMargin*float64(p.ready))+paceSlack {
 		return CausePace
 	}
 	return ""
+}
+
+// rateWindow is how long a session's growth since its last read must
+// be measured over before it alone sets the session's rate.
+const rateWindow = 10 * time.Second
+
+// rateOf is the session's growth in tokens a second: since its count was
+// read, with the rate it had before that read making up what is shorter
+// than rateWindow; 0 when neither is measured (under paceWindow, and no
+// rate before). A read, every few appends near the limit, used to leave
+// the pace unmeasured for a second, and an append then was prepared at
+// once; an append or two over a few seconds read as the rate made it
+// jumpy.
+func rateOf(e *estimate, now time.Time) float64 {
+	elapsed, grown := now.Sub(e.read).Seconds(), float64(e.tokens-e.base)
+	if grown < 0 {
+		grown = 0
+	}
+	if e.rate > 0 {
+		prior := max(rateWindow.Seconds()-elapsed, 0)
+		return (grown + e.rate*prior) / (elapsed + prior)
+	}
+	if elapsed < paceWindow.Seconds() || grown <= 0 {
+		return 0
+	}
+	return grown / elapsed
+}
+
+// describe says what the estimate e knows at now, for a preparation's
+// cause. Called with p.mu held.
+func (p *Preparer) describe(e *estimate, now time.Time) string {
+	return fmt.Sprintf("about %d of %d tokens, %d appended in %.1f s (%.0f a second), biggest append %d, ready in %.1f s", e.tokens, e.limit,
+		e.tokens-e.base, now.Sub(e.read).Seconds(), rateOf(e, now), e.biggest, p.ready.Seconds())
 }
 
 // NearBudget is told of a runtime's ContextNearBudget: the session is
@@ -314,7 +380,7 @@ func (p *Preparer) Compacted(ctx context.Context, sessionID string) {
 	key := tenant.Key(tenant.From(ctx), sessionID)
 	p.mu.Lock()
 	if e := p.est[key]; e != nil {
-		p.est[key] = &estimate{scale: e.scale}
+		p.est[key] = &estimate{scale: e.scale, rate: rateOf(e, p.opt.Now())}
 	}
 	p.mu.Unlock()
 }
@@ -425,8 +491,8 @@ func (p *Preparer) work(ctx context.Context) {
 		}
 		snap, started := p.snapshot(j.key()), p.opt.Now()
 		out, err := p.svc.Prepare(tenant.With(ctx, j.tenant), pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
-			Model: j.model, ContextLimit: j.limit})
-		out.Cause = j.cause
+			Model: j.model, ContextLimit: j.limit, Measure: j.measure})
+		out.Cause, out.CauseDetail = j.cause, j.detail
 		if !j.at.IsZero() {
 			out.QueuedMS = started.Sub(j.at).Milliseconds()
 		}
@@ -440,7 +506,7 @@ func (p *Preparer) work(ctx context.Context) {
 			p.log.Warn("preparation failed", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("outcome", string(out.Outcome)), slog.String("error", err.Error()))
 		case err == nil && (out.Outcome == pipeline.PrepareDone || out.Outcome == pipeline.PrepareFailed):
 			p.log.Info("preparation", slog.String("tenant", j.tenant), slog.String("session_id", j.sessionID), slog.String("trigger", j.trigger),
-				slog.String("cause", j.cause), slog.Int64("queued_ms", out.QueuedMS), slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int("llm_calls", out.LLMCalls), slog.Int64("duration_ms", out.DurationMS))
+				slog.String("cause", j.cause), slog.String("estimate", j.detail), slog.Int64("queued_ms", out.QueuedMS), slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int("llm_calls", out.LLMCalls), slog.Int64("duration_ms", out.DurationMS))
 		}
 		if p.opt.Observe != nil && ctx.Err() == nil {
 			p.opt.Observe(out, err)
@@ -543,13 +609,13 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
 	old := p.est[sid]
 	if out.HeadSeq == 0 || out.Limit == 0 {
 		if old != nil { // not read: the next append reads it
-			p.est[sid] = &estimate{scale: old.scale}
+			p.est[sid] = &estimate{scale: old.scale, rate: rateOf(old, p.opt.Now())}
 		}
 		return
 	}
-	scale := 0.0
+	scale, rate := 0.0, 0.0
 	if old != nil {
-		scale = old.scale
+		scale, rate = old.scale, rateOf(old, p.opt.Now())
 		if old == snap.e && snap.head == out.HeadSeq {
 			scale = p.calibrate(old, out.TokensBefore-old.base, snap.added)
 		}
@@ -561,7 +627,7 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
 		}
 	}
 	now := p.opt.Now()
-	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale}
+	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate}
 	switch out.Outcome {
 	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight,
 		pipeline.PrepareFailed, pipeline.PrepareCancelled:
