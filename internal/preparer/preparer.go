@@ -236,7 +236,9 @@ func EstimateTokens(bytes int) int { return bytes/3 + 4 }
 // leaves a larger context than a compaction made then, and the next one
 // comes sooner (the prepared replays at 32k spent 1.28x the blocking
 // mode's model input, all of it in more compactions). Before the first
-// preparation, or with Unpaced, prepare_at alone decides.
+// preparation, or with Unpaced, prepare_at alone decides. Once the pace
+// decides, a session it has no count of, or never measured, is read
+// (Measure) before it is paced.
 func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSeq int64, tokens int) {
 	p.triggers.Add(1)
 	if p.svc.Config().PrepareAt == 0 {
