@@ -265,12 +265,12 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 			return
 		}
 		cause = CauseUnpaced
-		detail = p.describe(e, now)
 		if e.scale == 0 && e.added >= minCalibration && p.pacing() {
 			// Counted with the preparer's scale, which other kinds of
 			// session set (LoCoMo's chats at 8k, counted at the agent
 			// runs' 0.9 where theirs is 0.7, were prepared at 80 % of
 			// their window, 30 s before their request).
+			detail = p.describe(e, now)
 			p.mu.Unlock()
 			p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: now, cause: CauseMeasure, detail: detail, measure: true})
 			return
@@ -286,6 +286,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		if e.tokens > e.limit || !e.settled.IsZero() {
 			cause = CauseRecheck
 		}
+		detail = p.describe(e, now)
 	}
 	measure := cause == CauseUnread && p.pacing()
 	if measure {
@@ -315,10 +316,9 @@ const (
 
 // pace says why a session past prepare_at must be prepared now (a
 // Cause), or "" when it may wait: a preparation's time to ready is
-// known, the session's rate since its count was read is measured, and at
-// that rate its limit is further off than paceMargin times that time
-// plus paceSlack, and further than two of its biggest appends. Called
-// with p.mu held.
+// known, the session's rate is (rateOf), and at that rate its limit is
+// further off than paceMargin times that time plus paceSlack, and
+// further than two of its biggest appends. Called with p.mu held.
 func (p *Preparer) pace(e *estimate, now time.Time) string {
 	rate := rateOf(e, now)
 	if p.ready <= 0 || rate <= 0 {
