@@ -154,7 +154,7 @@ func (r *Report) Markdown(chart string) string {
 		w("%s.\n", r.LongNote)
 	} else {
 		w("The long agent runs of `agent_trajectories/long` (mini-swe-agent and OpenHands, 75k-290k tokens each) replayed as in section 6, "+
-			"at windows where agents work, at %gx a real agent loop's pace%s.\n", r.Long[0].Pace, together(r.Long[0], ", every window at once"))
+			"at windows where agents work, at %gx a real agent loop's pace%s.\n", r.Long[0].Pace, together(r.Long[0], ", one window after the other"))
 		for _, c := range r.Long {
 			w("\n### %d tokens\n\n", c.Prepared.Limit)
 			preparedTable(w, c)
