@@ -136,18 +136,6 @@ func PaceOf(role session.Role, tokens int) time.Duration {
 	return time.Duration(math.Min(secs, 20) * float64(time.Second))
 }
 
-// paceOf is how long a replay of c at pace takes with no compaction:
-// every message's PaceOf, scaled.
-func paceOf(c transcript.Conversation, counter *tokens.Counter, pace float64) time.Duration {
-	var d time.Duration
-	for i := range c.Messages {
-		m := c.Messages[i]
-		m.Tokens = 0
-		d += time.Duration(pace * float64(PaceOf(m.Role, counter.Message(&m))))
-	}
-	return d
-}
-
 // Quantiles are latencies in milliseconds.
 type Quantiles struct {
 	N   int     `json:"n"`
@@ -291,7 +279,9 @@ func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg p
 			}
 		}
 		if !opt.Together {
-			replay()
+			if replay(); errs[i] != nil {
+				return nil, errs[i]
+			}
 			continue
 		}
 		wg.Add(1)

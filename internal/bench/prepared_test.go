@@ -121,3 +121,15 @@ func TestComparePreparedSmall(t *testing.T) {
 		t.Fatalf("report without long runs:\n%s", none)
 	}
 }
+
+// paceOf is how long a replay of c at pace takes with no compaction:
+// every message's PaceOf, scaled.
+func paceOf(c transcript.Conversation, counter *tokens.Counter, pace float64) time.Duration {
+	var d time.Duration
+	for i := range c.Messages {
+		m := c.Messages[i]
+		m.Tokens = 0
+		d += time.Duration(pace * float64(PaceOf(m.Role, counter.Message(&m))))
+	}
+	return d
+}
