@@ -552,16 +552,24 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if r.incremental {
 		// The delta gets the room the summary in force leaves (at least a
 		// quarter of the budget), so the joined summary mostly fits and
-		// condensing, which re-reads the whole summary, stays rare.
+		// condensing, which re-reads the whole summary, stays rare. Neither
+		// the delta nor the condensed summary gets less than a summary
+		// needs (minSummariserTokens, within the budget): where the budget
+		// shrank under the summary in force (a long pinned head and a
+		// longer tail at a small window), a quarter of it was too small
+		// for the template's headings, the answer came back empty, and
+		// every later request of the session failed the same way
+		// (tau-bench at 4k: 30 of blocking's 32 failures).
+		least := min(budget, minSummariserTokens)
 		oldSummary, _ := summary.Parse(SummaryText(prev))
 		oldSummary = withoutBullets(oldSummary, stale)
 		room := budget - p.counter.Count(oldSummary.Render())
-		text, err = sm.runWithin(ctx, input, max(room, budget/4))
+		text, err = sm.runWithin(ctx, input, max(room, budget/4, least))
 		if err == nil {
 			delta, _ := summary.Parse(text)
 			text = summary.Merge(oldSummary, delta).Render()
 			if sm.count(text) > budget {
-				text, err = sm.condense(ctx, text, int(s.cfg.CondenseRatio*float64(budget)))
+				text, err = sm.condense(ctx, text, max(int(s.cfg.CondenseRatio*float64(budget)), least))
 			}
 		}
 		strategy = "incremental"

@@ -278,6 +278,38 @@ func TestIncrementalOnlyNewMessages(t *testing.T) {
 	}
 }
 
+// An incremental compaction whose budget shrank under the summary in
+// force (at a small window, a long pinned head and a longer raw tail leave
+// less than the last compaction had) still writes a summary: the delta
+// and the condensed summary get what a summary needs, and the session
+// does not fail on every request from then on.
+func TestIncrementalUnderASmallerBudget(t *testing.T) {
+	ctx := context.Background()
+	e, rec := newRecorderEnv(t, pipeline.DefaultConfig())
+	msgs := chat(60)
+	e.importSession(t, "s", 3000, msgs[:121])
+	first := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if first.Outcome != pipeline.OutcomeCompacted || first.SummaryTokens < 300 {
+		t.Fatalf("first: %s, a %d-token summary (want one over 300)", first.Outcome, first.SummaryTokens)
+	}
+	if _, err := e.store.Append(ctx, "s", msgs[121:]...); err != nil {
+		t.Fatal(err)
+	}
+	small := pipeline.DefaultConfig()
+	small.MaxSummaryTokens = 120
+	svc, err := pipeline.New(e.store, e.breakers, rec, small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := svc.Compact(ctx, pipeline.Request{ID: "small", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || !res.Incremental {
+		t.Fatalf("under a %d-token budget after a %d-token summary: %+v %v", small.MaxSummaryTokens, first.SummaryTokens, res, err)
+	}
+	if bound := small.SummaryBound(3000); res.SummaryTokens > bound || res.SummaryTokens >= first.SummaryTokens {
+		t.Fatalf("a %d-token summary after a %d-token one, under a bound of %d", res.SummaryTokens, first.SummaryTokens, bound)
+	}
+}
+
 func TestFromScratchResendsHistory(t *testing.T) {
 	cfg := pipeline.DefaultConfig()
 	cfg.EnableIncremental = false
