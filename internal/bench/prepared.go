@@ -86,6 +86,8 @@ type TraceLine struct {
 	WaitMS   int64  `json:"wait_ms"`
 	Strategy string `json:"strategy,omitempty"`
 	Failed   bool   `json:"failed,omitempty"`
+	// Error is a failed request's reason and message.
+	Error string `json:"error,omitempty"`
 	// TokensBefore and TokensAfter are the context's, MessagesSummarised
 	// and SummaryInputTokens the compaction's (0 for one committed from a
 	// preparation: its preparation spent them).
@@ -323,7 +325,7 @@ type request struct {
 	wait     time.Duration
 	possible bool
 	res      *client.Completed
-	failed   bool
+	failed   *client.FailedError
 }
 
 func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipeline.Config, opt PreparedOptions, mode string) (PreparedRow, error) {
@@ -407,7 +409,10 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 			mu.Lock()
 			defer mu.Unlock()
 			for _, rq := range rs {
-				tl := TraceLine{Mode: mode, Session: convs[i].Name, Message: rq.message, Possible: rq.possible, WaitMS: rq.wait.Milliseconds(), Failed: rq.failed}
+				tl := TraceLine{Mode: mode, Session: convs[i].Name, Message: rq.message, Possible: rq.possible, WaitMS: rq.wait.Milliseconds(), Failed: rq.failed != nil}
+				if rq.failed != nil {
+					tl.Error = fmt.Sprintf("%s: %s", rq.failed.Reason, rq.failed.Failed.Error)
+				}
 				if c := rq.res; c != nil {
 					tl.Strategy, tl.TokensBefore, tl.TokensAfter, tl.MessagesSummarised = c.Strategy, c.TokensBefore, c.TokensAfter, c.MessagesSummarised
 					tl.LLMCalls, tl.SummaryInputTokens, tl.PreparedAgeMS, tl.SummaryTokens = c.LLMCalls, c.InputTokens, c.PreparedAgeMS, c.SummaryTokens
@@ -467,7 +472,7 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 			row.BySet[r.set] = sl
 		}
 		switch {
-		case r.failed:
+		case r.failed != nil:
 			row.Failures++
 		case r.res.Outcome == client.OutcomeCompacted:
 			row.Compacted++
@@ -541,7 +546,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if err != nil && !errors.As(err, &failed) {
 			return reqs, eval.Retention{}, err
 		}
-		r := request{set: c.Source, message: i, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res, failed: failed != nil}
+		r := request{set: c.Source, message: i, wait: time.Since(t0), possible: !crossed.IsZero() && t0.Sub(crossed) >= opt.ModelDelay, res: res, failed: failed}
 		if c := res; c != nil && c.LLMCalls == 0 && c.Strategy != "prepared" {
 			r.possible = false // no model needed: instant either way
 		}
