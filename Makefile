@@ -35,7 +35,7 @@ test-short:
 # LoCoMo replay (when ../shared/data is there), scale, prepared compactions
 # (the bundled sets at 4k, and at 8k at a real agent's pace; the long
 # agent runs at 32k and 64k at a real agent's pace); writes
-# docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 25 minutes on 2 cores).
+# docs/BENCHMARKS.md and docs/BENCHMARKS.svg (about 45 minutes on 2 cores).
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
 
