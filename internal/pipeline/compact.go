@@ -552,24 +552,28 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if r.incremental {
 		// The delta gets the room the summary in force leaves (at least a
 		// quarter of the budget), so the joined summary mostly fits and
-		// condensing, which re-reads the whole summary, stays rare. Neither
-		// the delta nor the condensed summary gets less than a summary
-		// needs (minSummariserTokens, within the budget): where the budget
-		// shrank under the summary in force (a long pinned head and a
-		// longer tail at a small window), a quarter of it was too small
-		// for the template's headings, the answer came back empty, and
-		// every later request of the session failed the same way
-		// (tau-bench at 4k: 30 of blocking's 32 failures).
-		least := min(budget, minSummariserTokens)
+		// condensing, which re-reads the whole summary, stays rare. Where
+		// the budget shrank under the summary in force (a long pinned
+		// head and a longer tail at a small window), neither the delta
+		// nor the condensed summary gets less than a summary needs
+		// (minSummariserTokens, within the budget): a quarter of such a
+		// budget was too small for the template's headings, the answer
+		// came back empty, and every later request of the session failed
+		// the same way (tau-bench at 4k: 30 of blocking's 32 failures).
 		oldSummary, _ := summary.Parse(SummaryText(prev))
 		oldSummary = withoutBullets(oldSummary, stale)
 		room := budget - p.counter.Count(oldSummary.Render())
-		text, err = sm.runWithin(ctx, input, max(room, budget/4, least))
+		deltaTo, condenseTo := max(room, budget/4), int(s.cfg.CondenseRatio*float64(budget))
+		if room < 0 {
+			least := min(budget, minSummariserTokens)
+			deltaTo, condenseTo = max(deltaTo, least), max(condenseTo, least)
+		}
+		text, err = sm.runWithin(ctx, input, deltaTo)
 		if err == nil {
 			delta, _ := summary.Parse(text)
 			text = summary.Merge(oldSummary, delta).Render()
 			if sm.count(text) > budget {
-				text, err = sm.condense(ctx, text, max(int(s.cfg.CondenseRatio*float64(budget)), least))
+				text, err = sm.condense(ctx, text, condenseTo)
 			}
 		}
 		strategy = "incremental"
