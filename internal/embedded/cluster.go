@@ -22,7 +22,7 @@ type Cluster struct {
 }
 
 // StartCluster starts n nodes storing under dir and waits for a JetStream
-// meta leader.
+// meta leader that counts every node as a peer.
 func StartCluster(n int, dir string) (*Cluster, error) {
 	if n < 1 {
 		return nil, errors.New("cluster: want at least one node")
@@ -54,15 +54,26 @@ func StartCluster(n int, dir string) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	// A meta leader is elected by a quorum, before every node has
+	// joined: an R3 asset created then finds "no suitable peers for
+	// placement" (a loaded machine's test setup did). Ready is when the
+	// leader counts every node as a peer with its JetStream stats, as
+	// nats-server's own tests wait (waitOnPeerCount).
 	deadline := time.Now().Add(60 * time.Second)
-	for c.MetaLeader() < 0 {
+	for {
+		l := c.MetaLeader()
+		if l >= 0 && len(c.Nodes[l].JetStreamClusterPeers()) == n {
+			return c, nil
+		}
 		if time.Now().After(deadline) {
 			c.Shutdown()
-			return nil, errors.New("cluster: no JetStream meta leader within 60s")
+			if l < 0 {
+				return nil, errors.New("cluster: no JetStream meta leader within 60s")
+			}
+			return nil, fmt.Errorf("cluster: the meta leader counts %d of %d peers after 60s", len(c.Nodes[l].JetStreamClusterPeers()), n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return c, nil
 }
 
 func freePorts(n int) ([]int, error) {
