@@ -46,6 +46,7 @@ type serveFlags struct {
 	logLevel    *string
 	source      *string
 	sessionTTL  *time.Duration
+	startWait   *time.Duration
 }
 
 func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
@@ -74,6 +75,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		logLevel:    fs.String("log-level", "info", "log `LEVEL`: debug, info, warn or error"),
 		source:      fs.String("source", events.DefaultSource, "CloudEvents `SOURCE` of the events published"),
 		sessionTTL:  fs.Duration("session-ttl", 0, "delete sessions nobody wrote to for this `DURATION` (0: keep them)"),
+		startWait:   fs.Duration("start-timeout", app.DefaultStartTimeout, "at start, how long to wait for NATS and JetStream (a server not up yet, a cluster electing its leaders) before exiting; /livez answers meanwhile"),
 	}, nil
 }
 
@@ -111,8 +113,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *sf.ui && *sf.metricsAddr == "" {
 		return fmt.Errorf("%w: --ui serves the inspector page on the metrics address: give --metrics-addr", errUsage)
 	}
-	if *sf.workers < 1 || *sf.replicas < 1 || *sf.maxDeliver < 1 || *sf.ackWait < time.Second || *sf.sessionTTL < 0 || *sf.shards < 0 {
-		return fmt.Errorf("%w: --workers, --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --session-ttl and --shards >= 0", errUsage)
+	if *sf.workers < 1 || *sf.replicas < 1 || *sf.maxDeliver < 1 || *sf.ackWait < time.Second || *sf.sessionTTL < 0 || *sf.shards < 0 || *sf.startWait < 0 {
+		return fmt.Errorf("%w: --workers, --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --session-ttl, --shards and --start-timeout >= 0", errUsage)
 	}
 	log, err := newLogger(stderr, *sf.logFormat, *sf.logLevel)
 	if err != nil {
@@ -165,7 +167,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		UI: *sf.ui, SignInOptions: sf.nats.tlsOptions(),
-		SessionTTL: *sf.sessionTTL, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
+		SessionTTL: *sf.sessionTTL, StartTimeout: *sf.startWait, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
 		Tenants: sf.pf.conf.Policies(), Limits: sf.pf.conf.Limits()})
 	if err != nil {
 		return err

@@ -12,25 +12,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/pprof"
-	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/oklog/run"
 
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/embedded"
-	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/inspect"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/metrics"
 	"github.com/compactor/compactor/internal/migrate"
@@ -38,8 +32,6 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/quota"
-	"github.com/compactor/compactor/internal/router"
-	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
@@ -111,6 +103,51 @@ type Config struct {
 	UsageEvery time.Duration
 	// RetryDelay overrides the consumer's redelivery delays (tests).
 	RetryDelay func(delivered uint64) time.Duration
+	// StartTimeout bounds the wait for NATS and JetStream at start
+	// (default DefaultStartTimeout): a server not listening yet, a stream
+	// with no leader yet. Each JetStream request times out on its own and
+	// is asked again until then.
+	StartTimeout time.Duration
+}
+
+// DefaultStartTimeout is how long a starting service waits for NATS and
+// JetStream by default.
+const DefaultStartTimeout = 5 * time.Minute
+
+// Validate says what in c can never start, before anything is connected.
+func (c Config) Validate() error {
+	switch {
+	case c.Summarizer == nil:
+		return errors.New("app: a summarizer is required")
+	case c.UI && c.MetricsAddr == "":
+		return errors.New("app: the inspector page (--ui) is served on the metrics address: set --metrics-addr")
+	case c.Workers < 0, c.PrepareWorkers < 0, c.Replicas < 0, c.Shards < 0, c.MaxDeliver < 0:
+		return errors.New("app: workers, prepare workers, replicas, shards and max deliver must not be negative")
+	case c.AckWait < 0, c.SessionTTL < 0, c.StartTimeout < 0, c.ShutdownGrace < 0:
+		return errors.New("app: ack wait, session TTL, start timeout and shutdown grace must not be negative")
+	}
+	return nil
+}
+
+func (c *Config) defaults() {
+	log := c.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	// Every line logged with a request's context names its tenant.
+	c.Logger = slog.New(telemetry.LogHandler{Handler: tenant.LogHandler{Handler: log.Handler()}})
+	if c.Models == nil {
+		c.Models = models.Default()
+	}
+	if c.ConnName == "" {
+		c.ConnName = "compactor"
+	}
+	if c.Workers <= 0 {
+		c.Workers = consumer.DefaultWorkers
+	}
+	if c.StartTimeout <= 0 {
+		c.StartTimeout = DefaultStartTimeout
+	}
 }
 
 // App is a started service.
@@ -132,263 +169,72 @@ type App struct {
 	// where /debug/pprof/ does.
 	MetricsAddr, PprofAddr string
 
-	log    *slog.Logger
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    error
+	cfg      Config
+	log      *slog.Logger
+	store    *kvstore.Sessions
+	breakers *kvstore.Breakers
+	api      *api.Server
+	ingest   *consumer.Ingest
+	observe  func(*pipeline.Result)
+	// starting says what the service waits for before it serves ("" once
+	// it does): /readyz answers it.
+	starting atomic.Pointer[string]
+	// ui is the inspector page, mounted once the stores are bound.
+	ui atomic.Pointer[http.Handler]
+	// nc is NC for the probes, which answer before it is set.
+	nc atomic.Pointer[nats.Conn]
+	// denied is the last permission violation the server reported.
+	denied atomic.Pointer[error]
+	runCtx context.Context
+	// servers are the HTTP servers, listening from the start.
+	servers  []*httpServer
+	closed   chan struct{} // the NATS connection closed
+	cleanups []func()
+	cancel   context.CancelFunc
+	done     chan struct{}
+	err      error
 }
 
-// Start builds the service and starts its parts. It returns once the
-// service is provisioned and its endpoints are up (the consumer starts
-// pulling at once); Wait returns when it has stopped: after ctx's end
-// (a clean shutdown, nil), or after one part failed (its error).
-func Start(ctx context.Context, cfg Config) (a *App, err error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	// Every line logged with a request's context names its tenant.
-	log = slog.New(telemetry.LogHandler{Handler: tenant.LogHandler{Handler: log.Handler()}})
-	if cfg.Summarizer == nil {
-		return nil, errors.New("app: a summarizer is required")
-	}
-	if cfg.Models == nil {
-		cfg.Models = models.Default()
-	}
-	if cfg.ConnName == "" {
-		cfg.ConnName = "compactor"
-	}
-	if cfg.Workers <= 0 {
-		cfg.Workers = consumer.DefaultWorkers
-	}
-	a = &App{log: log, done: make(chan struct{})}
-	var cleanups []func()
-	defer func() {
-		if err != nil {
-			for i := len(cleanups) - 1; i >= 0; i-- {
-				cleanups[i]()
-			}
-		}
-	}()
-
-	a.URL = cfg.NATSURL
-	if a.URL == "" {
-		eo := cfg.Embedded
-		if eo.Logger == nil {
-			eo.Logger = log
-		}
-		if a.Server, err = embedded.Start(eo); err != nil {
-			return nil, err
-		}
-		srv := a.Server
-		cleanups = append(cleanups, func() { embedded.Stop(srv) })
-		a.URL = srv.ClientURL()
-		log.Info("embedded nats-server started", slog.String("url", a.URL), slog.String("data_dir", eo.DataDir))
-	}
-	closed := make(chan struct{})
-	opts := []nats.Option{nats.Name(cfg.ConnName), nats.Timeout(5 * time.Second),
-		nats.MaxReconnects(-1), nats.ReconnectWait(time.Second), nats.RetryOnFailedConnect(false),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn("disconnected from NATS", slog.String("error", err.Error()))
-			}
-		}),
-		nats.ReconnectHandler(func(c *nats.Conn) { log.Info("reconnected to NATS", slog.String("url", c.ConnectedUrlRedacted())) }),
-		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
-		nats.ErrorHandler(func(_ *nats.Conn, s *nats.Subscription, err error) {
-			subj := ""
-			if s != nil {
-				subj = s.Subject
-			}
-			log.Warn("nats", slog.String("subject", subj), slog.String("error", err.Error()))
-		})}
-	if cfg.Creds != "" {
-		opts = append(opts, nats.UserCredentials(cfg.Creds))
-	}
-	opts = append(opts, cfg.NATSOptions...)
-	if a.NC, err = nats.Connect(a.URL, opts...); err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", a.URL, err)
-	}
-	nc := a.NC
-	cleanups = append(cleanups, func() { nc.Close() })
-	if a.JS, err = jetstream.New(nc); err != nil {
+// Start builds the service and starts its parts. /livez answers from the
+// first step; setting up waits for NATS and JetStream (a cluster electing
+// its leaders after a restart) within cfg.StartTimeout, asking again each
+// request that goes unanswered. It returns once the service is provisioned
+// and its endpoints are up (the consumer starts pulling at once); Wait
+// returns when it has stopped: after ctx's end (a clean shutdown, nil), or
+// after one part failed (its error).
+func Start(ctx context.Context, cfg Config) (*App, error) {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-
-	// Provisioning a cluster (R3, a bucket and a stream per shard) takes
-	// tens of seconds on a loaded machine.
-	setup, cancelSetup := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancelSetup()
-	if cfg.Provision {
-		if err := ProvisionAll(setup, nc, a.JS, Provisioning{Replicas: cfg.Replicas, Shards: cfg.Shards, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver}); err != nil {
+	cfg.defaults()
+	a := &App{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), closed: make(chan struct{})}
+	a.setStarting("starting")
+	a.Metrics = metrics.New(cfg.Version, a.consumerStats)
+	deadline := time.Now().Add(cfg.StartTimeout)
+	for _, step := range []func(context.Context, time.Time) error{a.listen, a.connect, a.setUpStore, a.build, a.startEndpoints} {
+		if err := step(ctx, deadline); err != nil {
+			a.undo()
 			return nil, err
 		}
 	}
-	store, err := kvstore.NewSessions(setup, nc, a.JS)
-	if err != nil {
-		return nil, BucketHint(err)
-	}
-	if err := migrateAtStart(ctx, nc, a.JS, store, cfg.Provision, log); err != nil {
-		return nil, err
-	}
-	if cfg.SessionTTL > 0 {
-		// The sweep reads when a session was last written from its
-		// record, which appends write at least this often.
-		store.SetCheckpointAge(min(time.Minute, cfg.SessionTTL/4))
-	}
-	breakers, err := kvstore.NewBreakers(setup, nc, a.JS)
-	if err != nil {
-		return nil, BucketHint(err)
-	}
-	a.Quotas = quota.New(store, consumer.Backlog(a.JS), quota.Options{Logger: log, RefreshEvery: cfg.UsageEvery})
-	if a.Pipeline, err = pipeline.New(store, breakers, cfg.Summarizer, cfg.Pipeline, pipeline.WithModels(cfg.Models), pipeline.WithLogger(log),
-		pipeline.WithModelBudget(a.Quotas)); err != nil {
-		return nil, err
-	}
-	a.SetTenants(cfg.Tenants, cfg.Limits)
-	a.Sessions = sessions.New(store, breakers, cfg.Models, sessions.WithQuotas(a.Quotas), sessions.WithImageEstimate(cfg.Pipeline.ImageTokens))
-	a.Metrics = metrics.New(cfg.Version, func() consumer.Stats { return a.Consumer.Stats() })
-	// Preparations yield to requests: none starts while the consumer's
-	// workers are all taken.
-	observePrep := a.Metrics.ObservePreparation
-	if o := cfg.ObservePreparation; o != nil {
-		observePrep = func(out pipeline.Preparation, err error) { a.Metrics.ObservePreparation(out, err); o(out, err) }
-	}
-	a.Preparer = preparer.New(a.Pipeline, preparer.Options{Workers: cfg.PrepareWorkers, Logger: log, Observe: observePrep,
-		Busy: func() bool { return a.Consumer.InFlight() >= int64(cfg.Workers) }})
-	a.Metrics.Preparations(a.Pipeline.PrepareStats, a.Preparer.Stats)
-	if o, ok := cfg.Summarizer.(interface{ Observe(func(router.Call)) }); ok {
-		o.Observe(a.Metrics.ObserveModelCall) // each provider call: its time, by provider, model and outcome
-	}
-	a.Metrics.TenantUsage(func() (time.Time, map[string]session.TenantUsage) { u := a.Quotas.Usage(); return u.At, u.Tenants })
-	observe := func(res *pipeline.Result) {
-		a.Metrics.Observe(res)
-		if res.Outcome == pipeline.OutcomeCompacted {
-			a.Preparer.Compacted(tenant.With(context.Background(), res.Tenant), res.SessionID)
-		}
-	}
-	a.Consumer = consumer.New(nc, a.JS, a.Pipeline, consumer.Options{Workers: cfg.Workers, Source: cfg.Source, Logger: log,
-		ShutdownGrace: cfg.ShutdownGrace, Observe: observe, RetryDelay: cfg.RetryDelay, NearBudget: a.Preparer.NearBudget})
-	pub := &events.Publisher{JS: a.JS, Source: cfg.Source, Stream: consumer.ResultStream}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	a.cancel = cancel
-	cleanups = append(cleanups, cancel)
-	apiSrv, err := api.Start(runCtx, nc, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: breakers,
-		Logger: log, Version: cfg.Version, Workers: cfg.Workers, Observe: observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: a.stats, Appended: a.Preparer.Appended, Quotas: a.Quotas})
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, func() { _ = apiSrv.Stop() })
-	// Tenants' request events, stored under their tenant's subjects and
-	// deduplication ids.
-	ingest, err := consumer.StartIngest(nc, a.Quotas, log)
-	if err != nil {
-		return nil, err
-	}
-	cleanups = append(cleanups, ingest.Stop)
-	// The endpoints' subscriptions reach the server before Start says the
-	// service is up, so a request right after is not "no responders".
-	if err := nc.FlushTimeout(10 * time.Second); err != nil {
-		return nil, fmt.Errorf("subscribe the endpoints: %w", err)
-	}
-
-	var g run.Group
-	// The caller's context: its end is a clean shutdown.
-	g.Add(func() error {
-		select {
-		case <-ctx.Done():
-		case <-runCtx.Done():
-		}
-		return nil
-	}, func(error) { cancel() })
-	// The consumer, which drains, releases and waits for its work itself.
-	consCtx, stopCons := context.WithCancel(runCtx)
-	g.Add(func() error {
-		if err := a.Consumer.Run(consCtx); err != nil {
-			return fmt.Errorf("consumer stopped: %w", err)
-		}
-		return nil
-	}, func(error) { stopCons() })
-	// The quotas' view of the store's usage, kept fresh.
-	quotaCtx, stopQuota := context.WithCancel(runCtx)
-	g.Add(func() error { a.Quotas.Run(quotaCtx); return nil }, func(error) { stopQuota() })
-	// The preparer: its work is only ever a head start, cancelled at once.
-	prepCtx, stopPrep := context.WithCancel(runCtx)
-	g.Add(func() error { return a.Preparer.Run(prepCtx) }, func(error) { stopPrep() })
-	// The micro endpoints: stopping them lets synchronous compactions
-	// finish within the grace.
-	apiStopped := make(chan struct{})
-	g.Add(func() error { <-apiStopped; return nil }, func(error) {
-		ingest.Stop()
-		if err := apiSrv.Stop(); err != nil {
-			log.Warn("stop micro service", slog.String("error", err.Error()))
-		}
-		close(apiStopped)
-	})
-	// The connection: closed under the service, nothing works any more.
-	connDone := make(chan struct{})
-	g.Add(func() error {
-		select {
-		case <-closed:
-			return errors.New("the NATS connection closed")
-		case <-connDone:
-			return nil
-		}
-	}, func(error) { close(connDone) })
-	if cfg.UI && cfg.MetricsAddr == "" {
-		return nil, errors.New("app: the inspector page (--ui) is served on the metrics address: set --metrics-addr")
-	}
-	if cfg.MetricsAddr != "" {
-		var ui http.Handler
-		if cfg.UI {
-			ui = a.inspector(cfg, breakers)
-		}
-		if a.MetricsAddr, err = serveHTTP(&g, "--metrics-addr", cfg.MetricsAddr, a.handler(ui)); err != nil {
-			return nil, err
-		}
-		log.Info("metrics", slog.String("url", "http://"+a.MetricsAddr+"/metrics"))
-		if cfg.UI {
-			log.Info("inspector", slog.String("url", "http://"+a.MetricsAddr+inspect.Prefix), slog.Bool("sign_in", a.NC.AuthRequired()))
-		}
-	}
-	if cfg.PprofAddr != "" {
-		if a.PprofAddr, err = serveHTTP(&g, "--pprof-addr", cfg.PprofAddr, pprofHandler()); err != nil {
-			return nil, err
-		}
-		log.Info("pprof", slog.String("url", "http://"+a.PprofAddr+"/debug/pprof/"))
-	}
-	if cfg.SessionTTL > 0 {
-		sweepCtx, stopSweep := context.WithCancel(runCtx)
-		every := cfg.SweepEvery
-		if every <= 0 {
-			every = min(max(cfg.SessionTTL/10, time.Second), 5*time.Minute)
-		}
-		g.Add(func() error { a.sweep(sweepCtx, cfg.SessionTTL, every); return nil }, func(error) { stopSweep() })
-	}
-
-	log.Info("serving", slog.String("nats_url", redact(a.URL)), slog.Int("workers", cfg.Workers),
-		slog.String("consumer", consumer.RequestStream+"/"+consumer.Durable), slog.Duration("session_ttl", cfg.SessionTTL))
-	go func() {
-		defer close(a.done)
-		a.err = g.Run()
-		log.Info("shutting down")
-		// Drain flushes the acks and results still buffered, then closes.
-		if err := nc.Drain(); err == nil {
-			select {
-			case <-closed:
-			case <-time.After(10 * time.Second):
-				log.Warn("NATS drain did not finish in 10s")
-			}
-		}
-		if a.Server != nil {
-			embedded.Stop(a.Server)
-		}
-		if a.err == nil {
-			log.Info("stopped")
-		}
-	}()
+	a.run(ctx)
 	return a, nil
+}
+
+// undo stops what the steps started, last first.
+func (a *App) undo() {
+	for i := len(a.cleanups) - 1; i >= 0; i-- {
+		a.cleanups[i]()
+	}
+}
+
+func (a *App) setStarting(what string) { a.starting.Store(&what) }
+
+func (a *App) consumerStats() consumer.Stats {
+	if a.Consumer == nil {
+		return consumer.Stats{}
+	}
+	return a.Consumer.Stats()
 }
 
 // Stats is what the service's micro stats carry: the consumer's counters,
@@ -430,89 +276,6 @@ func (a *App) SetTenants(policies map[string]pipeline.TenantPolicy, limits map[s
 func (a *App) Stop() error {
 	a.cancel()
 	return a.Wait()
-}
-
-// serveHTTP listens on addr (named by flag in errors) and serves h as a
-// part of g, shut down with it; it returns the address it listens on.
-func serveHTTP(g *run.Group, flag, addr string, h http.Handler) (string, error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", fmt.Errorf("%s %s: %w", flag, addr, err)
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	g.Add(func() error {
-		if err := hs.Serve(l); !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("%s server: %w", flag, err)
-		}
-		return nil
-	}, func(error) {
-		sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer scancel()
-		_ = hs.Shutdown(sctx)
-	})
-	return l.Addr().String(), nil
-}
-
-// pprofHandler serves net/http/pprof under /debug/pprof/ (its own mux:
-// the profiles are never on the metrics address).
-func pprofHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return mux
-}
-
-// inspector is the inspector page over the service's stores: behind an
-// operator's NATS credentials when the server requires authentication.
-func (a *App) inspector(cfg Config, breakers *kvstore.Breakers) http.Handler {
-	ic := inspect.Config{Sessions: a.Sessions, Breakers: breakers, Logger: a.log, Tenants: func() []string {
-		return slices.Collect(maps.Keys(a.Quotas.Usage().Tenants))
-	}}
-	if a.NC.AuthRequired() {
-		ic.Auth = &inspect.NATSAuth{URLs: a.URL, Options: cfg.SignInOptions, ListSubject: api.SubjectList,
-			InfoSubject: "$JS.API.STREAM.INFO.KV_" + kvstore.BreakersBucket}
-	} else {
-		a.log.Warn("the inspector page asks for no credentials: the NATS server requires none (anyone who reaches the metrics address reads every session)")
-	}
-	return inspect.Handler(ic)
-}
-
-// handler serves /metrics, /livez, /healthz (200 while connected to
-// NATS), /readyz (200 while it takes requests: connected, provisioned and
-// consuming) and, when ui is set, the inspector page under /ui/.
-func (a *App) handler(ui http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", a.Metrics.Handler())
-	if ui != nil {
-		mux.Handle(inspect.Prefix, ui)
-	}
-	// Liveness: the process runs and serves HTTP, whatever NATS does (a
-	// probe on /healthz or /readyz would restart every replica in a NATS
-	// outage, which a restart cannot fix).
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !a.NC.IsConnected() {
-			http.Error(w, "not connected to NATS: "+a.NC.Status().String(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		switch {
-		case !a.NC.IsConnected():
-			http.Error(w, "not connected to NATS: "+a.NC.Status().String(), http.StatusServiceUnavailable)
-		case !a.Consumer.Consuming():
-			http.Error(w, "not consuming "+consumer.RequestStream+" (starting, stopping, or the consumer cannot be pulled: see the log)", http.StatusServiceUnavailable)
-		default:
-			fmt.Fprintln(w, "ready")
-		}
-	})
-	return mux
 }
 
 // sweep deletes idle sessions every period (jittered, so replicas spread

@@ -176,9 +176,9 @@ func (c *Consumer) Stats() Stats {
 // error when consuming cannot go on (the connection closed, the consumer
 // deleted).
 func (c *Consumer) Run(ctx context.Context) error {
-	cons, err := c.js.Consumer(ctx, RequestStream, Durable)
-	if err != nil {
-		return fmt.Errorf("bind consumer %s on %s (provision first): %w", Durable, RequestStream, err)
+	cons, err := c.bind(ctx)
+	if err != nil || cons == nil { // nil: ctx ended first
+		return err
 	}
 	cfg := cons.CachedInfo().Config
 	c.ackWait, c.maxDeliver = cfg.AckWait, cfg.MaxDeliver
@@ -209,6 +209,32 @@ func (c *Consumer) Run(ctx context.Context) error {
 	cancelWork()
 	<-hbDone
 	return perr
+}
+
+// bind binds the durable consumer. A consumer with no leader yet (a
+// cluster restarting) answers nothing or 503: it is asked again until it
+// answers or ctx ends; only a consumer or stream that is not there is an
+// error.
+func (c *Consumer) bind(ctx context.Context) (jetstream.Consumer, error) {
+	delay := 250 * time.Millisecond
+	for {
+		cons, err := c.js.Consumer(ctx, RequestStream, Durable)
+		switch {
+		case err == nil:
+			return cons, nil
+		case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrStreamNotFound):
+			return nil, fmt.Errorf("bind consumer %s on %s (provision first): %w", Durable, RequestStream, err)
+		case ctx.Err() != nil:
+			return nil, nil
+		}
+		c.log.Warn("consumer not available yet; binding again", slog.String("consumer", RequestStream+"/"+Durable), slog.String("error", err.Error()))
+		select {
+		case <-ctx.Done():
+			return nil, nil
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // pull fetches deliveries and hands them to their sessions' queues. It asks
@@ -414,10 +440,13 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		return
 	}
 
+	last := c.maxDeliver > 0 && int(md.NumDelivered) >= c.maxDeliver
+	if md.NumDelivered > 1 && c.answeredBefore(ctx, log, msg, md, req, last) {
+		return
+	}
 	res, cerr := c.svc.Compact(ctx, req)
 	telemetry.Fail(span, cerr)
 	interrupted := cerr != nil && ctx.Err() != nil
-	last := c.maxDeliver > 0 && int(md.NumDelivered) >= c.maxDeliver
 	disp := events.Dispose(res, interrupted, last)
 	if interrupted {
 		// Shutting down: the work is not this replica's any more.
@@ -467,6 +496,37 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		return
 	}
 	c.ack(log, msg)
+}
+
+// answeredSkew is how much earlier than its request a result may be
+// stamped (the two streams' leaders' clocks).
+const answeredSkew = time.Minute
+
+// answeredBefore handles a request delivered again that was answered
+// already (its acknowledgement lost in a leader change, or its replica
+// killed after publishing): it is acknowledged, and nothing is done or
+// published again, whichever kind its result was. It reports whether it
+// took the delivery (answered before, or redelivered later because the
+// result stream could not be read: working on it then might give it a
+// second, different result). The last delivery is worked on anyway: a
+// request is never left without a result.
+func (c *Consumer) answeredBefore(ctx context.Context, log *slog.Logger, msg jetstream.Msg, md *jetstream.MsgMetadata, req pipeline.Request, last bool) bool {
+	stored, err := c.pub.Answered(ctx, req.SessionID, req.ID, md.Timestamp.Add(-answeredSkew))
+	switch {
+	case err != nil && !last:
+		delay := c.opt.RetryDelay(md.NumDelivered)
+		log.Warn("cannot read whether the request was answered, retrying", slog.String("error", err.Error()), slog.Duration("delay", delay))
+		c.retried.Add(1)
+		if err := msg.NakWithDelay(delay); err != nil {
+			log.Warn("nak", slog.String("error", err.Error()))
+		}
+		return true
+	case stored != nil:
+		log.Info("answered before: acknowledged again", slog.Bool("failed", stored.Failed))
+		c.ack(log, msg)
+		return true
+	}
+	return false
 }
 
 // retryPublish redelivers a request whose result could not be published:

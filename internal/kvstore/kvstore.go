@@ -208,11 +208,7 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	if chunk < 4<<10 {
 		return nil, fmt.Errorf("bind the session store: max_payload %d is too small", nc.MaxPayload())
 	}
-	mux, err := newBatchMux(nc)
-	if err != nil {
-		return nil, err
-	}
-	s := &Sessions{nc: nc, js: js, meta: meta, now: time.Now, mux: mux, chunk: chunk, holder: nats.NewInbox()[len(nats.InboxPrefix):],
+	s := &Sessions{nc: nc, js: js, meta: meta, now: time.Now, chunk: chunk, holder: nats.NewInbox()[len(nats.InboxPrefix):],
 		cache: map[string]record{}}
 	for n := range lay.Shards {
 		sh := &shard{n: n}
@@ -226,6 +222,11 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 			return nil, fmt.Errorf("bind stream %s: %w", DataStream(n), err)
 		}
 		s.shards = append(s.shards, sh)
+	}
+	// Subscribed last: an attempt that failed above (a stream with no
+	// leader yet) leaves no subscription behind when it is made again.
+	if s.mux, err = newBatchMux(nc); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -260,17 +261,29 @@ func unavailable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
+	if Transient(err) {
+		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// Transient reports whether err is the transport's or the cluster's, and
+// passes by itself: no responders, a timeout (a request to a stream with
+// no leader yet is never answered), a connection reconnecting, no leader
+// (503), too many requests in flight (429). Repeating the request is what
+// to do.
+func Transient(err error) bool {
 	var apiErr *jetstream.APIError
 	switch {
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, nats.ErrTimeout), errors.Is(err, context.DeadlineExceeded),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrConnectionDraining),
-		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrSlowConsumer):
-		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
-	case errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.Code == 429):
-		// No leader, or too many requests in flight on the stream.
-		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
+		errors.Is(err, nats.ErrDisconnected), errors.Is(err, jetstream.ErrNoStreamResponse), errors.Is(err, nats.ErrSlowConsumer),
+		errors.Is(err, session.ErrUnavailable):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.Code == 503 || apiErr.Code == 429
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return false
 }
 
 // RecordKey says where a session of ctx's tenant has its record: its

@@ -182,7 +182,9 @@ func BalanceLeaders(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) 
 				continue
 			}
 			req, _ := json.Marshal(map[string]any{"placement": map[string]string{"preferred": want}})
-			reply, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, req)
+			rctx, cancel := withTimeout(ctx)
+			reply, err := nc.RequestWithContext(rctx, "$JS.API.STREAM.LEADER.STEPDOWN."+name, req)
+			cancel()
 			if err != nil {
 				return moved, fmt.Errorf("balance %s: %w", name, err)
 			}
