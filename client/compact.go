@@ -163,7 +163,7 @@ func (c *Client) publish(ctx context.Context, route events.Route, sid string, re
 const resultStream = "COMPACTION_EVENTS"
 
 // storedResult reads the stored result event of a request sent before
-// (the last, when a failure was followed by a completion) from the
+// (a request has one: the first published, whichever kind) from the
 // result stream, with an ordered consumer on the session's events: nil
 // when none is stored yet.
 func (c *Client) storedResult(ctx context.Context, sid, completed, failed string) (*nats.Msg, error) {
@@ -186,7 +186,7 @@ func (c *Client) storedResult(ctx context.Context, sid, completed, failed string
 			return nil, err
 		}
 		pending = md.NumPending
-		if id := m.Headers().Get("ce-id"); id == completed || id == failed {
+		if id := m.Headers().Get("ce-id"); found == nil && (id == completed || id == failed) {
 			found = &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
 		}
 	}

@@ -560,7 +560,8 @@ func (s *Server) compact(r micro.Request) {
 	if req.Trigger == "" {
 		req.Trigger = pipeline.TriggerOverBudget
 	}
-	if req.RequestID == "" {
+	repeatable := req.RequestID != "" // a caller's id may have been answered before
+	if !repeatable {
 		req.RequestID = uuid.NewString()
 	}
 	if err := checkSessionID(req.SessionID); err != nil {
@@ -598,6 +599,9 @@ func (s *Server) compact(r micro.Request) {
 		defer func() { <-s.sem; done(); s.wg.Done(); endSpan() }()
 		ctx, cancel := context.WithTimeout(oteltrace.ContextWithSpan(tenant.With(s.work, tenantOf(r)), oteltrace.SpanFromContext(sctx)), s.d.Timeout)
 		defer cancel()
+		if repeatable && s.answeredBefore(ctx, r.Reply(), req) {
+			return
+		}
 		res, cerr := s.d.Pipeline.Compact(ctx, req.Request(req.RequestID, req.Trigger, time.Time{}))
 		telemetry.Fail(span, cerr)
 		interrupted := cerr != nil && s.work.Err() != nil
@@ -623,17 +627,8 @@ func (s *Server) compact(r micro.Request) {
 			return
 		}
 		body, _ := json.Marshal(events.FailedData(res))
-		code := "500"
-		switch {
-		case disp == events.Retry:
-			code = "503"
-		case res.Reason == pipeline.ReasonInvalidRequest, res.Reason == pipeline.ReasonConfiguration:
-			code = "400"
-		case res.Reason == pipeline.ReasonSessionNotFound:
-			code = "404"
-		case res.Reason == pipeline.ReasonQuotaExceeded:
-			code = "429"
-		case res.Retryable || res.Reason == pipeline.ReasonCircuitOpen:
+		code := failedCode(res.Reason, res.Retryable)
+		if disp == events.Retry {
 			code = "503"
 		}
 		desc := string(res.Reason) + ": " + res.Error
@@ -642,6 +637,48 @@ func (s *Server) compact(r micro.Request) {
 		}
 		s.replyTo(r.Reply(), code, events.HeaderValue(desc), body)
 	}()
+}
+
+// failedCode is the status a failed compaction is answered with.
+func failedCode(reason pipeline.Reason, retryable bool) string {
+	switch {
+	case reason == pipeline.ReasonInvalidRequest, reason == pipeline.ReasonConfiguration:
+		return "400"
+	case reason == pipeline.ReasonSessionNotFound:
+		return "404"
+	case reason == pipeline.ReasonQuotaExceeded:
+		return "429"
+	case retryable || reason == pipeline.ReasonCircuitOpen:
+		return "503"
+	}
+	return "500"
+}
+
+// answeredBefore answers a compaction request whose id was answered
+// already with that stored result, whichever kind it is (a request has one
+// result; to try again after a failure, send a new request_id), and
+// reports whether it did. A result stream that cannot be read is a 503:
+// working on the request then might give it a second, different result.
+func (s *Server) answeredBefore(ctx context.Context, reply string, req CompactRequest) bool {
+	stored, err := s.d.Publisher.Answered(ctx, req.SessionID, req.RequestID, time.Now().Add(-consumer.DedupWindow))
+	switch {
+	case err != nil:
+		body, _ := json.Marshal(events.Failed{SessionID: req.SessionID, RequestID: req.RequestID, Trigger: string(req.Trigger),
+			Reason: string(pipeline.ReasonPersistFailed), Error: "cannot read whether the request was answered: " + err.Error(), Retryable: true})
+		s.replyTo(reply, "503", events.HeaderValue("cannot read whether the request was answered: retry with the same request_id"), body)
+		return true
+	case stored == nil:
+		return false
+	case !stored.Failed:
+		s.replyTo(reply, "", "", stored.Data)
+		return true
+	}
+	var f events.Failed
+	if err := json.Unmarshal(stored.Data, &f); err != nil {
+		f = events.Failed{Reason: "unknown", Error: err.Error()}
+	}
+	s.replyTo(reply, failedCode(pipeline.Reason(f.Reason), f.Retryable), events.HeaderValue(f.Reason+": answered before: "+f.Error), stored.Data)
+	return true
 }
 
 func (s *Server) breakerGet(r micro.Request) {

@@ -182,12 +182,12 @@ func TestInterruptedSyncCompactionPublishesNothing(t *testing.T) {
 	}
 }
 
-// Issue 23, item 9: a synchronous compact retried with its request_id
-// after the provider failed (summary_failed, retryable) answers compacted,
-// and the stream keeps that final outcome after the failure (main stored
-// only the failure: the completion had its id and was dropped as a
-// duplicate).
-func TestRetriedSyncCompactionStoresItsFinalOutcome(t *testing.T) {
+// A synchronous compaction that failed (summary_failed, retryable) has
+// that failure as its one result (issue 42: the stream kept a failure and
+// then a completion for one request id). The same request_id again
+// answers the failure, calls no model and publishes nothing more; a new
+// request_id is a new request, and compacts.
+func TestRepeatedSyncCompactionAnswersItsOneResult(t *testing.T) {
 	srv := natstest.Server(t, t.TempDir(), -1)
 	var calls atomic.Int64
 	_, _ = service(t, srv.ClientURL(), func(string) fakeprovider.Action {
@@ -205,18 +205,28 @@ func TestRetriedSyncCompactionStoresItsFinalOutcome(t *testing.T) {
 		failed["reason"] != "summary_failed" || failed["retryable"] != true {
 		t.Fatalf("the first attempt: %s %v", code, failed)
 	}
-	var res map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
-		t.Fatalf("the retry: %s %v", code, res)
+	before := calls.Load()
+	var again map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &again); code != "503" ||
+		again["reason"] != "summary_failed" || again["error"] != failed["error"] {
+		t.Fatalf("the same request again: %s %v, want its failure", code, again)
+	}
+	if calls.Load() != before {
+		t.Fatalf("the repeat called the model %d times", calls.Load()-before)
 	}
 	msgs := streamResults(t, js, "s1")
-	if len(msgs) != 2 || msgs[0].Header.Get("ce-type") != events.TypeCompactionFailed || msgs[0].Header.Get("ce-id") != events.FailedResultID("sync-1") ||
-		msgs[1].Header.Get("ce-type") != events.TypeCompactionCompleted || msgs[1].Header.Get("ce-id") != events.RequestResultID("sync-1") {
-		t.Fatalf("stored results: %d %v", len(msgs), msgs)
+	if len(msgs) != 1 || msgs[0].Header.Get("ce-type") != events.TypeCompactionFailed || msgs[0].Header.Get("ce-id") != events.FailedResultID("sync-1") {
+		t.Fatalf("stored results: %d %v, want the failure alone", len(msgs), msgs)
 	}
-	// A third call answers from the compaction, and publishes nothing more.
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
-		t.Fatalf("the repeat: %s %v", code, res)
+	var res map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-2"}, &res); code != "" || res["outcome"] != "compacted" {
+		t.Fatalf("a new request: %s %v", code, res)
+	}
+	// A repeat of the completed one answers it, and publishes nothing more.
+	var repeat map[string]any
+	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-2"}, &repeat); code != "" ||
+		repeat["outcome"] != "compacted" || repeat["compaction_message_id"] != res["compaction_message_id"] {
+		t.Fatalf("the repeat: %s %v", code, repeat)
 	}
 	if n := len(streamResults(t, js, "s1")); n != 2 {
 		t.Fatalf("%d stored results after a repeat, want 2", n)

@@ -162,3 +162,48 @@ func TestRedeliveryDoesNotRepublish(t *testing.T) {
 		t.Fatalf("stored results %+v", got)
 	}
 }
+
+// Issue 42: a request answered CompactionFailed whose acknowledgement was
+// lost (a leader change, its replica killed after publishing) is delivered
+// again after the session grew. The redelivery answers with the result
+// already published: it is acknowledged, nothing is compacted and no
+// CompactionCompleted follows the failure (the stream kept both).
+func TestRedeliveryAfterAFailureAnswersWithIt(t *testing.T) {
+	e := newEnv(t)
+	e.importSession("grown", 3000, chat(40))
+	e.request("evt-answered", events.TypeContextOverBudget, "grown", false)
+	// A replica took it, published its failure and died before acking.
+	ctx := context.Background()
+	cons, err := e.js.Consumer(ctx, consumer.RequestStream, consumer.Durable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for range batch.Messages() {
+		got++
+	}
+	if got != 1 {
+		t.Fatalf("fetched %d requests, want the one", got)
+	}
+	pub := &events.Publisher{JS: e.js, Stream: consumer.ResultStream}
+	if err := pub.Result(ctx, &pipeline.Result{SessionID: "grown", RequestID: "evt-answered", Trigger: pipeline.TriggerOverBudget, Failed: true,
+		Reason: pipeline.ReasonSummaryFailed, Retryable: true, Error: "summary model answered 503"}); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
+	e.waitFor("the redelivery acknowledged", 3*testAckWait+10*time.Second, func() bool { return e.pendingRequests() == 0 })
+	all := e.resultsFor("grown", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	if len(all) != 1 || all[0].Type != events.TypeCompactionFailed {
+		t.Fatalf("results stored for the request: %+v, want only the failure published before", all)
+	}
+	if n := e.compactions("grown"); n != 0 {
+		t.Fatalf("the redelivery compacted the session (%d compactions)", n)
+	}
+	if st := r.cons.Stats(); st.Received != 1 {
+		t.Fatalf("%d deliveries received, want the one redelivery", st.Received)
+	}
+}

@@ -433,8 +433,8 @@ export class CompactorClient {
   }
 
   /**
-   * The stored result event of a request (the last, when a failure was
-   * followed by a completion), read from the COMPACTION_EVENTS stream with
+   * The stored result event of a request (a request has one: the first
+   * published, whichever kind), read from the COMPACTION_EVENTS stream with
    * an ordered consumer on the session's events; undefined when none.
    */
   async #storedResult(sessionId, requestId) {
@@ -448,7 +448,7 @@ export class CompactorClient {
         pending = m.info.pending;
         try {
           const ev = decodeEvent(m);
-          if (ev.data?.request_id === requestId && (ev.type === "CompactionCompleted" || ev.type === "CompactionFailed")) found = ev;
+          if (!found && ev.data?.request_id === requestId && (ev.type === "CompactionCompleted" || ev.type === "CompactionFailed")) found = ev;
         } catch {
           // not an event
         }
