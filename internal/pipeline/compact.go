@@ -323,7 +323,11 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 		return nil
 	}
 	var pe *Error
-	if errors.As(err, &pe) && pe.Reason.countsAsFailure() {
+	// A compaction the session's shape refuses before any model call
+	// (insufficient progress planned) says nothing of the provider, costs
+	// nothing, and must not lock the session: only one that spent a call
+	// counts.
+	if errors.As(err, &pe) && pe.Reason.countsAsFailure() && (pe.Reason != ReasonInsufficientProgress || res.LLMCalls > 0) {
 		// One outage of the model counts once, however often runtimes
 		// retry through it: within a cooldown of the last.
 		f := session.Failure{RequestID: req.ID, Error: pe.Error(), Retryable: pe.Retryable, MaxFailures: s.cfg.MaxFailures,

@@ -281,6 +281,14 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 			}
 			now -= r.clear.Saved
 		}
+		if fit := s.fitPending(p, cands, already, target); len(fit.Cleared) > 0 {
+			cands = applyCleared(cands, fit.Cleared, p.counter.Encoding())
+			for i := range cands {
+				p.counter.Ensure(&cands[i])
+			}
+			now -= fit.Saved
+			r.clear.Cleared, r.clear.Saved = append(r.clear.Cleared, fit.Cleared...), r.clear.Saved+fit.Saved
+		}
 		// What the request will clear of the growth itself: the part past
 		// its tail, in the share of clearable results the session shows.
 		if p.growth > 0 {
@@ -308,9 +316,14 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 		return asCleared(), nil
 	}
 	if sel.Cut == 0 {
-		if p.sess.Summary != nil {
+		if p.sess.Summary != nil && (now <= p.limit || d.Reason != DecisionTokens) {
 			res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
 			return nil, nil
+		}
+		if p.sess.Summary != nil {
+			return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+				"the context (%d tokens) is over its limit %d and nothing more can be summarised or cleared: the summary in force, the pinned messages (%d tokens) and a step waiting for its results are all it holds",
+				now, p.limit, p.pinnedTokens)
 		}
 		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
 			"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
@@ -355,6 +368,32 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	r.step = StepSummarise
 	r.cleared = carried(append(r.cleared, r.clear.Cleared...), r.tail)
 	return r, nil
+}
+
+// fitPending plans the clearing of a step still waiting for results (the
+// session's last assistant message with a call not answered yet, and the
+// results come so far: Pending), which no cut may separate and so stays
+// raw whatever is summarised. When that step alone takes more than half
+// of what the target leaves beside the pinned messages, its results are
+// cleared (oldest first, keep_tool_results notwithstanding: they are the
+// latest) until it fits: otherwise no compaction could bring the context
+// under its limit (a 2,000-token result at a 1,500-token window).
+func (s *Service) fitPending(p *plan, cands []session.Message, already map[int64]bool, target int) ClearPlan {
+	pend := Pending(cands)
+	if pend == len(cands) {
+		return ClearPlan{}
+	}
+	tokens := 0
+	for i := pend; i < len(cands); i++ {
+		tokens += cands[i].Tokens
+	}
+	room := max((target-p.pinnedTokens-summaryFraming)/2, p.limit/10)
+	if tokens <= room {
+		return ClearPlan{}
+	}
+	block := cands[pend:]
+	return PlanClear(ClearInput{Messages: block, Tail: len(block), Already: already, MinTokens: s.cfg.ClearMinTokens,
+		ExcludeTools: s.cfg.ExcludeTools, Inputs: true, Need: tokens - room, Count: p.counter.Message, Encoding: p.counter.Encoding()})
 }
 
 // clearableShare is the share of msgs' tokens (their newer half) in tool

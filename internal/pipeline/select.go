@@ -87,9 +87,10 @@ func ToolPairs(msgs []session.Message) (callOf map[string]ToolCall, results map[
 // Select decides where the raw tail starts. It keeps the last
 // KeepRecentTurns turns raw; when that tail is over its budget (tokens or
 // messages), the cut moves forward to the first legal point from which the
-// tail fits, or, when none does, past the last message (everything is
-// summarised and the tail is empty). It never cuts
-// between a tool call and its result. Select is pure and runs in linear
+// tail fits, or, when none does, to the last legal point (everything is
+// summarised and the tail is empty, or holds only a call still waiting for
+// its result). It never cuts between a tool call and its result, nor after
+// a call whose result has not come yet. Select is pure and runs in linear
 // time.
 func Select(in SelectInput) Selection {
 	msgs := in.Candidates
@@ -98,12 +99,23 @@ func Select(in SelectInput) Selection {
 		return Selection{}
 	}
 	safe := SafeCuts(msgs)
+	end := Pending(msgs)
+	legal := func(i int) bool { return i <= end && (i == n || safe[i]) }
 	suffix := make([]int, n+1) // suffix[i] = tokens of msgs[i:]
 	for i := n - 1; i >= 0; i-- {
 		suffix[i] = suffix[i+1] + msgs[i].Tokens
 	}
 	fits := func(i int) bool {
 		return suffix[i] <= in.TailBudget && (in.MaxTailMessages <= 0 || n-i <= in.MaxTailMessages)
+	}
+	// The deepest cut: after the last message, or before a call still
+	// waiting for its result.
+	last := 0
+	for i := end; i > 0; i-- {
+		if legal(i) {
+			last = i
+			break
+		}
 	}
 
 	// The keep-recent-turns point: the K-th user message from the end.
@@ -122,39 +134,63 @@ func Select(in SelectInput) Selection {
 	} else {
 		turnCut = n // keep no turn: the last legal point
 	}
-	// Make it legal: the latest safe point at or before it (keeping more
+	// Make it legal: the latest legal point at or before it (keeping more
 	// raw), else the earliest after it.
 	cut := -1
-	for i := min(turnCut, n-1); i >= 0; i-- {
-		if safe[i] {
+	for i := min(turnCut, end, n-1); i >= 0; i-- {
+		if legal(i) {
 			cut = i
 			break
 		}
 	}
 	if cut < 0 {
-		for i := turnCut; i < n; i++ {
-			if safe[i] {
+		for i := turnCut; i < end; i++ {
+			if legal(i) {
 				cut = i
 				break
 			}
 		}
 	}
-	if cut < 0 { // no legal cut inside: keep all, or summarise all
-		if fits(0) {
+	if cut < 0 { // no legal cut inside: keep all, or summarise what may be
+		if fits(0) || last == 0 {
 			return Selection{TailTokens: suffix[0]}
 		}
-		return Selection{Cut: n, Moved: true}
+		return Selection{Cut: last, TailTokens: suffix[last], Moved: true}
 	}
 	if fits(cut) {
 		return Selection{Cut: cut, TailTokens: suffix[cut]}
 	}
-	for i := cut + 1; i < n; i++ {
-		if safe[i] && fits(i) {
+	for i := cut + 1; i <= last; i++ {
+		if legal(i) && fits(i) {
 			return Selection{Cut: i, TailTokens: suffix[i], Moved: true}
 		}
 	}
 	// No raw tail fits (the last turn alone is too big, e.g. one huge tool
-	// result): summarise everything. Cutting after the last message is always
-	// legal, since every call before it is answered before it or never.
-	return Selection{Cut: n, Moved: true}
+	// result): summarise everything that may be. Cutting after the last
+	// message is legal, since every call before it is answered before it
+	// or never, unless a call there still waits for its result.
+	return Selection{Cut: last, TailTokens: suffix[last], Moved: true}
+}
+
+// Pending is the index of the message holding a tool call still waiting
+// for its result (the session's last assistant message, followed only by
+// results, not all of them come), len(msgs) when there is none. No cut
+// may fall after it: its result, appended later, would be kept without
+// its call.
+func Pending(msgs []session.Message) int {
+	n := len(msgs)
+	i := n - 1
+	answered := map[string]bool{}
+	for ; i >= 0 && msgs[i].Role == session.RoleTool; i-- {
+		answered[msgs[i].ToolCallID] = true
+	}
+	if i < 0 || msgs[i].Role != session.RoleAssistant {
+		return n
+	}
+	for _, tc := range msgs[i].ToolCalls {
+		if !answered[tc.ID] {
+			return i
+		}
+	}
+	return n
 }
