@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"go.yaml.in/yaml/v3"
@@ -197,6 +198,11 @@ func TestCompose(t *testing.T) {
 		}
 		if opts.ServerName != node || opts.Host != "0.0.0.0" || opts.Port != 4222 || !opts.JetStream || opts.StoreDir != "/data" {
 			t.Fatalf("%s: name %q, listen %s:%d, jetstream %v at %q", node, opts.ServerName, opts.Host, opts.Port, opts.JetStream, opts.StoreDir)
+		}
+		// An acknowledged write is on a quorum, and on its disks within a
+		// second (not nats-server's default 2 minutes).
+		if opts.SyncAlways || opts.SyncInterval != time.Second {
+			t.Fatalf("%s: sync_interval %v (always %v), want 1s", node, opts.SyncInterval, opts.SyncAlways)
 		}
 		if opts.Cluster.Name != "compactor" || opts.Cluster.Port != 6222 || opts.Cluster.Username == "" {
 			t.Fatalf("%s: cluster %+v", node, opts.Cluster)

@@ -122,7 +122,9 @@ func runScale(ctx context.Context, args []string, data, out string, quick, asJSO
 		return err
 	}
 	opt := bench.ScaleOptions{Progress: stderr, Compactions: 768, Cluster: true,
-		StartServer: func(ctx context.Context, dir string) (*bench.Server, error) { return startNATSProcess(ctx, self, dir) }}
+		StartServer: func(ctx context.Context, dir string, sync time.Duration) (*bench.Server, error) {
+			return startNATSProcess(ctx, self, dir, sync)
+		}}
 	// eval's replay through the service against in process, on the
 	// shared data when it is there.
 	convs, err := transcript.LoadDataDir(data)
@@ -169,8 +171,12 @@ func runScale(ctx context.Context, args []string, data, out string, quick, asJSO
 
 // startNATSProcess runs `self nats` (an embedded server alone) storing
 // under dir, on a free port, and waits until it accepts clients.
-func startNATSProcess(ctx context.Context, self, dir string) (*bench.Server, error) {
-	cmd := exec.Command(self, "nats", "--port", "-1", "--data-dir", dir)
+func startNATSProcess(ctx context.Context, self, dir string, sync time.Duration) (*bench.Server, error) {
+	how := "always"
+	if sync > 0 {
+		how = sync.String()
+	}
+	cmd := exec.Command(self, "nats", "--port", "-1", "--data-dir", dir, "--sync", how)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -224,14 +230,19 @@ func runNATS(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	host := fs.String("host", "127.0.0.1", "listen `ADDRESS`")
 	port := fs.Int("port", embedded.DefaultPort, "client `PORT` (-1: any free port)")
 	dataDir := fs.String("data-dir", "data", "JetStream store `DIR`")
-	pos, err := parseFlags(fs, args, stdout, "nats [--port N] [--data-dir DIR]")
+	syncFlag := fs.String("sync", "always", "sync the store to disk after every write (always), or every `DURATION`")
+	pos, err := parseFlags(fs, args, stdout, "nats [--port N] [--data-dir DIR] [--sync always|DURATION]")
 	if err != nil {
 		return err
 	}
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	srv, err := embedded.Start(embedded.Options{Host: *host, Port: *port, DataDir: *dataDir})
+	sync, err := parseSync("--sync", *syncFlag)
+	if err != nil {
+		return err
+	}
+	srv, err := embedded.Start(embedded.Options{Host: *host, Port: *port, DataDir: *dataDir, SyncInterval: sync})
 	if err != nil {
 		return err
 	}

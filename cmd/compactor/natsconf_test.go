@@ -88,6 +88,11 @@ func natsConfServer(t *testing.T) func(user string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One server: an acknowledged write must be on disk (issue 42: no
+	// sync_interval synced every 2 minutes).
+	if !opts.SyncAlways {
+		t.Fatalf("nats.conf syncs every %v, not after every write: a power loss loses acknowledged writes", opts.SyncInterval)
+	}
 	opts.Port, opts.StoreDir = -1, t.TempDir()
 	srv := natstest.ServerWith(t, opts)
 	port := srv.Addr().(*net.TCPAddr).Port

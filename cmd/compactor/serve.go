@@ -31,6 +31,7 @@ type serveFlags struct {
 	host        *string
 	port        *int
 	dataDir     *string
+	natsSync    *string
 	provision   *bool
 	replicas    *int
 	shards      *int
@@ -60,6 +61,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		host:        fs.String("nats-host", "127.0.0.1", "embedded server: listen `ADDRESS`"),
 		port:        fs.Int("nats-port", embedded.DefaultPort, "embedded server: client `PORT` (-1: any free port)"),
 		dataDir:     fs.String("data-dir", "data", "embedded server: JetStream store `DIR`"),
+		natsSync:    fs.String("nats-sync", "always", "embedded server: sync its store to disk after every write (always: an acknowledged write survives a power loss), or every `DURATION` (faster; the writes of the last interval are lost in a power loss)"),
 		provision:   fs.Bool("provision", true, "create or update the streams, buckets and consumer at start (needs rights to; without, they must exist)"),
 		replicas:    fs.Int("replicas", 1, "replicas of every stream and bucket provisioned (3 on a cluster)"),
 		shards:      fs.Int("shards", 0, "shards of a new session store, each a stream and a bucket with its own leader (default: as many as --replicas); a store keeps its count"),
@@ -116,6 +118,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *sf.workers < 1 || *sf.replicas < 1 || *sf.maxDeliver < 1 || *sf.ackWait < time.Second || *sf.sessionTTL < 0 || *sf.shards < 0 || *sf.startWait < 0 {
 		return fmt.Errorf("%w: --workers, --replicas and --max-deliver must be >= 1, --ack-wait >= 1s, --session-ttl, --shards and --start-timeout >= 0", errUsage)
 	}
+	if _, err := sf.syncInterval(); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, *sf.logFormat, *sf.logLevel)
 	if err != nil {
 		return err
@@ -142,6 +147,21 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return serve(ctx, sf, log, nil)
 }
 
+// syncInterval is --nats-sync as the embedded server takes it (0: always).
+func (sf *serveFlags) syncInterval() (time.Duration, error) { return parseSync("--nats-sync", *sf.natsSync) }
+
+// parseSync reads a sync flag: always (0), or a positive duration.
+func parseSync(flag, v string) (time.Duration, error) {
+	if v == "always" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%w: %s %q: want always or a duration such as 1s", errUsage, flag, v)
+	}
+	return d, nil
+}
+
 // serve runs the service until ctx is cancelled. ready, when set, is
 // called once it serves (demo uses it).
 func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url string)) error {
@@ -157,13 +177,17 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	if err != nil {
 		return err
 	}
+	sync, err := sf.syncInterval()
+	if err != nil {
+		return err
+	}
 	// SIGHUP reads the config file's tenants' policies again (caught from
 	// before the service serves: a SIGHUP never ends it).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
-		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir},
+		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir, SyncInterval: sync},
 		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		UI: *sf.ui, SignInOptions: sf.nats.tlsOptions(),

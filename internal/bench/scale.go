@@ -42,9 +42,10 @@ type Server struct {
 
 // ScaleOptions tune the scale benchmark.
 type ScaleOptions struct {
-	// StartServer starts a standalone server storing under dir (default:
-	// an embedded one in this process).
-	StartServer func(ctx context.Context, dir string) (*Server, error)
+	// StartServer starts a standalone server storing under dir, syncing
+	// its store every sync (0: after every write, the embedded server's
+	// default; default: an embedded one in this process).
+	StartServer func(ctx context.Context, dir string, sync time.Duration) (*Server, error)
 	// Runtimes are the append concurrencies (default 1, 8, 64).
 	Runtimes []int
 	// AppendFor is how long each append measurement runs (default 4 s).
@@ -96,8 +97,8 @@ func (o *ScaleOptions) defaults() {
 	}
 }
 
-func inProcessServer(_ context.Context, dir string) (*Server, error) {
-	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: dir})
+func inProcessServer(_ context.Context, dir string, sync time.Duration) (*Server, error) {
+	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: dir, SyncInterval: sync})
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +121,10 @@ type ScaleReport struct {
 	Compact   *ThroughputRow `json:"compactions,omitempty"`
 	Cluster   *ClusterRow    `json:"cluster,omitempty"`
 	Eval      *EvalRow       `json:"eval,omitempty"`
-	Sizing    []SizingRow    `json:"sizing"`
+	// Durability is appends and KV puts on one node at each way of
+	// syncing the store to disk.
+	Durability []DurabilityRow `json:"durability"`
+	Sizing     []SizingRow     `json:"sizing"`
 	Goals     []Goal         `json:"goals"`
 	SizingFor string         `json:"sizing_assumptions"`
 }
@@ -512,7 +516,7 @@ func (e *scaleEnv) fill(ctx context.Context, m, per int, pool []session.Message,
 // the writes. It answers the growth per message of each (0s when the
 // server cannot say its heap).
 func memoryPerMessage(ctx context.Context, opt ScaleOptions, dir string, m, per int, pool []session.Message, raws []json.RawMessage) (store, floor float64, err error) {
-	srv, err := opt.StartServer(ctx, dir)
+	srv, err := opt.StartServer(ctx, dir, 0)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -677,7 +681,7 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := opt.StartServer(ctx, filepath.Join(dir, "one"))
+	srv, err := opt.StartServer(ctx, filepath.Join(dir, "one"), 0)
 	if err != nil {
 		return nil, err
 	}
@@ -741,6 +745,9 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 			n, row.SweepMS, row.FloorMS, row.Ratio, row.PeakGrowthMB)
 		rep.Sweeps = append(rep.Sweeps, row)
 	}
+	if rep.Durability, err = durability(ctx, dir, opt, pool, raws, p); err != nil {
+		return nil, fmt.Errorf("durability: %w", err)
+	}
 	if opt.Compactions > 0 {
 		ce, err := startEnv(ctx, 32)
 		if err != nil {
@@ -771,6 +778,52 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 	return rep, nil
 }
 
+// DurabilityRow is what one way of syncing the store costs: 8 runtimes
+// appending, against raw KV puts, on one node.
+type DurabilityRow struct {
+	// Sync is "always" (fsync after every write: an acknowledged write is
+	// on disk) or the interval (the writes of the last interval are lost
+	// in a power loss or kernel panic).
+	Sync    string  `json:"sync"`
+	Floor   float64 `json:"kv_puts_per_s"`
+	Appends float64 `json:"appends_per_s"`
+}
+
+// durabilitySyncs are the ways of syncing measured: after every write
+// (nats.conf and the embedded server), every second (a cluster's nodes,
+// deploy/nats-cluster.conf), and nats-server's default, every 2 minutes.
+var durabilitySyncs = []time.Duration{0, time.Second, 2 * time.Minute}
+
+// durability measures 8 runtimes appending, and raw KV puts, on a fresh
+// node for each way of syncing its store.
+func durability(ctx context.Context, dir string, opt ScaleOptions, pool []session.Message, raws []json.RawMessage, p func(string, ...any)) ([]DurabilityRow, error) {
+	var rows []DurabilityRow
+	for i, sync := range durabilitySyncs {
+		srv, err := opt.StartServer(ctx, filepath.Join(dir, fmt.Sprint("sync-", i)), sync)
+		if err != nil {
+			return nil, err
+		}
+		e, err := newScaleEnv(ctx, srv, opt.Shards, 1)
+		if err != nil {
+			srv.Stop()
+			return nil, err
+		}
+		row, err := e.appendRun(ctx, fmt.Sprint("d", i), 8, opt.AppendFor, pool, raws)
+		e.nc.Close()
+		srv.Stop()
+		if err != nil {
+			return nil, err
+		}
+		name := "always"
+		if sync > 0 {
+			name = sync.String()
+		}
+		rows = append(rows, DurabilityRow{Sync: name, Floor: row.Floor, Appends: row.Appends})
+		p("sync %s: %.0f appends/s, %.0f KV puts/s (8 runtimes)", name, row.Appends, row.Floor)
+	}
+	return rows, nil
+}
+
 // clusterRun measures 64 runtimes appending on one node and on a
 // three-node cluster (R3, leaders balanced), both with the same shards,
 // in this process. (R1 on three nodes is not measured: the meta leader
@@ -779,7 +832,9 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 func clusterRun(ctx context.Context, dir string, opt ScaleOptions, pool []session.Message, raws []json.RawMessage, p func(string, ...any)) (*ClusterRow, error) {
 	const c = 64
 	row := &ClusterRow{Runtimes: c}
-	one, err := inProcessServer(ctx, filepath.Join(dir, "one"))
+	// Synced as the cluster's nodes are, so the two differ by replication
+	// alone.
+	one, err := inProcessServer(ctx, filepath.Join(dir, "one"), embedded.ClusterSyncInterval)
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,15 @@ func TestScaleRunsShort(t *testing.T) {
 	if ev := rep.Eval; ev == nil || ev.Sessions != 2 || ev.InProcessCompactions < 2 || ev.ServiceCompactions != ev.InProcessCompactions || ev.ServiceS <= 0 {
 		t.Fatalf("eval %+v", rep.Eval)
 	}
+	// Each way of syncing the store measured, always first.
+	if len(rep.Durability) != 3 || rep.Durability[0].Sync != "always" || rep.Durability[1].Sync != "1s" {
+		t.Fatalf("durability %+v", rep.Durability)
+	}
+	for _, d := range rep.Durability {
+		if d.Appends <= 0 || d.Floor <= 0 {
+			t.Fatalf("durability %+v", rep.Durability)
+		}
+	}
 	if len(rep.Sizing) != 3 || len(rep.Goals) < 5 {
 		t.Fatalf("sizing %+v goals %+v", rep.Sizing, rep.Goals)
 	}

@@ -54,6 +54,19 @@ func (r *ScaleReport) Markdown() string {
 		w("| %d | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %v |", a.Runtimes, a.Floor, a.Appends, a.Ratio, a.FloorServerMS, a.ServerMS, a.FloorClientMS, a.ServiceMS, a.PerShardAppends)
 	}
 	w("")
+	if len(r.Durability) > 0 {
+		w("## Durability")
+		w("")
+		w("What an acknowledged write survives depends on when the server syncs its store to disk (fsync). `always` (nats.conf, the embedded server of `compactor serve`): a write is on disk before it is acknowledged, and survives a power loss or kernel panic. `1s` (deploy/nats-cluster.conf): a write is acknowledged once a quorum of its stream's replicas holds it, and on their disks within a second; it is lost only if two of three nodes fail within that second, so the nodes must fail apart (separate hosts or zones). nats-server's default, `2m0s`, loses the last two minutes' writes of a node that loses power. 8 runtimes appending, and raw KV puts, on one node per row (the tables above run on `always`):")
+		w("")
+		w("| sync | KV puts/s | appends/s | appends against `always` |")
+		w("| --- | ---: | ---: | ---: |")
+		base := r.Durability[0].Appends
+		for _, d := range r.Durability {
+			w("| %s | %.0f | %.0f | %.2fx |", d.Sync, d.Floor, d.Appends, d.Appends/max(base, 1))
+		}
+		w("")
+	}
 	p := r.PerMsg
 	w("## What a message costs")
 	w("")

@@ -39,7 +39,7 @@ func StartCluster(n int, dir string) (*Cluster, error) {
 	c := &Cluster{}
 	for i := range n {
 		c.opts = append(c.opts, &server.Options{ServerName: fmt.Sprintf("N%d", i+1), Host: "127.0.0.1", Port: ports[i],
-			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), MaxPayload: 1 << 20,
+			JetStream: true, StoreDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)), MaxPayload: 1 << 20, SyncInterval: ClusterSyncInterval,
 			Cluster: server.ClusterOpts{Name: "compactor-cluster", Host: "127.0.0.1", Port: ports[n+i]},
 			Routes:  routes, NoLog: true, NoSigs: true,
 			// A client that stops answering pings (a paused or wedged

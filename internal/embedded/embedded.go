@@ -31,6 +31,12 @@ type Options struct {
 	// ReadyTimeout bounds the wait for the server to accept clients
 	// (default 10 s).
 	ReadyTimeout time.Duration
+	// SyncInterval is how often the server flushes its store to disk
+	// (fsync): 0, the default, after every write, so that a write
+	// acknowledged is on disk (one server has no replica to fall back
+	// on); a duration trades the writes of that last interval, lost in a
+	// power loss or kernel panic, for throughput (make scale measures it).
+	SyncInterval time.Duration
 }
 
 // Start runs a JetStream server on o and waits until it accepts clients.
@@ -64,7 +70,8 @@ func Start(o Options) (*server.Server, error) {
 		l.Close()
 	}
 	s, err := server.NewServer(&server.Options{ServerName: "compactor-embedded", Host: o.Host, Port: o.Port,
-		JetStream: true, StoreDir: dir, NoSigs: true, MaxPayload: 1 << 20})
+		JetStream: true, StoreDir: dir, NoSigs: true, MaxPayload: 1 << 20,
+		SyncAlways: o.SyncInterval <= 0, SyncInterval: max(o.SyncInterval, 0)})
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
@@ -84,6 +91,11 @@ func Start(o Options) (*server.Server, error) {
 	}
 	return s, nil
 }
+
+// ClusterSyncInterval is how often a cluster's nodes sync their stores
+// (deploy/nats-cluster.conf's sync_interval): an acknowledged write is on
+// a quorum of nodes at once, and on their disks within this.
+const ClusterSyncInterval = time.Second
 
 // Stop shuts s down and waits until it has.
 func Stop(s *server.Server) {
