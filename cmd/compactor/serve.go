@@ -148,7 +148,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // syncInterval is --nats-sync as the embedded server takes it (0: always).
-func (sf *serveFlags) syncInterval() (time.Duration, error) { return parseSync("--nats-sync", *sf.natsSync) }
+func (sf *serveFlags) syncInterval() (time.Duration, error) {
+	return parseSync("--nats-sync", *sf.natsSync)
+}
 
 // parseSync reads a sync flag: always (0), or a positive duration.
 func parseSync(flag, v string) (time.Duration, error) {

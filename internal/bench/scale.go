@@ -108,25 +108,25 @@ func inProcessServer(_ context.Context, dir string, sync time.Duration) (*Server
 // ScaleReport is what `compactor bench --scale` measures (docs/SCALE.md,
 // docs/scale.json).
 type ScaleReport struct {
-	Command   string    `json:"command"`
-	Machine   Machine   `json:"machine"`
-	Started   time.Time `json:"started"`
-	Seconds   float64   `json:"seconds"`
-	Shards    int       `json:"shards"`
-	Separate  bool      `json:"server_in_own_process"`
-	MsgBytes  float64   `json:"message_json_bytes"`
-	Appends   []AppendRow
-	PerMsg    PerMessage     `json:"per_message"`
-	Sweeps    []SweepRow     `json:"sweeps"`
-	Compact   *ThroughputRow `json:"compactions,omitempty"`
-	Cluster   *ClusterRow    `json:"cluster,omitempty"`
-	Eval      *EvalRow       `json:"eval,omitempty"`
+	Command  string    `json:"command"`
+	Machine  Machine   `json:"machine"`
+	Started  time.Time `json:"started"`
+	Seconds  float64   `json:"seconds"`
+	Shards   int       `json:"shards"`
+	Separate bool      `json:"server_in_own_process"`
+	MsgBytes float64   `json:"message_json_bytes"`
+	Appends  []AppendRow
+	PerMsg   PerMessage     `json:"per_message"`
+	Sweeps   []SweepRow     `json:"sweeps"`
+	Compact  *ThroughputRow `json:"compactions,omitempty"`
+	Cluster  *ClusterRow    `json:"cluster,omitempty"`
+	Eval     *EvalRow       `json:"eval,omitempty"`
 	// Durability is appends and KV puts on one node at each way of
 	// syncing the store to disk.
 	Durability []DurabilityRow `json:"durability"`
 	Sizing     []SizingRow     `json:"sizing"`
-	Goals     []Goal         `json:"goals"`
-	SizingFor string         `json:"sizing_assumptions"`
+	Goals      []Goal          `json:"goals"`
+	SizingFor  string          `json:"sizing_assumptions"`
 }
 
 // AppendRow compares appends with raw KV puts of the same bytes.
