@@ -39,6 +39,7 @@ type serveFlags struct {
 	prepWorkers *int
 	ackWait     *time.Duration
 	maxDeliver  *int
+	eventBytes  *byteSize
 	grace       *time.Duration
 	metricsAddr *string
 	pprofAddr   *string
@@ -69,6 +70,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		prepWorkers: fs.Int("prepare-workers", 4, "preparations run at once (they yield to requests)"),
 		ackWait:     fs.Duration("ack-wait", consumer.AckWait, "the consumer's ack wait: how soon the work of a crashed replica is redelivered"),
 		maxDeliver:  fs.Int("max-deliver", consumer.MaxDeliver, "deliveries of one request before it is dead-lettered"),
+		eventBytes:  eventBytesFlag(fs),
 		grace:       fs.Duration("shutdown-grace", 10*time.Second, "on SIGINT/SIGTERM, how long running compactions may finish before they are released to another replica"),
 		metricsAddr: fs.String("metrics-addr", "127.0.0.1:9464", "serve Prometheus /metrics and /healthz on `ADDRESS` (empty: off)"),
 		pprofAddr:   fs.String("pprof-addr", "", "serve net/http/pprof at /debug/pprof/ on `ADDRESS` (empty, the default: off)"),
@@ -147,6 +149,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return serve(ctx, sf, log, nil)
 }
 
+// eventBytesFlag is --event-bytes: what the request, result and
+// dead-letter streams may hold together.
+func eventBytesFlag(fs *flag.FlagSet) *byteSize {
+	b := byteSize(consumer.DefaultEventBytes)
+	fs.Var(&b, "event-bytes", "the most the request, result and dead-letter streams hold together (a quarter, a half, a quarter), reserved in the server's store so that a full session store still takes results: `SIZE` such as 1GB; -1: no limit")
+	return &b
+}
+
 // syncInterval is --nats-sync as the embedded server takes it (0: always).
 func (sf *serveFlags) syncInterval() (time.Duration, error) {
 	return parseSync("--nats-sync", *sf.natsSync)
@@ -190,7 +200,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	defer signal.Stop(hup)
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir, SyncInterval: sync},
-		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver,
+		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver, EventBytes: int64(*sf.eventBytes),
 		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		UI: *sf.ui, SignInOptions: sf.nats.tlsOptions(),
 		SessionTTL: *sf.sessionTTL, StartTimeout: *sf.startWait, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
@@ -251,6 +261,7 @@ func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error
 	shards := fs.Int("shards", 0, "shards of a new session store (default: as many as --replicas); a store keeps its count")
 	ackWait := fs.Duration("ack-wait", consumer.AckWait, "the consumer's ack wait")
 	maxDeliver := fs.Int("max-deliver", consumer.MaxDeliver, "deliveries of one request before it is dead-lettered")
+	eventBytes := eventBytesFlag(fs)
 	pos, err := parseFlags(fs, args, stdout, "provision [--nats-url URL] [--replicas N] [--shards N]")
 	if err != nil {
 		return err
@@ -268,7 +279,8 @@ func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error
 		return err
 	}
 	defer c.Close()
-	if err := c.err(app.ProvisionAll(c.ctx, c.nc, c.js, app.Provisioning{Replicas: *replicas, Shards: *shards, AckWait: *ackWait, MaxDeliver: *maxDeliver})); err != nil {
+	if err := c.err(app.ProvisionAll(c.ctx, c.nc, c.js, app.Provisioning{Replicas: *replicas, Shards: *shards, AckWait: *ackWait, MaxDeliver: *maxDeliver,
+		EventBytes: int64(*eventBytes)})); err != nil {
 		return err
 	}
 	s, err := kvstore.NewSessions(c.ctx, c.nc, c.js)

@@ -398,7 +398,8 @@ func (e *tooLarge) Error() string {
 
 // errorCode maps an error to a micro error code and a status: 400 for a bad
 // request, 404 for an unknown session, 409 for a taken id or a moved head,
-// 503 for what a retry may fix, 500 otherwise.
+// 507 for a store with no room, 503 for what a retry may fix, 500
+// otherwise.
 func errorCode(err error) (int, string) {
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, session.ErrInvalid), errors.Is(err, pipeline.ErrInvalidRequest), errors.Is(err, transcript.ErrFormat):
@@ -419,6 +420,9 @@ func errorCode(err error) (int, string) {
 		return 409, StatusRetry
 	case errors.As(err, new(*tooLarge)):
 		return 413, StatusFailed
+	case errors.Is(err, session.ErrStorageFull):
+		// Nothing written; the same request passes once space is freed.
+		return 507, StatusNotApplied
 	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return 503, StatusRetry
 	case errors.Is(err, session.ErrCorrupt):

@@ -51,12 +51,14 @@ type Config struct {
 	ConnName string
 
 	// Provision creates or updates the streams, buckets and consumer at
-	// start; Replicas, Shards, AckWait and MaxDeliver size them.
+	// start; Replicas, Shards, AckWait, MaxDeliver and EventBytes size
+	// them (consumer.Settings).
 	Provision  bool
 	Replicas   int
 	Shards     int
 	AckWait    time.Duration
 	MaxDeliver int
+	EventBytes int64
 
 	// Workers bounds the requests held at once (consumer) and the
 	// synchronous compactions at once (endpoint).
@@ -328,6 +330,9 @@ type Provisioning struct {
 	Replicas, Shards int
 	AckWait          time.Duration
 	MaxDeliver       int
+	// EventBytes bounds the request, result and dead-letter streams
+	// (consumer.Settings.EventBytes).
+	EventBytes int64
 }
 
 // ProvisionAll provisions the buckets, the streams and the consumer; on a
@@ -336,7 +341,7 @@ func ProvisionAll(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, p 
 	if err := kvstore.Provision(ctx, js, kvstore.ProvisionOptions{Replicas: p.Replicas, Shards: p.Shards}); err != nil {
 		return permissionHint(err)
 	}
-	if err := consumer.Provision(ctx, js, consumer.Settings{Replicas: p.Replicas, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver}); err != nil {
+	if err := consumer.Provision(ctx, js, consumer.Settings{Replicas: p.Replicas, AckWait: p.AckWait, MaxDeliver: p.MaxDeliver, EventBytes: p.EventBytes}); err != nil {
 		return permissionHint(err)
 	}
 	if p.Replicas > 1 {

@@ -81,8 +81,8 @@ func (a *App) inspector(breakers *kvstore.Breakers) http.Handler {
 
 // handler serves /metrics, /livez (200 from the process's first step),
 // /healthz (200 while connected to NATS), /readyz (200 while it takes
-// requests: set up, connected and consuming; while starting, 503 saying
-// what it waits for) and, with --ui, the inspector page under /ui/ (503
+// requests: set up, connected, consuming, and the store taking writes;
+// else 503 saying why: what a starting service waits for, a full store) and, with --ui, the inspector page under /ui/ (503
 // until the stores are bound).
 func (a *App) handler() http.Handler {
 	mux := http.NewServeMux()
@@ -139,6 +139,9 @@ func (a *App) ready() error {
 	}
 	if s := *a.starting.Load(); s != "" {
 		return fmt.Errorf("starting: %s", s)
+	}
+	if since, full := a.store.Full(); full {
+		return fmt.Errorf("the session store refuses writes for want of room since %s: delete sessions, or raise the server's max_file_store", since.UTC().Format(time.RFC3339))
 	}
 	if !a.Consumer.Consuming() {
 		return errors.New("not consuming " + consumer.RequestStream + " (starting, stopping, or the consumer cannot be pulled: see the log)")

@@ -146,7 +146,7 @@ func (a *App) setUpStore(ctx context.Context, deadline time.Time) error {
 	defer stop()
 	cfg := a.cfg
 	if cfg.Provision {
-		p := Provisioning{Replicas: cfg.Replicas, Shards: cfg.Shards, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver}
+		p := Provisioning{Replicas: cfg.Replicas, Shards: cfg.Shards, AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver, EventBytes: cfg.EventBytes}
 		if err := a.untilUp(ctx, deadline, "provision the streams and buckets", kvstore.Transient, func(ctx context.Context) error {
 			return ProvisionAll(ctx, a.NC, a.JS, p)
 		}); err != nil {
@@ -233,6 +233,7 @@ func (a *App) build(context.Context, time.Time) (err error) {
 		o.Observe(a.Metrics.ObserveModelCall) // each provider call: its time, by provider, model and outcome
 	}
 	a.Metrics.TenantUsage(func() (time.Time, map[string]session.TenantUsage) { u := a.Quotas.Usage(); return u.At, u.Tenants })
+	a.Metrics.StoreFull(func() bool { _, full := a.store.Full(); return full })
 	a.observe = func(res *pipeline.Result) {
 		a.Metrics.Observe(res)
 		if res.Outcome == pipeline.OutcomeCompacted {

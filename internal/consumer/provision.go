@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -53,6 +54,26 @@ type Settings struct {
 	// AckWait and MaxDeliver of the durable consumer; 0 means the defaults.
 	AckWait    time.Duration
 	MaxDeliver int
+	// EventBytes bounds the request, result and dead-letter streams
+	// together (a quarter, a half and a quarter; 0: DefaultEventBytes;
+	// negative: unbounded). JetStream reserves it in the server's store,
+	// so a session store filled to the server's max_file_store still takes
+	// results; a flood of requests is refused at its quarter, and the
+	// oldest results and dead letters make room for new ones.
+	EventBytes int64
+}
+
+// DefaultEventBytes is what the request, result and dead-letter streams
+// may hold together by default.
+const DefaultEventBytes = 1 << 30
+
+// limits sets cfg's byte limit: what its share of bytes allows, refusing
+// new messages when full (requests) or dropping the oldest (results, dead
+// letters).
+func limits(cfg *jetstream.StreamConfig, bytes int64, discard jetstream.DiscardPolicy) {
+	if bytes > 0 {
+		cfg.MaxBytes, cfg.Discard = bytes, discard
+	}
 }
 
 // Provision makes the three streams and the durable consumer match set
@@ -82,9 +103,19 @@ func Provision(ctx context.Context, js jetstream.JetStream, set Settings) error 
 		{Name: DLQStream, Subjects: []string{DLQSubject, MaxDeliveriesAdvisory, tenant.Wildcard(DLQSubject)}, Duplicates: DedupWindow, MaxAge: 30 * 24 * time.Hour},
 		{Name: ResultStream, Subjects: []string{ResultSubject, tenant.Wildcard(ResultSubject)}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
 	}
+	bytes := set.EventBytes
+	if bytes == 0 {
+		bytes = DefaultEventBytes
+	}
+	limits(&streams[0], bytes/4, jetstream.DiscardNew)
+	limits(&streams[1], bytes/4, jetstream.DiscardOld)
+	limits(&streams[2], bytes/2, jetstream.DiscardOld)
 	for _, cfg := range streams {
 		cfg.Replicas, cfg.Storage = replicas, jetstream.FileStorage
 		if err := ensureStream(ctx, js, cfg); err != nil {
+			if strings.Contains(err.Error(), "insufficient storage") || strings.Contains(err.Error(), "insufficient resources") {
+				return fmt.Errorf("%w (the server's JetStream store cannot reserve the %d bytes the request, result and dead-letter streams may hold: raise its max_file_store, or provision with a smaller --event-bytes)", err, bytes)
+			}
 			return err
 		}
 	}
@@ -127,7 +158,8 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	have := st.CachedInfo().Config
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Duplicates == want.Duplicates &&
-		have.MaxAge == want.MaxAge && max(have.Replicas, 1) == want.Replicas && have.Storage == want.Storage {
+		have.MaxAge == want.MaxAge && max(have.Replicas, 1) == want.Replicas && have.Storage == want.Storage &&
+		max(have.MaxBytes, 0) == max(want.MaxBytes, 0) && (want.MaxBytes <= 0 || have.Discard == want.Discard) {
 		return nil
 	}
 	if have.Retention != want.Retention || have.Storage != want.Storage {
@@ -136,6 +168,10 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	upd := have
 	upd.Subjects, upd.Duplicates, upd.MaxAge, upd.Replicas = want.Subjects, want.Duplicates, want.MaxAge, want.Replicas
+	upd.MaxBytes, upd.Discard = want.MaxBytes, want.Discard
+	if want.MaxBytes == 0 {
+		upd.MaxBytes = -1
+	}
 	if _, err := js.UpdateStream(ctx, upd); err != nil {
 		return fmt.Errorf("provision stream %s: update: %w", want.Name, err)
 	}

@@ -2,6 +2,7 @@ package consumer_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -96,5 +97,49 @@ func TestProvisionMigratesTheDLQ(t *testing.T) {
 	}
 	if m, err := sub.NextMsg(5 * time.Second); err != nil || m.Subject != events.FailedPrefix+"s1" {
 		t.Fatalf("result through compaction.>: %v %v", m, err)
+	}
+}
+
+// Issue 42: no stream had a byte limit, so one runtime could fill the
+// store for every tenant. The request, result and dead-letter streams
+// share EventBytes (reserved in the server's store): a flood of requests
+// is refused at its quarter, the oldest results and dead letters make
+// room. A store provisioned unbounded is bounded by the next provision.
+func TestProvisionBoundsTheEventStreams(t *testing.T) {
+	_, _, js := natstest.Start(t)
+	ctx := context.Background()
+	if err := consumer.Provision(ctx, js, consumer.Settings{EventBytes: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := js.Stream(ctx, consumer.RequestStream); st.CachedInfo().Config.MaxBytes > 0 {
+		t.Fatalf("EventBytes -1 bounded the requests: %+v", st.CachedInfo().Config)
+	}
+	const bytes = 4 << 20
+	if err := consumer.Provision(ctx, js, consumer.Settings{EventBytes: bytes}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]struct {
+		max     int64
+		discard jetstream.DiscardPolicy
+	}{consumer.RequestStream: {bytes / 4, jetstream.DiscardNew}, consumer.ResultStream: {bytes / 2, jetstream.DiscardOld},
+		consumer.DLQStream: {bytes / 4, jetstream.DiscardOld}} {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := st.CachedInfo().Config; cfg.MaxBytes != want.max || cfg.Discard != want.discard {
+			t.Fatalf("%s: max bytes %d, discard %v; want %d, %v", name, cfg.MaxBytes, cfg.Discard, want.max, want.discard)
+		}
+	}
+	// A flood of requests is refused at the requests' share.
+	body := make([]byte, 64<<10)
+	var err error
+	for i := 0; i < 100 && err == nil; i++ {
+		m := nats.NewMsg(events.OverBudgetPrefix + "flood")
+		m.Data = body
+		_, err = js.PublishMsg(ctx, m)
+	}
+	if err == nil || !strings.Contains(err.Error(), "maximum bytes exceeded") {
+		t.Fatalf("6.4 MB of requests in a 1 MB share: %v", err)
 	}
 }

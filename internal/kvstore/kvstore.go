@@ -37,7 +37,9 @@ import (
 	"hash/fnv"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -138,6 +140,8 @@ type shard struct {
 	records jetstream.KeyValue
 	recs    jetstream.Stream // the records bucket's stream
 	data    jetstream.Stream
+	// ttl: the data stream takes per-message TTLs (upload parts expire).
+	ttl bool
 }
 
 // where names one session: its shard, tenant and id.
@@ -190,6 +194,42 @@ type Sessions struct {
 	// failWrite, in tests, fails a write (by its subject) before it is
 	// sent.
 	failWrite func(subject string) error
+	// fullSince and fullLast (unix nanoseconds; 0: none) are when writes
+	// began to be refused for want of room, and the last that was: a
+	// write that passes ends it (Full).
+	fullSince, fullLast atomic.Int64
+}
+
+// fullFor is how long after the last write refused for want of room, with
+// none passing since, the store still says it is full.
+const fullFor = 30 * time.Second
+
+// Full says since when the store refuses writes for want of room (its
+// server at max_file_store, a stream at its byte limit), ok false when it
+// does not: the last write refused so was followed by one that passed, or
+// came more than 30 s ago.
+func (s *Sessions) Full() (since time.Time, ok bool) {
+	last := s.fullLast.Load()
+	if last == 0 || s.now().Sub(time.Unix(0, last)) > fullFor {
+		return time.Time{}, false
+	}
+	return time.Unix(0, s.fullSince.Load()), true
+}
+
+// wrote notes a write's outcome for Full.
+func (s *Sessions) wrote(err error) {
+	switch {
+	case err == nil:
+		if s.fullLast.Load() != 0 {
+			s.fullLast.Store(0)
+		}
+	case errors.Is(err, session.ErrStorageFull):
+		now := s.now().UnixNano()
+		if _, ok := s.Full(); !ok {
+			s.fullSince.Store(now)
+		}
+		s.fullLast.Store(now)
+	}
 }
 
 // NewSessions binds the provisioned store: its layout, read from the meta
@@ -221,6 +261,7 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 		if sh.data, err = js.Stream(ctx, DataStream(n)); err != nil {
 			return nil, fmt.Errorf("bind stream %s: %w", DataStream(n), err)
 		}
+		sh.ttl = sh.data.CachedInfo().Config.AllowMsgTTL
 		s.shards = append(s.shards, sh)
 	}
 	// Subscribed last: an attempt that failed above (a stream with no
@@ -261,10 +302,45 @@ func unavailable(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 		return fmt.Errorf("%s: %w", what, ctx.Err())
 	}
+	if Full(err) {
+		return fmt.Errorf("%s: %w: %v (delete sessions to free space, or raise the server's max_file_store)", what, session.ErrStorageFull, err)
+	}
 	if Transient(err) {
 		return fmt.Errorf("%s: %w: %v", what, session.ErrUnavailable, err)
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// JetStream's codes of a write refused for want of room.
+const (
+	// errCodeInsufficientResources: the server's (or account's) store is
+	// at its max_file_store.
+	errCodeInsufficientResources = 10023
+	// errCodeStorageExceeded: the account's storage limit.
+	errCodeStorageExceeded = 10047
+	// errCodeStoreFailed: the stream's store refused the write; its
+	// description says why ("maximum bytes exceeded" at a stream's byte
+	// limit, or the disk's error).
+	errCodeStoreFailed = 10077
+)
+
+// Full reports whether err is a write refused for want of room: the
+// server's store at max_file_store, a stream at its byte limit, a disk
+// out of space. It is not Transient: repeating the write passes only once
+// space is freed.
+func Full(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeInsufficientResources, errCodeStorageExceeded:
+		return true
+	case errCodeStoreFailed:
+		d := strings.ToLower(apiErr.Description)
+		return strings.Contains(d, "maximum bytes") || strings.Contains(d, "no space left") || strings.Contains(d, "insufficient")
+	}
+	return false
 }
 
 // Transient reports whether err is the transport's or the cluster's, and
@@ -281,7 +357,7 @@ func Transient(err error) bool {
 		errors.Is(err, session.ErrUnavailable):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.Code == 503 || apiErr.Code == 429
+		return (apiErr.Code == 503 || apiErr.Code == 429) && !Full(err)
 	}
 	return false
 }

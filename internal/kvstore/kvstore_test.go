@@ -307,3 +307,36 @@ func TestClearedCompactionOnKV(t *testing.T) {
 		t.Fatalf("%d compactions", len(comps))
 	}
 }
+
+// Issue 42: uploads never named could fill the store. Their parts expire
+// an hour after they are stored (the data streams take per-message TTLs,
+// and a store provisioned before is updated to).
+func TestUploadPartsExpire(t *testing.T) {
+	nc, js := jetStream(t)
+	ctx := context.Background()
+	s, err := kvstore.NewSessions(ctx, nc, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "up", Model: "gpt-4o"}, []session.Message{{Role: session.RoleUser, Content: session.TextContent("hi")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutUploadPart(ctx, "up", "upload-1", 0, 2, []byte("half")); err != nil {
+		t.Fatal(err)
+	}
+	shard := kvstore.ShardOf(kvstore.DefaultTenant, "up", s.Shards())
+	st, err := js.Stream(ctx, kvstore.DataStream(shard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.CachedInfo().Config.AllowMsgTTL {
+		t.Fatal("the data stream takes no per-message TTL")
+	}
+	m, err := st.GetLastMsgForSubject(ctx, kvstore.DataSubjectPrefix+fmt.Sprint(shard)+"._.up.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Header.Get(jetstream.MsgTTLHeader); got != kvstore.UploadTTL.String() {
+		t.Fatalf("upload part's TTL %q, want %s", got, kvstore.UploadTTL)
+	}
+}

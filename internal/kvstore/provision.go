@@ -120,7 +120,10 @@ func dataConfig(n, replicas int) jetstream.StreamConfig {
 		MaxMsgsPerSubject: -1,
 		AllowDirect:       true,
 		AllowRollup:       true,
-		Duplicates:        15 * time.Minute,
+		// Upload parts expire (UploadTTL): an upload never used does
+		// not stay.
+		AllowMsgTTL: true,
+		Duplicates:  15 * time.Minute,
 		Metadata:          map[string]string{"compactor_layout": strconv.Itoa(LayoutVersion), "compactor_shard": strconv.Itoa(n)},
 	}
 }
@@ -134,7 +137,7 @@ func provisionData(ctx context.Context, js jetstream.JetStream, n, replicas int)
 	case err != nil:
 	default:
 		have := st.CachedInfo().Config
-		if max(have.Replicas, 1) == replicas && have.AllowDirect && have.AllowRollup && slices.Equal(have.Subjects, want.Subjects) {
+		if max(have.Replicas, 1) == replicas && have.AllowDirect && have.AllowRollup && have.AllowMsgTTL && slices.Equal(have.Subjects, want.Subjects) {
 			return nil
 		}
 		_, err = js.UpdateStream(ctx, want)

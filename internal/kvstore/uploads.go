@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/internal/session"
 )
@@ -14,12 +17,19 @@ import (
 // parts (compactor.session.upload), kept on the session's subject
 // .u.<sha256(upload id), 40 hex> until an append or create names the
 // upload. Each part carries its number and the count of parts; a
-// session's delete or sweep removes what was never used.
+// session's delete or sweep removes what was never used, and each part
+// expires UploadTTL after it was stored (where the data stream allows
+// per-message TTLs: provisioned since issue 42), so uploads never named
+// cannot fill the store.
 
 const (
 	hdrPart  = "Compactor-Upload-Part"
 	hdrParts = "Compactor-Upload-Parts"
 )
+
+// UploadTTL is how long an upload's part is kept: an upload is named by
+// the append or create it is for within it.
+const UploadTTL = time.Hour
 
 func uploadKind(id string) string {
 	h := sha256.Sum256([]byte(id))
@@ -37,8 +47,11 @@ func (s *Sessions) PutUploadPart(ctx context.Context, sid, id string, part, part
 	if err != nil {
 		return err
 	}
-	_, _, err = s.publish(ctx, write{subject: w.subject(uploadKind(id)), data: data, epoch: rec.Epoch,
-		hdr: map[string]string{hdrPart: strconv.Itoa(part), hdrParts: strconv.Itoa(parts)}})
+	hdr := map[string]string{hdrPart: strconv.Itoa(part), hdrParts: strconv.Itoa(parts)}
+	if w.sh.ttl {
+		hdr[jetstream.MsgTTLHeader] = UploadTTL.String()
+	}
+	_, _, err = s.publish(ctx, write{subject: w.subject(uploadKind(id)), data: data, epoch: rec.Epoch, hdr: hdr})
 	return err
 }
 

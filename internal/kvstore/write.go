@@ -76,11 +76,15 @@ func (s *Sessions) publish(ctx context.Context, w write) (uint64, bool, error) {
 	}
 	ack, err := s.js.PublishMsg(ctx, m)
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return 0, false, apiError(ctx, "write "+w.subject, apiErr.Code, int(apiErr.ErrorCode), apiErr.Description)
+	switch {
+	case errors.As(err, &apiErr):
+		err = apiError(ctx, "write "+w.subject, apiErr.Code, int(apiErr.ErrorCode), apiErr.Description)
+	case err != nil:
+		err = unavailable(ctx, "write "+w.subject, err)
 	}
+	s.wrote(err)
 	if err != nil {
-		return 0, false, unavailable(ctx, "write "+w.subject, err)
+		return 0, false, err
 	}
 	return ack.Sequence, ack.Duplicate, nil
 }
@@ -638,7 +642,18 @@ func (s *Sessions) deleteAt(ctx context.Context, w where, rec record) error {
 	if !rec.Deleted {
 		base := rec.Revision
 		rec.Deleted, rec.UpdatedAt = true, s.now().UTC()
-		if _, err := s.putRecord(ctx, w, &rec, base); err != nil {
+		_, err := s.putRecord(ctx, w, &rec, base)
+		if errors.Is(err, session.ErrStorageFull) {
+			// No room for the tombstone: the session's data goes first
+			// (a purge removes, writing nothing), then the tombstone has
+			// room. A writer racing the purge moves the record, and the
+			// delete is done again on it.
+			if perr := s.purgeSubject(ctx, w.dataStream(), w.subject(">")); perr != nil {
+				return perr
+			}
+			_, err = s.putRecord(ctx, w, &rec, base)
+		}
+		if err != nil {
 			return err
 		}
 	}

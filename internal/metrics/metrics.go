@@ -133,6 +133,19 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 	return m
 }
 
+// StoreFull exports compactor_store_full: 1 while the session store
+// refuses writes for want of room, 0 otherwise.
+func (m *Metrics) StoreFull(full func() bool) {
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: "store_full",
+		Help: "1 while the session store refuses writes for want of room (the server at max_file_store, a stream at its byte limit): delete sessions or raise the store."},
+		func() float64 {
+			if full() {
+				return 1
+			}
+			return 0
+		}))
+}
+
 // TenantUsage exports what the store holds per tenant, as usage last
 // scanned it: compactor_tenant_sessions, compactor_tenant_bytes_stored and
 // when the scan started.

@@ -35,6 +35,11 @@ var (
 	// its outcome is unknown, and repeating it is safe (creates and appends
 	// are idempotent).
 	ErrUnavailable = errors.New("store unavailable")
+	// ErrStorageFull is returned when the backend refused a write for want
+	// of room (its store at max_file_store, a stream at its byte limit):
+	// nothing was written, and the same write passes once space is freed
+	// (deleting sessions frees it).
+	ErrStorageFull = errors.New("store full")
 )
 
 // HeadMovedError is an ErrHeadMoved with the session's actual head.
