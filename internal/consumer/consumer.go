@@ -523,6 +523,11 @@ func (c *Consumer) answeredBefore(ctx context.Context, log *slog.Logger, msg jet
 		return true
 	case stored != nil:
 		log.Info("answered before: acknowledged again", slog.Bool("failed", stored.Failed))
+		if stored.Failed {
+			c.failed.Add(1)
+		} else {
+			c.completed.Add(1)
+		}
 		c.ack(log, msg)
 		return true
 	}
