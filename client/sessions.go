@@ -21,7 +21,8 @@ type Error struct {
 	// Subject is the endpoint's.
 	Subject string
 	// Code is HTTP-like: 400 bad input, 404 no such session, 409 a taken
-	// id or a moved head, 413 an answer too large, 503 retry, 500.
+	// id or a moved head, 413 an answer too large, 507 the store full,
+	// 503 retry, 500.
 	Code int
 	// Status says what happened to the request: "not_applied" (nothing
 	// was written, and the same request will be refused again), "retry"
@@ -40,10 +41,10 @@ func (e *Error) Error() string {
 // Retryable reports whether the same request may succeed when repeated.
 func (e *Error) Retryable() bool { return e.Status == api.StatusRetry || e.Code == 503 }
 
-// Is makes errors.Is(err, ErrNotFound) and errors.Is(err, ErrConflict)
-// work on an Error.
+// Is makes errors.Is(err, ErrNotFound), errors.Is(err, ErrConflict) and
+// errors.Is(err, ErrStorageFull) work on an Error.
 func (e *Error) Is(target error) bool {
-	return target == ErrNotFound && e.Code == 404 || target == ErrConflict && e.Code == 409
+	return target == ErrNotFound && e.Code == 404 || target == ErrConflict && e.Code == 409 || target == ErrStorageFull && e.Code == 507
 }
 
 // Errors to test with errors.Is.
@@ -53,6 +54,10 @@ var (
 	// ErrConflict: the session exists with other content, or an append's
 	// expected head moved.
 	ErrConflict = errors.New("conflict")
+	// ErrStorageFull: the store has no room for the write (nothing was
+	// written); the same request passes once space is freed (sessions
+	// deleted, the server's store raised).
+	ErrStorageFull = errors.New("the store is full")
 	// ErrNoService: no compactor answers on the endpoint's subject.
 	ErrNoService = errors.New("no compactor service answers (is `compactor serve` running against this NATS server?)")
 )

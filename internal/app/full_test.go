@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/natstest"
@@ -66,6 +68,14 @@ func TestFullStore(t *testing.T) {
 	// Refused at once, not retried for the 15 s an unavailable store gets.
 	if took > 5*time.Second {
 		t.Fatalf("the refusal took %v", took)
+	}
+	// The Go client says so.
+	gc, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gc.Append(context.Background(), "full-1", []client.Message{client.Text("by-client", client.User, text)}); !errors.Is(err, client.ErrStorageFull) {
+		t.Fatalf("the Go client's append on a full store: %v, want ErrStorageFull", err)
 	}
 	if c, body := probe(a.MetricsAddr, "/readyz"); c != 503 || !strings.Contains(body, "room") {
 		t.Fatalf("/readyz answered %d %q with the store full", c, body)

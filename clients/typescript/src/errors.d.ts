@@ -16,6 +16,7 @@ export declare class EndpointError extends CompactorError {
 }
 export declare class NotFoundError extends EndpointError {}
 export declare class ConflictError extends EndpointError {}
+export declare class StorageFullError extends EndpointError {}
 export declare class NoServiceError extends CompactorError {
   subject: string;
 }

@@ -53,6 +53,17 @@ export class ConflictError extends EndpointError {
   }
 }
 
+/**
+ * The store has no room for the write (an endpoint's 507): nothing was
+ * written; the same request passes once space is freed.
+ */
+export class StorageFullError extends EndpointError {
+  constructor(...args) {
+    super(...args);
+    this.name = "StorageFullError";
+  }
+}
+
 /** No compactor service answers on the subject. */
 export class NoServiceError extends CompactorError {
   constructor(subject, options) {

@@ -18,6 +18,7 @@ import {
   NoResultError,
   NoServiceError,
   NotFoundError,
+  StorageFullError,
 } from "./errors.js";
 
 export * from "./errors.js";
@@ -593,5 +594,6 @@ export class CompactorClient {
 function endpointError(subject, { code, message, body }) {
   if (code === 404) return new NotFoundError(subject, code, message, body);
   if (code === 409) return new ConflictError(subject, code, message, body);
+  if (code === 507) return new StorageFullError(subject, code, message, body);
   return new EndpointError(subject, code, message, body);
 }
