@@ -23,6 +23,7 @@ type pipelineFlags struct {
 	provider *string
 	baseURL  *string
 	timeout  *time.Duration
+	hedge    *bool
 }
 
 // addPipelineFlags reads --config from args (it sets the flags' defaults)
@@ -43,6 +44,7 @@ func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pi
 		timeoutUsage = fmt.Sprintf("limit of one summary model call (default %v, or the config file's timeout)", conf.Timeout)
 	}
 	p.timeout = fs.Duration("timeout", 0, timeoutUsage)
+	p.hedge = fs.Bool("hedge", true, "make a second call beside a request's summary call that runs past three times the provider's p95 (at least 2 s), the first answer winning, so a hung call does not hold the request for --timeout")
 	fs.IntVar(&cfg.KeepRecentTurns, "keep-recent-turns", cfg.KeepRecentTurns, "turns kept raw")
 	fs.IntVar(&cfg.MaxSummaryTokens, "max-summary-tokens", cfg.MaxSummaryTokens, "summary budget in tokens")
 	fs.IntVar(&cfg.MaxMessages, "max-messages", cfg.MaxMessages, "compact when the context has more messages (0: never)")
@@ -91,7 +93,11 @@ func (p *pipelineFlags) validate() error {
 // summarizer builds the model router; counter sizes the extractive
 // summariser's budget. A provider without its key is an error now.
 func (p *pipelineFlags) summarizer(counter *tokens.Counter) (*router.Router, error) {
-	return router.FromSettings(router.Settings{Provider: *p.provider, BaseURL: *p.baseURL, Timeout: p.callTimeout(),
+	var hedge *router.Hedge
+	if !*p.hedge {
+		hedge = &router.Hedge{}
+	}
+	return router.FromSettings(router.Settings{Provider: *p.provider, BaseURL: *p.baseURL, Timeout: p.callTimeout(), Hedge: hedge,
 		Models: p.conf.Models, Extractive: extractive.New(counter)})
 }
 

@@ -207,3 +207,15 @@ func TestRedeliveryAfterAFailureAnswersWithIt(t *testing.T) {
 		t.Fatalf("%d deliveries received, want the one redelivery", st.Received)
 	}
 }
+
+// Issue 42: a storage blip at a request's fourth delivery cost a 2-minute
+// redelivery delay. The delays stay within seconds whatever the delivery.
+func TestRetryDelaysStayShort(t *testing.T) {
+	for delivered := uint64(1); delivered <= 10; delivered++ {
+		for range 20 {
+			if d := consumer.DefaultRetryDelay(delivered); d < 800*time.Millisecond || d > 12*time.Second {
+				t.Fatalf("delivery %d: delay %v, want 0.8 s to 12 s", delivered, d)
+			}
+		}
+	}
+}

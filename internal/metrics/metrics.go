@@ -48,6 +48,8 @@ type Metrics struct {
 	// model asked for, outcome and purpose.
 	modelCalls    *prometheus.CounterVec
 	modelDuration *prometheus.HistogramVec
+	// hedges are the second calls of attempts whose first ran long.
+	hedges *prometheus.CounterVec
 }
 
 // New registers the collectors. version is the service's, reported as
@@ -99,12 +101,15 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 		modelDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "model_call_duration_seconds",
 			Help:    "Time of one call to a summary model provider, by provider, model asked for, outcome and purpose.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120}}, []string{"provider", "model", "outcome", "purpose"}),
+		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "model_calls_hedged_total",
+			Help: "Second calls made beside a request's call that ran past three times the provider's p95 (counted in model_calls_total too), by provider, model and outcome (ok: it answered first; cancelled: the first answered)."},
+			[]string{"provider", "model", "outcome"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preparation_runs_total",
 			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed, cancelled."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
 		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,
-		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut, m.modelCalls, m.modelDuration,
+		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut, m.modelCalls, m.modelDuration, m.hedges,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -278,6 +283,9 @@ func (m *Metrics) ObserveModelCall(c router.Call) {
 	}
 	m.modelCalls.WithLabelValues(c.Provider, c.Model, c.Outcome, purpose).Inc()
 	m.modelDuration.WithLabelValues(c.Provider, c.Model, c.Outcome, purpose).Observe(c.Duration.Seconds())
+	if c.Hedged {
+		m.hedges.WithLabelValues(c.Provider, c.Model, c.Outcome).Inc()
+	}
 }
 
 // ObservePreparation counts one preparation by its outcome.

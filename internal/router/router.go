@@ -17,6 +17,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -48,7 +49,10 @@ type Router struct {
 	table     *models.Table
 	retry     Retry
 	timeout   time.Duration
-	observe   atomic.Pointer[func(Call)]
+	hedge     Hedge
+	// latency holds each provider's and model's *latencies.
+	latency sync.Map
+	observe atomic.Pointer[func(Call)]
 }
 
 // Call is one model call as the router made it (each retry is a call of
@@ -58,6 +62,8 @@ type Router struct {
 type Call struct {
 	Provider, Model, Outcome, Purpose string
 	Duration                          time.Duration
+	// Hedged: the second call of an attempt whose first ran long.
+	Hedged bool
 }
 
 // Call outcomes.
@@ -87,6 +93,8 @@ func outcomeOf(ctx context.Context, err error) string {
 	switch {
 	case err == nil:
 		return CallOK
+	case errors.Is(ctx.Err(), context.Canceled):
+		return CallCancelled // given up on (a hedge answered first, the request ended), whatever the transport said
 	case errors.Is(err, pipeline.ErrContextLength):
 		return CallContextLength
 	case errors.Is(err, ErrRateLimited):
@@ -131,6 +139,17 @@ func WithTimeout(d time.Duration) Option {
 	}
 }
 
+// WithHedge replaces the hedging policy (a zero Factor: no hedging).
+func WithHedge(h Hedge) Option {
+	return func(rt *Router) error {
+		if h.Factor < 0 || h.Floor < 0 || h.MinSamples < 0 {
+			return errors.New("router: hedge factor, floor and samples must not be negative")
+		}
+		rt.hedge = h
+		return nil
+	}
+}
+
 // WithModels sets the model table used to find a model's provider.
 func WithModels(t *models.Table) Option {
 	return func(rt *Router) error {
@@ -145,7 +164,7 @@ func WithModels(t *models.Table) Option {
 // New returns a router over providers; def names the one used when neither
 // the request nor the model table picks a configured provider.
 func New(def string, providers []Provider, opts ...Option) (*Router, error) {
-	r := &Router{providers: map[string]Provider{}, def: def, table: models.Default(), retry: DefaultRetry(), timeout: 60 * time.Second}
+	r := &Router{providers: map[string]Provider{}, def: def, table: models.Default(), retry: DefaultRetry(), timeout: 60 * time.Second, hedge: DefaultHedge()}
 	for _, p := range providers {
 		r.providers[p.Name()] = p
 	}
@@ -211,38 +230,7 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 				return pipeline.SummaryResponse{}, errors.Join(err, last)
 			}
 		}
-		callCtx, cancel := context.WithTimeout(ctx, r.timeout)
-		// A CLIENT span per call (GenAI conventions: "chat {model}").
-		callCtx, span := telemetry.Tracer().Start(callCtx, "chat "+req.Model, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.provider.name", p.Name()),
-				attribute.String("gen_ai.request.model", req.Model), attribute.Int("gen_ai.request.max_tokens", req.MaxTokens),
-				attribute.String("compactor.task", string(req.Task)), attribute.Int("compactor.attempt", attempt+1)))
-		start := time.Now()
-		resp, err := p.Summarize(callCtx, req)
-		outcome := outcomeOf(callCtx, err)
-		if span.IsRecording() {
-			if resp.Model != "" {
-				span.SetAttributes(attribute.String("gen_ai.response.model", resp.Model))
-			}
-			if resp.InputTokens > 0 || resp.OutputTokens > 0 {
-				span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.InputTokens), attribute.Int("gen_ai.usage.output_tokens", resp.OutputTokens))
-			}
-			if resp.CacheReadTokens > 0 || resp.CacheWriteTokens > 0 {
-				span.SetAttributes(attribute.Int("gen_ai.usage.cache_read.input_tokens", resp.CacheReadTokens),
-					attribute.Int("gen_ai.usage.cache_creation.input_tokens", resp.CacheWriteTokens))
-			}
-			if err != nil {
-				span.SetAttributes(attribute.String("error.type", outcome))
-			}
-			telemetry.Fail(span, err)
-		}
-		span.End()
-		if f := r.observe.Load(); f != nil {
-			// The model asked for, not the one answering (a provider names
-			// a dated version): one label per configured model.
-			(*f)(Call{Provider: p.Name(), Model: req.Model, Outcome: outcome, Purpose: pipeline.Purpose(ctx), Duration: time.Since(start)})
-		}
-		cancel()
+		resp, err := r.attempt(ctx, p, req, attempt)
 		if err == nil {
 			return resp, nil
 		}
@@ -259,6 +247,88 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 	return pipeline.SummaryResponse{}, last
 }
 
+// attempt is one attempt of a summary call: one provider call, and for a
+// request's call that runs past hedgeAfter a second beside it, the first
+// answer winning (the other is cancelled); an error only when every call
+// made failed (the last one's).
+func (r *Router) attempt(ctx context.Context, p Provider, req pipeline.SummaryRequest, n int) (pipeline.SummaryResponse, error) {
+	after, hedge := r.hedgeAfter(p.Name(), req.Model)
+	if !hedge || pipeline.Purpose(ctx) == pipeline.PurposePreparation {
+		return r.call(ctx, p, req, n, false)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the call that lost
+	type answer struct {
+		resp pipeline.SummaryResponse
+		err  error
+	}
+	answers := make(chan answer, 2)
+	start := func(hedged bool) {
+		go func() {
+			resp, err := r.call(ctx, p, req, n, hedged)
+			answers <- answer{resp, err}
+		}()
+	}
+	start(false)
+	timer := time.NewTimer(after)
+	defer timer.Stop()
+	running := 1
+	for {
+		select {
+		case a := <-answers:
+			running--
+			if a.err == nil || running == 0 {
+				return a.resp, a.err
+			}
+		case <-timer.C:
+			running++
+			start(true)
+		}
+	}
+}
+
+// call makes one provider call within the call timeout, under a CLIENT
+// span, observed; an answer adds to the provider's latency estimate.
+func (r *Router) call(ctx context.Context, p Provider, req pipeline.SummaryRequest, n int, hedged bool) (pipeline.SummaryResponse, error) {
+	callCtx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	// A CLIENT span per call (GenAI conventions: "chat {model}").
+	callCtx, span := telemetry.Tracer().Start(callCtx, "chat "+req.Model, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", "chat"), attribute.String("gen_ai.provider.name", p.Name()),
+			attribute.String("gen_ai.request.model", req.Model), attribute.Int("gen_ai.request.max_tokens", req.MaxTokens),
+			attribute.String("compactor.task", string(req.Task)), attribute.Int("compactor.attempt", n+1), attribute.Bool("compactor.hedged", hedged)))
+	start := time.Now()
+	resp, err := p.Summarize(callCtx, req)
+	took := time.Since(start)
+	outcome := outcomeOf(callCtx, err)
+	if span.IsRecording() {
+		if resp.Model != "" {
+			span.SetAttributes(attribute.String("gen_ai.response.model", resp.Model))
+		}
+		if resp.InputTokens > 0 || resp.OutputTokens > 0 {
+			span.SetAttributes(attribute.Int("gen_ai.usage.input_tokens", resp.InputTokens), attribute.Int("gen_ai.usage.output_tokens", resp.OutputTokens))
+		}
+		if resp.CacheReadTokens > 0 || resp.CacheWriteTokens > 0 {
+			span.SetAttributes(attribute.Int("gen_ai.usage.cache_read.input_tokens", resp.CacheReadTokens),
+				attribute.Int("gen_ai.usage.cache_creation.input_tokens", resp.CacheWriteTokens))
+		}
+		if err != nil {
+			span.SetAttributes(attribute.String("error.type", outcome))
+		}
+		telemetry.Fail(span, err)
+	}
+	span.End()
+	if f := r.observe.Load(); f != nil {
+		// The model asked for, not the one answering (a provider names
+		// a dated version): one label per configured model.
+		(*f)(Call{Provider: p.Name(), Model: req.Model, Outcome: outcome, Purpose: pipeline.Purpose(ctx), Duration: took, Hedged: hedged})
+	}
+	if err == nil {
+		r.latencyOf(p.Name(), req.Model).add(took)
+	}
+	return resp, err
+}
+
 // Settings configure the providers from flags, a config file and the
 // environment.
 type Settings struct {
@@ -269,8 +339,10 @@ type Settings struct {
 	BaseURL string
 	Timeout time.Duration
 	Retry   *Retry
-	Client  *http.Client
-	Models  *models.Table
+	// Hedge replaces DefaultHedge (nil: the default).
+	Hedge  *Hedge
+	Client *http.Client
+	Models *models.Table
 	// Extractive is the offline summariser; it is always configured.
 	Extractive pipeline.Summarizer
 	// Getenv reads API keys (OPENAI_API_KEY, ANTHROPIC_API_KEY); nil means
@@ -324,6 +396,9 @@ func FromSettings(s Settings) (*Router, error) {
 	}
 	if s.Retry != nil {
 		opts = append(opts, WithRetry(*s.Retry))
+	}
+	if s.Hedge != nil {
+		opts = append(opts, WithHedge(*s.Hedge))
 	}
 	return New(s.Provider, providers, opts...)
 }

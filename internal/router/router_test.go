@@ -340,3 +340,78 @@ func TestReadsMessagesOnlyFollowsTheProvider(t *testing.T) {
 		t.Fatal("a summariser that does not say so reads the prompt")
 	}
 }
+
+// Issue 42: a hung call was waited out in full (the call timeout, 60 s by
+// default). Once the provider's latency is known, a request's call that
+// runs past three times its p95 gets a second call beside it; the first
+// answer wins and the hung call is cancelled. A preparation's call is not
+// hedged (no runtime waits for it).
+func TestHungCallIsHedged(t *testing.T) {
+	var replies []reply
+	for range 20 {
+		replies = append(replies, reply{status: 200, body: openAIOK, delay: 10 * time.Millisecond})
+	}
+	replies = append(replies, reply{status: 200, body: openAIOK, delay: time.Hour}, reply{status: 200, body: openAIOK})
+	srv := newServer(t, replies...)
+	retry := router.DefaultRetry()
+	retry.Sleep = (&sleeps{}).sleep
+	r, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: srv.URL, Timeout: time.Minute, Retry: &retry,
+		Hedge: &router.Hedge{Factor: 3, Floor: 200 * time.Millisecond, MinSamples: 20}, Extractive: nopSummarizer{},
+		Getenv: func(string) string { return "sk-test" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var calls []router.Call
+	r.Observe(func(c router.Call) { mu.Lock(); calls = append(calls, c); mu.Unlock() })
+	for range 20 {
+		if _, err := r.Summarize(context.Background(), request("gpt-4o")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	resp, err := r.Summarize(context.Background(), request("gpt-4o"))
+	took := time.Since(start)
+	if err != nil || resp.InputTokens != 321 {
+		t.Fatalf("the hedged call: %v %+v", err, resp)
+	}
+	// Answered by the hedge, not after the call timeout.
+	if took > 30*time.Second || srv.count() != 22 {
+		t.Fatalf("answered in %v after %d calls, want the hedge's answer (22 calls)", took, srv.count())
+	}
+	natsEventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls) == 22
+	})
+	mu.Lock()
+	hung, hedge := calls[20], calls[21]
+	if !hedge.Hedged { // the observer may see the hedge's answer before the cancelled hung call
+		hung, hedge = hedge, hung
+	}
+	mu.Unlock()
+	if !hedge.Hedged || hedge.Outcome != router.CallOK || hung.Hedged || hung.Outcome != router.CallCancelled {
+		t.Fatalf("the hung call %+v and its hedge %+v", hung, hedge)
+	}
+	// A preparation's call waits for its own answer.
+	srv.mu.Lock()
+	srv.replies = append(srv.replies[:len(srv.replies)-1], reply{status: 200, body: openAIOK, delay: 500 * time.Millisecond}, reply{status: 200, body: openAIOK})
+	srv.mu.Unlock()
+	before := srv.count()
+	if _, err := r.Summarize(pipeline.WithPurpose(context.Background(), pipeline.PurposePreparation), request("gpt-4o")); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.count() - before; n != 1 {
+		t.Fatalf("a preparation's slow call made %d calls, want 1 (no hedge)", n)
+	}
+}
+
+func natsEventually(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("not within 10s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
