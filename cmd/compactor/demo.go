@@ -67,7 +67,14 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if *sf.dataDir == "" && *sf.nats.url == "" {
+	if *sf.nats.url != "" {
+		// A demo must never serve: against another server it would join
+		// the real service's consumer and endpoints with the demo's
+		// settings, and answer real sessions' requests.
+		fmt.Fprintf(stderr, "compactor demo runs its own NATS server and service: the NATS URL %s (--nats-url or NATS_URL) is not used\n", redactURL(*sf.nats.url))
+		*sf.nats.url = ""
+	}
+	if *sf.dataDir == "" {
 		dir, err := os.MkdirTemp("", "compactor-demo-")
 		if err != nil {
 			return err

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"net"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/sessions"
 )
 
@@ -78,4 +80,28 @@ func freePort(t *testing.T) int {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Issue 42: demo with NATS_URL set started its own service against that
+// server, joined the real service's consumer and endpoints, and answered
+// real sessions' requests. A demo never serves another server: it runs
+// its own, and the server named is left untouched.
+func TestDemoNeverServesAnotherServer(t *testing.T) {
+	srv := natstest.Server(t, t.TempDir(), -1)
+	t.Setenv("NATS_URL", srv.ClientURL())
+	code, out, stderr := runCLI(t, "demo")
+	if code != 0 || !strings.Contains(out, "→ compacted") {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, out)
+	}
+	if !strings.Contains(stderr, "is not used") {
+		t.Fatalf("the demo does not say it ignores NATS_URL: %s", stderr)
+	}
+	_, js := natstest.Connect(t, srv)
+	if names := js.StreamNames(context.Background()); names.Err() != nil {
+		t.Fatal(names.Err())
+	} else {
+		for name := range names.Name() {
+			t.Fatalf("the demo made stream %s on the server NATS_URL names", name)
+		}
+	}
 }
