@@ -159,38 +159,30 @@ func (c *Client) publish(ctx context.Context, route events.Route, sid string, re
 	return ack, nil
 }
 
-// resultStream keeps every result and circuit event.
-const resultStream = "COMPACTION_EVENTS"
-
-// storedResult reads the stored result event of a request sent before
-// (a request has one: the first published, whichever kind) from the
-// result stream, with an ordered consumer on the session's events: nil
-// when none is stored yet.
-func (c *Client) storedResult(ctx context.Context, sid, completed, failed string) (*nats.Msg, error) {
-	cons, err := c.js.OrderedConsumer(ctx, resultStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"compaction.*." + sid}})
-	if err != nil {
-		return nil, fmt.Errorf("client: read stored results: %w", err)
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("client: read stored results: %w", err)
-	}
-	var found *nats.Msg
-	for pending := info.NumPending; pending > 0; {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			return nil, fmt.Errorf("client: read stored results: %w", err)
+// storedResult reads the result stored for a request sent before (a
+// request has one: the first published, whichever kind) through the
+// compactor.result.get endpoint: its CompactionCompleted data, or a
+// *FailedError; done false when none is stored yet.
+func (c *Client) storedResult(ctx context.Context, sid, requestID string) (res *Completed, done bool, err error) {
+	var stored api.StoredResult
+	err = c.call(ctx, api.SubjectResult, api.ResultRequest{SessionID: sid, RequestID: requestID}, &stored)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("client: read the stored result: %w", err)
+	case stored.Type == events.TypeCompactionFailed:
+		var f Failed
+		if err := json.Unmarshal(stored.Data, &f); err != nil {
+			return nil, false, fmt.Errorf("client: read the stored result: %w", err)
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return nil, err
-		}
-		pending = md.NumPending
-		if id := m.Headers().Get("ce-id"); found == nil && (id == completed || id == failed) {
-			found = &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-		}
+		return nil, true, &FailedError{Failed: f}
 	}
-	return found, nil
+	var r Completed
+	if err := json.Unmarshal(stored.Data, &r); err != nil {
+		return nil, false, fmt.Errorf("client: read the stored result: %w", err)
+	}
+	return &r, true, nil
 }
 
 // ErrNoResult: no result arrived before the context ended. The request is
@@ -237,13 +229,9 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 	}
 	if ack.Duplicate {
 		// Sent before: its result may be stored already.
-		m, err := c.storedResult(fctx, sessionID, completed, failed)
-		if err != nil {
-			return nil, err
-		}
-		if m != nil {
-			_, done, err := decodeResult(m)
-			return done, err
+		res, done, err := c.storedResult(fctx, sessionID, req.RequestID)
+		if done || err != nil {
+			return res, err
 		}
 	}
 	for {

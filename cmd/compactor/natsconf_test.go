@@ -204,14 +204,32 @@ func TestNATSConfRoles(t *testing.T) {
 	if _, err := observer.nc.Request("$SRV.PING."+api.Name, nil, 2*time.Second); err != nil {
 		t.Fatalf("observer cannot ping the service: %v", err)
 	}
+	// A session's latest event, by a direct get on its subject.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	oc, err := observer.js.OrderedConsumer(ctx, consumer.ResultStream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"compaction.completed.r1"}})
-	if err != nil {
-		t.Fatalf("observer cannot read the result stream: %v", err)
+	if m, err := observer.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+consumer.ResultStream+".compaction.completed.r1", nil); err != nil ||
+		m.Header.Get("ce-type") != events.TypeCompactionCompleted {
+		t.Fatalf("observer reading the session's latest result: %v %v", err, m)
 	}
-	if _, err := oc.Next(jetstream.FetchMaxWait(5 * time.Second)); err != nil {
-		t.Fatalf("observer reading the result stream: %v", err)
+	// Issue 42: the runtime and observer roles pulled from, acked, read
+	// and deleted any consumer of COMPACTION_EVENTS, so a default-account
+	// runtime read tenant A's results through an operator's consumer
+	// filtered to them, and deleted it. They may use no consumer now.
+	admin := connectAs(t, as("admin"))
+	if _, err := admin.js.CreateOrUpdateConsumer(ctx, consumer.ResultStream, jetstream.ConsumerConfig{Durable: "tenant_a_results",
+		FilterSubject: "tenant.TENANT_A.compaction.>", AckPolicy: jetstream.AckExplicitPolicy}); err != nil {
+		t.Fatal(err)
+	}
+	for _, role := range []*roleConn{runtime, observer} {
+		role.deniedPublish(t, "$JS.API.CONSUMER.MSG.NEXT.COMPACTION_EVENTS.tenant_a_results")
+		role.deniedPublish(t, "$JS.API.CONSUMER.INFO.COMPACTION_EVENTS.tenant_a_results")
+		role.deniedPublish(t, "$JS.API.CONSUMER.DELETE.COMPACTION_EVENTS.tenant_a_results")
+		role.deniedPublish(t, "$JS.ACK.COMPACTION_EVENTS.tenant_a_results.1.1.1.1.1")
+		role.deniedPublish(t, "$JS.API.CONSUMER.CREATE.COMPACTION_EVENTS.mine.compaction.>")
+		role.deniedPublish(t, "$JS.API.DIRECT.GET.COMPACTION_EVENTS.tenant.TENANT_A.compaction.completed.r1")
+	}
+	if _, err := admin.js.Consumer(ctx, consumer.ResultStream, "tenant_a_results"); err != nil {
+		t.Fatalf("the operator's consumer: %v", err)
 	}
 	// A command the user may not run fails at once, naming the user and
 	// the denied subject (it used to wait for its whole timeout).
@@ -234,27 +252,22 @@ func TestNATSConfRoles(t *testing.T) {
 }
 
 // sdkRequest sends a ContextOverBudget with the CloudEvents SDK's JetStream
-// binding and waits for its result through the binding's consumer.
+// binding and waits for its result on a core subscription to its subject,
+// as the runtime role may (it makes no consumer on the result stream; the
+// SDK's core NATS binding reads structured mode only, and results are
+// binary mode).
 func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rcv, err := cejs.NewConsumerFromConn(nc, consumer.ResultStream, events.ResultSubjects, nil, nil)
-	if err != nil {
-		t.Fatalf("the SDK's consumer on %s: %v", events.ResultSubjects, err)
-	}
-	rc, err := cloudevents.NewClient(rcv)
+	sub, err := nc.SubscribeSync(events.CompletedPrefix + sid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan cloudevents.Event, 16)
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = rc.StartReceiver(rctx, func(ev cloudevents.Event) { got <- ev })
-	}()
-	defer func() { stop(); <-done }()
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	snd, err := cejs.NewSenderFromConn(nc, consumer.RequestStream, events.OverBudgetPrefix+sid, nil)
 	if err != nil {
 		t.Fatalf("the SDK's sender: %v", err)
@@ -275,16 +288,19 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 	}
 	want := events.RequestResultID(id)
 	for {
-		select {
-		case ev := <-got:
-			if ev.ID() == want {
-				if ev.Type() != events.TypeCompactionCompleted || ev.DataContentType() != "application/json" {
-					t.Fatalf("the SDK read the result as %s", ev)
-				}
-				return
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			t.Fatalf("no result: %v", err)
+		}
+		got, err := events.DecodeEvent(m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID() == want {
+			if got.Type() != events.TypeCompactionCompleted {
+				t.Fatalf("the result is %s", got)
 			}
-		case <-ctx.Done():
-			t.Fatal("no result through the SDK's consumer")
+			return
 		}
 	}
 }

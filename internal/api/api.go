@@ -52,6 +52,7 @@ const (
 	SubjectDelete   = "compactor.session.delete"
 	SubjectUpload   = "compactor.session.upload"
 	SubjectList     = "compactor.session.list"
+	SubjectResult   = "compactor.result.get"
 	defaultTimeout  = 5 * time.Minute
 	defaultWorkers  = 64
 )
@@ -180,6 +181,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		{"session_history", SubjectHistory, "the record, every message and every compaction", s.sessionHistory},
 		{"session_upload", SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
 		{"session_list", SubjectList, "a page of the stored sessions: {\"limit\" (default 100, at most 1000), \"after\" (the previous page's \"next\"), \"prefix\", \"model\", \"idle_for\" (a duration, e.g. \"24h\"), \"compacted\" (true or false)}; answers {\"sessions\", \"next\"}", s.sessionList},
+		{"result_get", SubjectResult, "the result event stored for a request sent within the requests' deduplication window: {\"session_id\", \"request_id\"}; answers {\"type\", \"id\", \"data\"} (CompactionCompleted or CompactionFailed), 404 when none is stored yet", s.resultGet},
 		{"session_delete", SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	}
 	for _, e := range endpoints {
@@ -683,6 +685,53 @@ func (s *Server) answeredBefore(ctx context.Context, reply string, req CompactRe
 	}
 	s.replyTo(reply, failedCode(pipeline.Reason(f.Reason), f.Retryable), events.HeaderValue(f.Reason+": answered before: "+f.Error), stored.Data)
 	return true
+}
+
+// ResultRequest asks for the result event stored for a request.
+type ResultRequest struct {
+	SessionID string `json:"session_id"`
+	RequestID string `json:"request_id"`
+}
+
+// StoredResult is a request's result event as the result stream keeps
+// it: its type (CompactionCompleted or CompactionFailed), id and data.
+type StoredResult struct {
+	Type string          `json:"type"`
+	ID   string          `json:"id"`
+	Data json.RawMessage `json:"data"`
+}
+
+// maxRequestID bounds a request id (a CloudEvent's id).
+const maxRequestID = 256
+
+// errNoResult: no result of the request is stored (yet).
+var errNoResult = fmt.Errorf("no result stored: %w", session.ErrNotFound)
+
+// resultGet answers the result event stored for a request sent within the
+// requests' deduplication window (what a runtime whose request was a
+// duplicate reads, instead of a consumer on the result stream, which the
+// runtime role may not make).
+func (s *Server) resultGet(r micro.Request) {
+	var req ResultRequest
+	if !s.decodeSession(r, &req, &req.SessionID) {
+		return
+	}
+	if req.RequestID == "" || len(req.RequestID) > maxRequestID {
+		s.fail(r, fmt.Errorf("%w: request_id must be 1-%d characters", errBadRequest, maxRequestID))
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) {
+		stored, err := s.d.Publisher.Answered(ctx, req.SessionID, req.RequestID, time.Now().Add(-consumer.DedupWindow))
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%w: %v", session.ErrUnavailable, err)
+		case stored == nil:
+			return nil, fmt.Errorf("request %s of session %s: %w", req.RequestID, req.SessionID, errNoResult)
+		case stored.Failed:
+			return StoredResult{Type: events.TypeCompactionFailed, ID: events.FailedResultID(req.RequestID), Data: stored.Data}, nil
+		}
+		return StoredResult{Type: events.TypeCompactionCompleted, ID: events.RequestResultID(req.RequestID), Data: stored.Data}, nil
+	})
 }
 
 func (s *Server) breakerGet(r micro.Request) {

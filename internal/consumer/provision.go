@@ -101,7 +101,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, set Settings) error 
 	streams := []jetstream.StreamConfig{
 		{Name: RequestStream, Subjects: []string{RequestSubject, tenant.Wildcard(RequestSubject)}, Retention: jetstream.WorkQueuePolicy, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
 		{Name: DLQStream, Subjects: []string{DLQSubject, MaxDeliveriesAdvisory, tenant.Wildcard(DLQSubject)}, Duplicates: DedupWindow, MaxAge: 30 * 24 * time.Hour},
-		{Name: ResultStream, Subjects: []string{ResultSubject, tenant.Wildcard(ResultSubject)}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour},
+		// Direct gets: an observer reads a session's latest event by its
+		// subject, with no consumer.
+		{Name: ResultStream, Subjects: []string{ResultSubject, tenant.Wildcard(ResultSubject)}, Duplicates: DedupWindow, MaxAge: 7 * 24 * time.Hour, AllowDirect: true},
 	}
 	bytes := set.EventBytes
 	if bytes == 0 {
@@ -159,7 +161,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	have := st.CachedInfo().Config
 	if slices.Equal(have.Subjects, want.Subjects) && have.Retention == want.Retention && have.Duplicates == want.Duplicates &&
 		have.MaxAge == want.MaxAge && max(have.Replicas, 1) == want.Replicas && have.Storage == want.Storage &&
-		max(have.MaxBytes, 0) == max(want.MaxBytes, 0) && (want.MaxBytes <= 0 || have.Discard == want.Discard) {
+		max(have.MaxBytes, 0) == max(want.MaxBytes, 0) && (want.MaxBytes <= 0 || have.Discard == want.Discard) && have.AllowDirect == want.AllowDirect {
 		return nil
 	}
 	if have.Retention != want.Retention || have.Storage != want.Storage {
@@ -168,7 +170,7 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	}
 	upd := have
 	upd.Subjects, upd.Duplicates, upd.MaxAge, upd.Replicas = want.Subjects, want.Duplicates, want.MaxAge, want.Replicas
-	upd.MaxBytes, upd.Discard = want.MaxBytes, want.Discard
+	upd.MaxBytes, upd.Discard, upd.AllowDirect = want.MaxBytes, want.Discard, want.AllowDirect
 	if want.MaxBytes == 0 {
 		upd.MaxBytes = -1
 	}

@@ -275,7 +275,7 @@ export interface NewSession {
   messages?: Message[];
 }
 
-export declare const Subjects: Readonly<Record<"create" | "append" | "upload" | "context" | "history" | "message" | "delete" | "breaker" | "compact", string>>;
+export declare const Subjects: Readonly<Record<"create" | "append" | "upload" | "context" | "history" | "message" | "delete" | "breaker" | "compact" | "result", string>>;
 export declare const EventSubjects: Readonly<Record<"CompactionCompleted" | "CompactionFailed" | "CompactionCircuitOpened" | "CompactionCircuitClosed", string>>;
 export declare const DEFAULT_SOURCE: string;
 

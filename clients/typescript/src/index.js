@@ -34,6 +34,7 @@ export const Subjects = Object.freeze({
   delete: "compactor.session.delete",
   breaker: "compactor.breaker.get",
   compact: "compactor.compact",
+  result: "compactor.result.get",
 });
 
 /** The request triggers and their event types and subject prefixes. */
@@ -52,8 +53,6 @@ export const EventSubjects = Object.freeze({
 });
 
 export const DEFAULT_SOURCE = "urn:compactor:client";
-// The stream that keeps every result and circuit event.
-const RESULT_STREAM = "COMPACTION_EVENTS";
 const SESSION_ID = /^[A-Za-z0-9_-]{1,200}$/;
 // What an upload's part and the parts of one message may be (the
 // service's bounds).
@@ -435,29 +434,14 @@ export class CompactorClient {
 
   /**
    * The stored result event of a request (a request has one: the first
-   * published, whichever kind), read from the COMPACTION_EVENTS stream with
-   * an ordered consumer on the session's events; undefined when none.
+   * published, whichever kind) through the compactor.result.get endpoint:
+   * {type, id, data}; undefined when none is stored yet.
    */
   async #storedResult(sessionId, requestId) {
-    const consumer = await this.#js.consumers.get(RESULT_STREAM, { filter_subjects: "compaction.*." + sessionId, deliver_policy: "all" });
-    let found;
-    try {
-      let pending = (await consumer.info()).num_pending;
-      while (pending > 0) {
-        const m = await consumer.next({ expires: 5_000 });
-        if (!m) break;
-        pending = m.info.pending;
-        try {
-          const ev = decodeEvent(m);
-          if (!found && ev.data?.request_id === requestId && (ev.type === "CompactionCompleted" || ev.type === "CompactionFailed")) found = ev;
-        } catch {
-          // not an event
-        }
-      }
-    } finally {
-      await consumer.delete().catch(() => {});
-    }
-    return found;
+    const r = await this.#call(Subjects.result, { session_id: sessionId, request_id: requestId });
+    if (r.error?.code === 404) return undefined;
+    if (r.error) throw endpointError(Subjects.result, r.error);
+    return r.value;
   }
 
   /**
