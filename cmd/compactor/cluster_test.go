@@ -38,9 +38,11 @@ func cluster(t *testing.T) []*server.Server {
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 		servers = append(servers, s)
 	}
+	// A node is ready once its JetStream has joined the others: a minute,
+	// where other packages' tests load the machine.
 	for _, s := range servers {
-		if !s.ReadyForConnections(20 * time.Second) {
-			t.Fatal("cluster node not ready")
+		if !s.ReadyForConnections(time.Minute) {
+			t.Fatal("cluster node not ready within a minute")
 		}
 	}
 	natstest.Eventually(t, 60*time.Second, 100*time.Millisecond, func() error {
