@@ -96,10 +96,11 @@ type Deps struct {
 	Quotas Quotas
 }
 
-// Quotas admits a tenant's compactor.compact call (quota.Quotas): done
-// ends it.
+// Quotas admits a tenant's compactor.compact call and session writes
+// (quota.Quotas): done and release end them.
 type Quotas interface {
 	Compact(ctx context.Context, t string) (done func(), err error)
+	Writes(t string) (release func(), err error)
 }
 
 // Server answers the endpoints.
@@ -107,7 +108,7 @@ type Server struct {
 	d          Deps
 	log        *slog.Logger
 	sem        chan struct{}
-	ops        chan struct{}  // session and breaker operations running
+	ops        *slots         // session and breaker operations running
 	opsWG      sync.WaitGroup // them
 	nc         *nats.Conn
 	ctx        context.Context // operations: values of Start's, never cancelled
@@ -143,7 +144,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: make(chan struct{}, maxOps), ctx: context.WithoutCancel(ctx)}
+	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: newSlots(maxOps), ctx: context.WithoutCancel(ctx)}
 	s.work, s.cancelWork = context.WithCancel(s.ctx)
 	cfg := micro.Config{Name: Name, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
@@ -420,6 +421,8 @@ func errorCode(err error) (int, string) {
 		return 409, StatusNotApplied
 	case errors.Is(err, sessions.ErrChanged):
 		return 409, StatusRetry
+	case errors.Is(err, errBusy):
+		return 429, StatusRetry
 	case errors.As(err, new(*tooLarge)):
 		return 413, StatusFailed
 	case errors.Is(err, session.ErrStorageFull):
@@ -487,15 +490,19 @@ func decode(r micro.Request, v any) error {
 // decodeSession decodes the body into v and checks its session id (sid
 // points into v); on an error it answers and returns false.
 func (s *Server) decodeSession(r micro.Request, v any, sid *string) bool {
-	err := decode(r, v)
-	if err == nil {
-		err = checkSessionID(*sid)
-	}
-	if err != nil {
+	if err := decodeSessionBody(r, v, sid); err != nil {
 		s.fail(r, err)
 		return false
 	}
 	return true
+}
+
+// decodeSessionBody decodes r's body into v and checks its session id.
+func decodeSessionBody(r micro.Request, v any, sid *string) error {
+	if err := decode(r, v); err != nil {
+		return err
+	}
+	return checkSessionID(*sid)
 }
 
 func checkSessionID(sid string) error {
@@ -518,10 +525,14 @@ const maxOps = 256
 // subject with its value or its error.
 func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 	reply := r.Reply()
-	s.ops <- struct{}{}
+	t := tenantOf(r)
+	if err := s.ops.take(t); err != nil {
+		s.fail(r, err)
+		return
+	}
 	s.opsWG.Add(1)
 	go func() {
-		defer func() { <-s.ops; s.opsWG.Done() }()
+		defer func() { s.ops.give(t); s.opsWG.Done() }()
 		ctx, cancel := context.WithTimeout(tenant.With(s.work, tenantOf(r)), opTimeout) // cancelled past the shutdown grace
 		defer cancel()
 		v, err := f(ctx)
@@ -886,28 +897,43 @@ func parseMessages(raw json.RawMessage, allowEmpty bool) ([]session.Message, err
 }
 
 func (s *Server) sessionCreate(r micro.Request) {
-	var b CreateBody
-	if err := decode(r, &b); err != nil {
-		s.fail(r, err)
-		return
-	}
-	if b.SessionID != "" {
-		if err := checkSessionID(b.SessionID); err != nil {
+	s.write(r, func(ctx context.Context) (any, error) {
+		var b CreateBody
+		if err := decode(r, &b); err != nil {
+			return nil, err
+		}
+		if b.SessionID != "" {
+			if err := checkSessionID(b.SessionID); err != nil {
+				return nil, err
+			}
+		}
+		if isUploadRef(b.Messages) {
+			return nil, fmt.Errorf("%w: a create cannot take uploads (they belong to a session): create the session, then append them", errBadRequest)
+		}
+		msgs, err := parseMessages(b.Messages, true)
+		if err != nil {
+			return nil, err
+		}
+		return s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+	})
+}
+
+// write answers a session write (create, append, upload part) with f,
+// once the tenant's write quotas admit it (answered at once, before
+// anything is read or stored); f decodes the body itself, in the worker,
+// so that a tenant's large bodies do not hold up the endpoint's dispatch.
+func (s *Server) write(r micro.Request, f func(context.Context) (any, error)) {
+	release := func() {}
+	if s.d.Quotas != nil {
+		var err error
+		if release, err = s.d.Quotas.Writes(tenantOf(r)); err != nil {
 			s.fail(r, err)
 			return
 		}
 	}
-	if isUploadRef(b.Messages) {
-		s.fail(r, fmt.Errorf("%w: a create cannot take uploads (they belong to a session): create the session, then append them", errBadRequest))
-		return
-	}
-	msgs, err := parseMessages(b.Messages, true)
-	if err != nil {
-		s.fail(r, err)
-		return
-	}
 	s.answer(r, func(ctx context.Context) (any, error) {
-		return s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+		defer release()
+		return f(ctx)
 	})
 }
 
@@ -936,13 +962,13 @@ type AppendBody struct {
 }
 
 func (s *Server) sessionAppend(r micro.Request) {
-	var b AppendBody
-	if !s.decodeSession(r, &b, &b.SessionID) {
-		return
-	}
-	// Messages uploaded in parts ({"upload_id"}) take their places, and
-	// are removed once appended.
-	s.answer(r, func(ctx context.Context) (any, error) {
+	s.write(r, func(ctx context.Context) (any, error) {
+		var b AppendBody
+		if err := decodeSessionBody(r, &b, &b.SessionID); err != nil {
+			return nil, err
+		}
+		// Messages uploaded in parts ({"upload_id"}) take their places, and
+		// are removed once appended.
 		raw, ids, err := s.d.Sessions.ResolveUploads(ctx, b.SessionID, b.Messages)
 		if err != nil {
 			return nil, err
@@ -973,11 +999,11 @@ type UploadBody struct {
 }
 
 func (s *Server) sessionUpload(r micro.Request) {
-	var b UploadBody
-	if !s.decodeSession(r, &b, &b.SessionID) {
-		return
-	}
-	s.answer(r, func(ctx context.Context) (any, error) {
+	s.write(r, func(ctx context.Context) (any, error) {
+		var b UploadBody
+		if err := decodeSessionBody(r, &b, &b.SessionID); err != nil {
+			return nil, err
+		}
 		return s.d.Sessions.Upload(ctx, b.SessionID, b.UploadID, b.Part, b.Parts, b.Data)
 	})
 }

@@ -205,6 +205,29 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if res, err := a.CompactSync(ctx, "s2", req("a-6")); err != nil {
 		t.Fatalf("A's request with its quotas lifted: %+v %v", res, err)
 	}
+
+	// writes_per_second (issue 42: a tenant's append flood slowed the
+	// others'): a burst of two, then the third write is refused at once,
+	// saying when there is room, and nothing is stored; B writes on.
+	svc.SetTenants(nil, map[string]tenant.Limits{"TENANT_A": {WritesPerSecond: 0.5, WritesBurst: 2}})
+	before = head("s2")
+	for i := range 2 {
+		if _, err := a.Append(ctx, "s2", []client.Message{client.Text(fmt.Sprint("w", i), client.User, "MARK-A a write")}); err != nil {
+			t.Fatalf("A's write %d within its burst: %v", i, err)
+		}
+	}
+	body = api.ErrorBody{}
+	if code := call(t, ncA, api.SubjectAppend, map[string]any{"session_id": "s2", "messages": []map[string]any{{"id": "w2", "role": "user", "content": "one too many"}}}, &body); code != "429" ||
+		body.Quota != tenant.QuotaWritesPerSecond || body.Status != api.StatusRetry || body.RetryAfterMS <= 0 {
+		t.Fatalf("A's third write: %s %+v, want 429 writes_per_second retry", code, body)
+	}
+	if got := head("s2"); got != before+2 {
+		t.Fatalf("A's head %d after two writes and a refused one, want %d", got, before+2)
+	}
+	if _, err := b.Append(ctx, "s1", []client.Message{client.Text("", client.User, "MARK-B a write")}); err != nil {
+		t.Fatalf("B's write beside A at its rate: %v", err)
+	}
+	svc.SetTenants(nil, nil)
 }
 
 // Two replicas share a tenant's request rate: each counts the other (a

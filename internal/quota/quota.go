@@ -87,12 +87,14 @@ type Quotas struct {
 
 	limits atomic.Pointer[map[string]tenant.Limits]
 	rate   *tenant.Limiter
+	writes *tenant.Limiter
 
 	mu       sync.Mutex
 	usage    Usage
 	loadedAt time.Time          // when usage was read (zero: never)
 	wrote    map[string][]delta // this replica's writes since usage.At
 	calls    map[string]int     // compactor.compact calls running here
+	writing  map[string]int     // session writes running here
 }
 
 // delta is what one write added to a tenant's usage.
@@ -115,8 +117,8 @@ func New(store Store, backlog Backlog, opt Options) *Quotas {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	q := &Quotas{store: store, backlog: backlog, opt: opt, log: log, rate: tenant.NewLimiter(),
-		wrote: map[string][]delta{}, calls: map[string]int{}}
+	q := &Quotas{store: store, backlog: backlog, opt: opt, log: log, rate: tenant.NewLimiter(), writes: tenant.NewWriteLimiter(),
+		wrote: map[string][]delta{}, calls: map[string]int{}, writing: map[string]int{}}
 	q.Set(nil)
 	return q
 }
@@ -129,6 +131,38 @@ func (q *Quotas) Set(limits map[string]tenant.Limits) {
 	}
 	q.limits.Store(&m)
 	q.rate.Set(m)
+	q.writes.Set(m)
+}
+
+// retryBusy is when a tenant at its concurrent writes may try again.
+const retryBusy = 50 * time.Millisecond
+
+// Writes admits one session write of tenant t (a create, an append, an
+// upload part), before anything is read or stored: its writes_per_second
+// (this replica's share, no I/O), then its concurrent_writes (this
+// replica's share, at least one). release ends the write.
+func (q *Quotas) Writes(t string) (release func(), err error) {
+	if err := q.writes.Allow(t, q.opt.Now()); err != nil {
+		return nil, err
+	}
+	lim := q.Of(t).ConcurrentWrites
+	if lim <= 0 {
+		return func() {}, nil
+	}
+	share := max(1, lim/q.writes.Share())
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.writing[t] >= share {
+		return nil, &tenant.QuotaError{Tenant: t, Quota: tenant.QuotaConcurrentWrites, Limit: float64(lim), RetryAfter: retryBusy}
+	}
+	q.writing[t]++
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if q.writing[t]--; q.writing[t] <= 0 {
+			delete(q.writing, t)
+		}
+	}, nil
 }
 
 // Of returns tenant t's limits.
@@ -402,6 +436,7 @@ func (q *Quotas) Run(ctx context.Context) {
 				}
 			} else {
 				q.rate.SetShare(n)
+				q.writes.SetShare(n)
 			}
 		}
 		q.mu.Lock()

@@ -164,3 +164,29 @@ func TestConcurrentCompactions(t *testing.T) {
 		t.Fatalf("tenant B has no quota: %v", err)
 	}
 }
+
+// concurrent_writes: a tenant's session writes running at once in this
+// replica, at most its share; one ends, another may start. Another tenant
+// is not counted against it.
+func TestConcurrentWrites(t *testing.T) {
+	q := New(&shared{hours: map[string]Hour{}}, nil, Options{})
+	q.Set(map[string]tenant.Limits{"A": {ConcurrentWrites: 2}})
+	r1, err := q.Writes("A")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Writes("A"); err != nil {
+		t.Fatal(err)
+	}
+	var qe *tenant.QuotaError
+	if _, err := q.Writes("A"); !errors.As(err, &qe) || qe.Quota != tenant.QuotaConcurrentWrites || qe.RetryAfter <= 0 {
+		t.Fatalf("A's third write at once: %v", err)
+	}
+	if _, err := q.Writes("B"); err != nil {
+		t.Fatalf("B's write: %v", err)
+	}
+	r1()
+	if _, err := q.Writes("A"); err != nil {
+		t.Fatalf("A's write once one ended: %v", err)
+	}
+}

@@ -32,6 +32,15 @@ type Limits struct {
 	// (UTC), preparations included.
 	ModelCallsPerHour    int   `json:"model_calls_per_hour,omitempty"`
 	SummaryTokensPerHour int64 `json:"summary_tokens_per_hour,omitempty"`
+	// WritesPerSecond bounds a tenant's session writes (creates, appends
+	// and upload parts through the endpoints), with bursts of up to
+	// WritesBurst (default: one second's worth, at least 1); shared by the
+	// replicas as the request rate is. ConcurrentWrites bounds those
+	// running at once in the deployment (each replica its share, at least
+	// one). Both are answered before anything is read or stored.
+	WritesPerSecond  float64 `json:"writes_per_second,omitempty"`
+	WritesBurst      int     `json:"writes_burst,omitempty"`
+	ConcurrentWrites int     `json:"concurrent_writes,omitempty"`
 }
 
 // Quota names, as the config and a QuotaError name them.
@@ -42,14 +51,16 @@ const (
 	QuotaConcurrentCompactions = "concurrent_compactions"
 	QuotaModelCallsPerHour     = "model_calls_per_hour"
 	QuotaSummaryTokensPerHour  = "summary_tokens_per_hour"
+	QuotaWritesPerSecond       = "writes_per_second"
+	QuotaConcurrentWrites      = "concurrent_writes"
 )
 
 // Check says which limit is negative, if one is.
 func (l Limits) Check() error {
 	switch {
 	case l.RequestsPerSecond < 0, l.RequestsBurst < 0, l.Sessions < 0, l.BytesStored < 0, l.ConcurrentCompactions < 0,
-		l.ModelCallsPerHour < 0, l.SummaryTokensPerHour < 0:
-		return fmt.Errorf("requests_per_second, requests_burst, sessions, bytes_stored, concurrent_compactions, model_calls_per_hour and summary_tokens_per_hour must be >= 0")
+		l.ModelCallsPerHour < 0, l.SummaryTokensPerHour < 0, l.WritesPerSecond < 0, l.WritesBurst < 0, l.ConcurrentWrites < 0:
+		return fmt.Errorf("requests_per_second, requests_burst, sessions, bytes_stored, concurrent_compactions, model_calls_per_hour, summary_tokens_per_hour, writes_per_second, writes_burst and concurrent_writes must be >= 0")
 	}
 	return nil
 }
@@ -72,14 +83,19 @@ func (e *QuotaError) Error() string {
 	return fmt.Sprintf("quota_exceeded: tenant %s is over its %s quota (%g): retry after %s", e.Tenant, e.Quota, e.Limit, e.RetryAfter.Round(time.Millisecond))
 }
 
-// Limiter answers each tenant's request-rate quota: a token bucket per
-// tenant. It is safe for concurrent use; Set replaces the limits (the
-// buckets of tenants whose limit did not change keep their tokens).
+// Limiter answers each tenant's quota of one rate (requests, or writes):
+// a token bucket per tenant. It is safe for concurrent use; Set replaces
+// the limits (the buckets of tenants whose limit did not change keep their
+// tokens).
 type Limiter struct {
 	mu      sync.Mutex
 	limits  map[string]Limits
 	buckets map[string]*bucket
 	share   int // the replicas the rates are shared by
+	// rate is the quota a tenant's limits give (per second, burst) and
+	// quota its name.
+	rate  func(Limits) (float64, int)
+	quota string
 }
 
 type bucket struct {
@@ -88,9 +104,19 @@ type bucket struct {
 	limit  Limits
 }
 
-// NewLimiter returns a limiter with no limits.
+// NewLimiter returns a limiter of the request rate with no limits.
 func NewLimiter() *Limiter {
-	return &Limiter{limits: map[string]Limits{}, buckets: map[string]*bucket{}, share: 1}
+	return newLimiter(QuotaRequestsPerSecond, func(l Limits) (float64, int) { return l.RequestsPerSecond, l.RequestsBurst })
+}
+
+// NewWriteLimiter returns a limiter of the session-write rate with no
+// limits.
+func NewWriteLimiter() *Limiter {
+	return newLimiter(QuotaWritesPerSecond, func(l Limits) (float64, int) { return l.WritesPerSecond, l.WritesBurst })
+}
+
+func newLimiter(quota string, rate func(Limits) (float64, int)) *Limiter {
+	return &Limiter{limits: map[string]Limits{}, buckets: map[string]*bucket{}, share: 1, rate: rate, quota: quota}
 }
 
 // SetShare has each tenant's rate and burst shared by n replicas (at
@@ -129,14 +155,15 @@ func (l *Limiter) Allow(t string, now time.Time) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lim := l.limits[t]
-	if lim.RequestsPerSecond <= 0 {
+	perSecond, burstOf := l.rate(lim)
+	if perSecond <= 0 {
 		return nil
 	}
-	burst := float64(lim.RequestsBurst)
+	burst := float64(burstOf)
 	if burst <= 0 {
-		burst = math.Max(1, math.Ceil(lim.RequestsPerSecond))
+		burst = math.Max(1, math.Ceil(perSecond))
 	}
-	rate := lim.RequestsPerSecond / float64(l.share)
+	rate := perSecond / float64(l.share)
 	burst = math.Max(1, burst/float64(l.share))
 	b := l.buckets[t]
 	if b == nil {
@@ -150,5 +177,5 @@ func (l *Limiter) Allow(t string, now time.Time) error {
 		return nil
 	}
 	wait := time.Duration((1 - b.tokens) / rate * float64(time.Second))
-	return &QuotaError{Tenant: t, Quota: QuotaRequestsPerSecond, Limit: lim.RequestsPerSecond, RetryAfter: wait}
+	return &QuotaError{Tenant: t, Quota: l.quota, Limit: perSecond, RetryAfter: wait}
 }
