@@ -115,17 +115,20 @@ const replicaPrefix = "replica."
 
 type replicaBeat struct {
 	At time.Time `json:"at"`
+	// Shared is what the replica wrote since the last usage scan.
+	Shared quota.Shared `json:"shared"`
 }
 
-// Replicas writes this process's heartbeat to the meta bucket and returns
-// how many replicas wrote one within fresh (this one included): what a
-// quota answered by each replica apart is shared by. Heartbeats older than
-// ten times fresh (a replica gone without Leave) are deleted.
-func (s *Sessions) Replicas(ctx context.Context, fresh time.Duration) (int, error) {
+// Replicas writes this process's heartbeat to the meta bucket, carrying
+// mine, and returns how many replicas wrote one within fresh (this one
+// included): what a quota answered by each replica apart is shared by;
+// and what the others' fresh heartbeats carry. Heartbeats older than ten
+// times fresh (a replica gone without Leave) are deleted.
+func (s *Sessions) Replicas(ctx context.Context, fresh time.Duration, mine quota.Shared) (int, []quota.Shared, error) {
 	now := s.now().UTC()
-	b, _ := json.Marshal(replicaBeat{At: now})
+	b, _ := json.Marshal(replicaBeat{At: now, Shared: mine})
 	if _, err := s.meta.Put(ctx, replicaPrefix+s.holder, b); err != nil {
-		return 0, unavailable(ctx, "write the replica's heartbeat", err)
+		return 0, nil, unavailable(ctx, "write the replica's heartbeat", err)
 	}
 	last := map[string]raw{} // by key: the bucket may keep history
 	prefix := "$KV." + MetaBucket + "."
@@ -134,10 +137,11 @@ func (s *Sessions) Replicas(ctx context.Context, fresh time.Duration) (int, erro
 		return true, nil
 	})
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	n := 0
 	var gone []string
+	var others []quota.Shared
 	for key, r := range last {
 		var beat replicaBeat
 		if r.hdr.Get(hdrKVOperation) != "" || json.Unmarshal(r.data, &beat) != nil {
@@ -146,6 +150,9 @@ func (s *Sessions) Replicas(ctx context.Context, fresh time.Duration) (int, erro
 		switch age := now.Sub(beat.At); {
 		case age <= fresh:
 			n++
+			if key != replicaPrefix+s.holder {
+				others = append(others, beat.Shared)
+			}
 		case age > 10*fresh:
 			gone = append(gone, key)
 		}
@@ -153,7 +160,7 @@ func (s *Sessions) Replicas(ctx context.Context, fresh time.Duration) (int, erro
 	for _, key := range gone {
 		_ = s.meta.Purge(ctx, key)
 	}
-	return max(n, 1), nil
+	return max(n, 1), others, nil
 }
 
 // Leave deletes this process's heartbeat (at a clean shutdown).

@@ -190,3 +190,72 @@ func TestConcurrentWrites(t *testing.T) {
 		t.Fatalf("A's write once one ended: %v", err)
 	}
 }
+
+// registry is shared usage with replicas: each heartbeat carries what
+// its replica wrote since the scan.
+type registry struct {
+	*shared
+	beats *beats
+	me    string
+}
+
+type beats struct {
+	mu sync.Mutex
+	by map[string]Shared
+}
+
+func (r *registry) Replicas(_ context.Context, _ time.Duration, mine Shared) (int, []Shared, error) {
+	r.beats.mu.Lock()
+	defer r.beats.mu.Unlock()
+	r.beats.by[r.me] = mine
+	var others []Shared
+	for id, s := range r.beats.by {
+		if id != r.me {
+			others = append(others, s)
+		}
+	}
+	return len(r.beats.by), others, nil
+}
+
+func (r *registry) Leave(context.Context) error { return nil }
+
+// Issue 42: a tenant passed its sessions quota by 48 % under a flood spread
+// over two replicas, each counting the last scan and its own writes only.
+// Each now counts the other's writes since the same scan too, shared in
+// its heartbeat every second.
+func TestReplicasShareTheirWrites(t *testing.T) {
+	now := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	sh := &shared{hours: map[string]Hour{}, usage: Usage{At: now, Tenants: map[string]session.TenantUsage{"A": {Tenant: "A", Sessions: 2}}}}
+	bs := &beats{by: map[string]Shared{}}
+	r1, r2 := &registry{shared: sh, beats: bs, me: "r1"}, &registry{shared: sh, beats: bs, me: "r2"}
+	q1 := New(r1, nil, Options{Now: clock})
+	q2 := New(r2, nil, Options{Now: clock})
+	for _, q := range []*Quotas{q1, q2} {
+		q.Set(map[string]tenant.Limits{"A": {Sessions: 6}})
+	}
+	a := tenant.With(context.Background(), "A")
+	// Replica 1 takes three new sessions, replica 2 one.
+	for range 3 {
+		if err := q1.Write(a, true, 0); err != nil {
+			t.Fatal(err)
+		}
+		q1.Wrote(a, 1, 0)
+	}
+	if err := q2.Write(a, true, 0); err != nil {
+		t.Fatal(err)
+	}
+	q2.Wrote(a, 1, 0)
+	// One round of heartbeats: each counts the other's.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run does one round, then stops
+	q1.Run(ctx)
+	q2.Run(ctx)
+	q1.Run(ctx)
+	if err := q2.Write(a, true, 0); quotaOf(err) != tenant.QuotaSessions {
+		t.Fatalf("replica 2, with 2 scanned and 4 written across both (quota 6): %v", err)
+	}
+	if err := q1.Write(a, true, 0); quotaOf(err) != tenant.QuotaSessions {
+		t.Fatalf("replica 1 likewise: %v", err)
+	}
+}
