@@ -98,8 +98,8 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 
 // checkSession validates a session id before anything is sent.
 func checkSession(sid string) error {
-	if !events.ValidSessionID(sid) {
-		return fmt.Errorf("client: session id %q must be 1-200 letters, digits, '-' or '_'", sid)
+	if err := events.CheckSessionID(sid); err != nil {
+		return fmt.Errorf("client: %w", err)
 	}
 	return nil
 }

@@ -20,8 +20,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/internal/consumer"
@@ -94,6 +92,10 @@ type Deps struct {
 	// Quotas, when set, answers the tenants' quotas on compactor.compact
 	// (429 quota_exceeded).
 	Quotas Quotas
+	// ObserveEndpoint, when set, sees every answer: the endpoint (the
+	// default tenant's name of it), the answer's error code ("" for a
+	// success) and how long the request took.
+	ObserveEndpoint func(endpoint, code string, took time.Duration)
 }
 
 // Quotas admits a tenant's compactor.compact call and session writes
@@ -110,6 +112,7 @@ type Server struct {
 	sem        chan struct{}
 	ops        *slots         // session and breaker operations running
 	opsWG      sync.WaitGroup // them
+	counts     counts         // answers by endpoint and code
 	nc         *nats.Conn
 	ctx        context.Context // operations: values of Start's, never cancelled
 	work       context.Context // synchronous compactions: cancelled past the grace
@@ -152,15 +155,19 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			log.Warn("micro service error", slog.String("subject", e.Subject), slog.String("error", e.Description))
 		}}
-	if d.Stats != nil {
-		// The service-wide counters once, under the compact endpoint: the
-		// others' stats are their own requests and errors only.
-		cfg.StatsHandler = func(e *micro.Endpoint) any {
-			if e.Name != "compact" {
-				return nil
-			}
-			return d.Stats()
+	// Each endpoint's answers by code, whenever they were sent (micro
+	// counts only the errors answered before a handler returns), and the
+	// service-wide counters once, under the compact endpoint.
+	cfg.StatsHandler = func(e *micro.Endpoint) any {
+		st := s.counts.of(e.Name)
+		if e.Name != "compact" || d.Stats == nil {
+			return st
 		}
+		out := map[string]any{}
+		b, _ := json.Marshal(d.Stats())
+		_ = json.Unmarshal(b, &out)
+		out["answers"], out["errors"], out["errors_by_code"] = st.Answers, st.Errors, st.ByCode
+		return out
 	}
 	svc, err := micro.AddService(nc, cfg)
 	if err != nil {
@@ -193,7 +200,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 			{e.name, e.subject, e.desc},
 			{"tenant_" + e.name, tenant.Wildcard(e.subject), "a tenant's " + e.subject + ": " + e.desc},
 		} {
-			if err := svc.AddEndpoint(ep.name, traced(e.subject, s.tenanted(e.h)), micro.WithEndpointSubject(ep.subject),
+			if err := svc.AddEndpoint(ep.name, s.traced(ep.name, e.subject, s.tenanted(e.h)), micro.WithEndpointSubject(ep.subject),
 				micro.WithEndpointMetadata(map[string]string{"description": ep.desc})); err != nil {
 				_ = svc.Stop()
 				return nil, fmt.Errorf("api: endpoint %s: %w", ep.name, err)
@@ -205,50 +212,6 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		_ = svc.Stop()
 	}()
 	return s, nil
-}
-
-// tracedRequest is an endpoint request with its SERVER span: a child of
-// the caller's trace (the request's traceparent header), named by the
-// endpoint's subject; an error answer marks it failed.
-type tracedRequest struct {
-	micro.Request
-	ctx  context.Context
-	span oteltrace.Span
-	kept bool // the handler ends the span (its work goes on after it returns)
-}
-
-func (t *tracedRequest) Error(code, description string, data []byte, opts ...micro.RespondOpt) error {
-	t.span.SetAttributes(attribute.String("error.type", code))
-	t.span.SetStatus(codes.Error, description)
-	return t.Request.Error(code, description, data, opts...)
-}
-
-// traced runs h under a SERVER span per request.
-func traced(subject string, h micro.HandlerFunc) micro.HandlerFunc {
-	return func(r micro.Request) {
-		ctx := events.WithTrace(context.Background(), events.TraceFromHeader(r.Headers()))
-		ctx, span := telemetry.Tracer().Start(ctx, subject, oteltrace.WithSpanKind(oteltrace.SpanKindServer),
-			oteltrace.WithAttributes(attribute.String("rpc.system", "nats_micro"), attribute.String("rpc.service", "compactor"),
-				attribute.String("rpc.method", subject)))
-		t := &tracedRequest{Request: r, ctx: ctx, span: span}
-		h(t)
-		if !t.kept {
-			span.End()
-		}
-	}
-}
-
-// keepSpan hands r's SERVER span to the caller, which ends it (end) once
-// the work it goes on with is done; ctx carries it. An untraced request
-// (a test's) gets the caller's trace from its headers and an end that
-// does nothing.
-func keepSpan(r micro.Request) (ctx context.Context, span oteltrace.Span, end func()) {
-	if t, ok := r.(*tracedRequest); ok {
-		t.kept = true
-		return t.ctx, t.span, func() { t.span.End() }
-	}
-	ctx = events.WithTrace(context.Background(), events.TraceFromHeader(r.Headers()))
-	return ctx, oteltrace.SpanFromContext(ctx), func() {}
 }
 
 // tenanted answers a request for the tenant its subject names, once the
@@ -321,7 +284,9 @@ func (s *Server) Info() micro.Info { return s.micro.Info() }
 
 // replyTo answers a request after its handler returned, with the micro
 // error headers when code is set.
-func (s *Server) replyTo(reply, code, desc string, body []byte) {
+func (s *Server) replyTo(r micro.Request, code, desc string, body []byte) {
+	defer func() { answered(r, code, desc, len(body)) }()
+	reply := r.Reply()
 	if reply == "" {
 		return
 	}
@@ -476,6 +441,9 @@ func decode(r micro.Request, v any) error {
 	if len(r.Data()) == 0 {
 		return fmt.Errorf("%w: empty body, want a JSON object", errBadRequest)
 	}
+	if err := schemas.CheckKeys(r.Data()); err != nil {
+		return fmt.Errorf("%w: body: %v", errBadRequest, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(r.Data()))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -506,8 +474,8 @@ func decodeSessionBody(r micro.Request, v any, sid *string) error {
 }
 
 func checkSessionID(sid string) error {
-	if !events.ValidSessionID(sid) {
-		return fmt.Errorf("%w: session_id %q must be 1-200 letters, digits, '-' or '_'", errBadRequest, sid)
+	if err := events.CheckSessionID(sid); err != nil {
+		return fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	return nil
 }
@@ -524,32 +492,34 @@ const maxOps = 256
 // not hold up the endpoint's other requests, and answers on the reply
 // subject with its value or its error.
 func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
-	reply := r.Reply()
 	t := tenantOf(r)
 	if err := s.ops.take(t); err != nil {
 		s.fail(r, err)
 		return
 	}
+	// The work runs under the request's SERVER span, which ends with its
+	// answer.
+	sctx, _ := keepSpan(r)
 	s.opsWG.Add(1)
 	go func() {
 		defer func() { s.ops.give(t); s.opsWG.Done() }()
-		ctx, cancel := context.WithTimeout(tenant.With(s.work, tenantOf(r)), opTimeout) // cancelled past the shutdown grace
+		ctx, cancel := context.WithTimeout(oteltrace.ContextWithSpan(tenant.With(s.work, t), oteltrace.SpanFromContext(sctx)), opTimeout) // cancelled past the shutdown grace
 		defer cancel()
 		v, err := f(ctx)
 		if err != nil {
 			code, body := errorAnswer(err)
-			s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
+			s.replyTo(r, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
 			return
 		}
 		body, ok := v.(json.RawMessage) // encoded already (paged): not scanned again
 		if !ok {
 			if body, err = json.Marshal(v); err != nil {
 				code, body := errorAnswer(err)
-				s.replyTo(reply, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
+				s.replyTo(r, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
 				return
 			}
 		}
-		s.replyTo(reply, "", "", body)
+		s.replyTo(r, "", "", body)
 	}()
 }
 
@@ -611,12 +581,12 @@ func (s *Server) compact(r micro.Request) {
 	// The compaction runs under the request's SERVER span, a child of the
 	// caller's trace (traceparent and tracestate headers, as on any NATS
 	// request), and its result events carry that trace onward.
-	sctx, span, endSpan := keepSpan(r)
+	sctx, span := keepSpan(r)
 	go func() {
-		defer func() { <-s.sem; done(); s.wg.Done(); endSpan() }()
+		defer func() { <-s.sem; done(); s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(oteltrace.ContextWithSpan(tenant.With(s.work, tenantOf(r)), oteltrace.SpanFromContext(sctx)), s.d.Timeout)
 		defer cancel()
-		if repeatable && s.answeredBefore(ctx, r.Reply(), req) {
+		if repeatable && s.answeredBefore(ctx, r, req) {
 			return
 		}
 		res, cerr := s.d.Pipeline.Compact(ctx, req.Request(req.RequestID, req.Trigger, time.Time{}))
@@ -640,7 +610,7 @@ func (s *Server) compact(r micro.Request) {
 		// belongs to its handler, which has returned (its stats would race).
 		if cerr == nil && disp == events.Answer {
 			body, _ := json.Marshal(res)
-			s.replyTo(r.Reply(), "", "", body)
+			s.replyTo(r, "", "", body)
 			return
 		}
 		body, _ := json.Marshal(events.FailedData(res))
@@ -652,7 +622,7 @@ func (s *Server) compact(r micro.Request) {
 		if cerr == nil { // answered, but the event could not be published
 			desc = "the result could not be published: retry with the same request_id"
 		}
-		s.replyTo(r.Reply(), code, events.HeaderValue(desc), body)
+		s.replyTo(r, code, events.HeaderValue(desc), body)
 	}()
 }
 
@@ -676,25 +646,25 @@ func failedCode(reason pipeline.Reason, retryable bool) string {
 // result; to try again after a failure, send a new request_id), and
 // reports whether it did. A result stream that cannot be read is a 503:
 // working on the request then might give it a second, different result.
-func (s *Server) answeredBefore(ctx context.Context, reply string, req CompactRequest) bool {
+func (s *Server) answeredBefore(ctx context.Context, r micro.Request, req CompactRequest) bool {
 	stored, err := s.d.Publisher.Answered(ctx, req.SessionID, req.RequestID, time.Now().Add(-consumer.DedupWindow))
 	switch {
 	case err != nil:
 		body, _ := json.Marshal(events.Failed{SessionID: req.SessionID, RequestID: req.RequestID, Trigger: string(req.Trigger),
 			Reason: string(pipeline.ReasonPersistFailed), Error: "cannot read whether the request was answered: " + err.Error(), Retryable: true})
-		s.replyTo(reply, "503", events.HeaderValue("cannot read whether the request was answered: retry with the same request_id"), body)
+		s.replyTo(r, "503", events.HeaderValue("cannot read whether the request was answered: retry with the same request_id"), body)
 		return true
 	case stored == nil:
 		return false
 	case !stored.Failed:
-		s.replyTo(reply, "", "", stored.Data)
+		s.replyTo(r, "", "", stored.Data)
 		return true
 	}
 	var f events.Failed
 	if err := json.Unmarshal(stored.Data, &f); err != nil {
 		f = events.Failed{Reason: "unknown", Error: err.Error()}
 	}
-	s.replyTo(reply, failedCode(pipeline.Reason(f.Reason), f.Retryable), events.HeaderValue(f.Reason+": answered before: "+f.Error), stored.Data)
+	s.replyTo(r, failedCode(pipeline.Reason(f.Reason), f.Retryable), events.HeaderValue(f.Reason+": answered before: "+f.Error), stored.Data)
 	return true
 }
 
@@ -885,6 +855,9 @@ func parseMessages(raw json.RawMessage, allowEmpty bool) ([]session.Message, err
 			return nil, nil
 		}
 		return nil, fmt.Errorf("%w: messages is required", errBadRequest)
+	}
+	if err := checkMessages(raw); err != nil {
+		return nil, err
 	}
 	msgs, err := transcript.Parse(raw)
 	if err != nil {

@@ -111,6 +111,9 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 		return req, ev, invalid("datacontenttype %q is not application/json", dct)
 	}
 	data := ev.Data()
+	if err := schemas.CheckKeys(data); err != nil {
+		return req, ev, invalid("data: %v", err)
+	}
 	if err := schemas.Validate(schemas.ContextRequest, data); err != nil {
 		return req, ev, invalid("data: %v", err)
 	}

@@ -1,7 +1,10 @@
 package events
 
 import (
+	"errors"
+	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/compactor/compactor/internal/pipeline"
@@ -107,6 +110,22 @@ var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 // ValidSessionID reports whether id can be a session id: one subject token
 // and one key token (letters, digits, '_' and '-', at most 200).
 func ValidSessionID(id string) bool { return token.MatchString(id) }
+
+// ErrSessionID is the error of a session id that is not one.
+var ErrSessionID = errors.New("session_id must be 1-200 letters, digits, '-' or '_'")
+
+// CheckSessionID says why id is not a session id (nil when it is), quoting
+// at most 64 bytes of it.
+func CheckSessionID(id string) error {
+	if token.MatchString(id) {
+		return nil
+	}
+	q := strconv.Quote(id)
+	if len(id) > 64 {
+		q = strconv.Quote(id[:64]) + fmt.Sprintf("… (%d bytes)", len(id))
+	}
+	return fmt.Errorf("%w, not %s", ErrSessionID, q)
+}
 
 // RequestSubject splits a request's subject into its route and session id;
 // ok is false when the subject is not a request subject.

@@ -108,7 +108,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 
 func checkID(id string) error {
 	if !validID.MatchString(id) {
-		return fmt.Errorf("%w: session id %q must be 1-200 letters, digits, '-' or '_'", session.ErrInvalid, id)
+		return fmt.Errorf("%w: session id %.64q must be 1-200 letters, digits, '-' or '_'", session.ErrInvalid, id)
 	}
 	return nil
 }

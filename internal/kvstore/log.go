@@ -64,6 +64,10 @@ type logState struct {
 type lastCall struct {
 	Role  session.Role `json:"role"`
 	Calls []string     `json:"calls,omitempty"`
+	// Open are the calls with no result yet; Known says they are tracked
+	// (a record written before issue 42 does not say).
+	Open  []string `json:"open,omitempty"`
+	Known bool     `json:"known,omitempty"`
 }
 
 func idHash(id string) []byte {
@@ -93,11 +97,16 @@ func (r *record) add(seq uint64, msgs []session.Message) {
 		}
 		r.Log.Recent = append(r.Log.Recent, idHash(m.ID)...)
 		if m.Role != session.RoleTool {
-			l := &lastCall{Role: m.Role}
+			l := &lastCall{Role: m.Role, Known: true}
 			for _, tc := range m.ToolCalls {
 				l.Calls = append(l.Calls, tc.ID)
 			}
+			l.Open = slices.Clone(l.Calls)
 			r.Log.Last = l
+		} else if l := r.Log.Last; l != nil {
+			if i := slices.Index(l.Open, m.ToolCallID); i >= 0 {
+				l.Open = slices.Delete(slices.Clone(l.Open), i, i+1)
+			}
 		}
 		r.HeadSeq = m.Seq
 		r.Bytes += int64(session.TextBytes(&m))
@@ -109,16 +118,20 @@ func (r *record) add(seq uint64, msgs []session.Message) {
 }
 
 // lastNonTool is the latest stored message that is not a tool result, as
-// far as a tool result's check needs it (nil when there is none).
-func (r *record) lastNonTool() *session.Message {
+// far as session.CheckToolResults needs it (nil when there is none), and
+// its calls with no result yet (nil when not known).
+func (r *record) lastNonTool() (*session.Message, []string) {
 	if r.Log.Last == nil {
-		return nil
+		return nil, []string{}
 	}
 	m := &session.Message{Role: r.Log.Last.Role}
 	for _, id := range r.Log.Last.Calls {
 		m.ToolCalls = append(m.ToolCalls, session.ToolCall{ID: id})
 	}
-	return m
+	if !r.Log.Last.Known {
+		return m, nil
+	}
+	return m, append([]string{}, r.Log.Last.Open...)
 }
 
 // entry is one stream message of a session's log: the messages of one

@@ -124,7 +124,7 @@ func dataConfig(n, replicas int) jetstream.StreamConfig {
 		// not stay.
 		AllowMsgTTL: true,
 		Duplicates:  15 * time.Minute,
-		Metadata:          map[string]string{"compactor_layout": strconv.Itoa(LayoutVersion), "compactor_shard": strconv.Itoa(n)},
+		Metadata:    map[string]string{"compactor_layout": strconv.Itoa(LayoutVersion), "compactor_shard": strconv.Itoa(n)},
 	}
 }
 

@@ -436,8 +436,9 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		if head == rec.HeadSeq {
 			return out, nil // every message is stored already
 		}
-		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, error) {
-			return rec.lastNonTool(), nil
+		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, []string, error) {
+			last, open := rec.lastNonTool()
+			return last, open, nil
 		})
 		if err != nil {
 			if fresh {

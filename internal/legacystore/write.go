@@ -360,8 +360,9 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		if head == rec.HeadSeq {
 			return out, nil // every message is stored already
 		}
-		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, error) {
-			return s.lastNonTool(ctx, rec)
+		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, []string, error) {
+			last, err := s.lastNonTool(ctx, rec)
+			return last, nil, err // the first layout does not track open calls
 		})
 		if err != nil {
 			return session.Appended{}, err

@@ -131,13 +131,13 @@ func (s *Store) AppendWith(ctx context.Context, sessionID string, msgs []session
 		head++
 		prepared[i].Seq, out.New[i] = head, true
 	}
-	err = session.CheckToolResults(prepared, func(i int) bool { return out.New[i] }, func() (*session.Message, error) {
+	err = session.CheckToolResults(prepared, func(i int) bool { return out.New[i] }, func() (*session.Message, []string, error) {
 		for i := len(e.msgs) - 1; i >= 0; i-- {
 			if e.msgs[i].Role != session.RoleTool {
-				return &e.msgs[i], nil
+				return &e.msgs[i], session.Open(e.msgs), nil
 			}
 		}
-		return nil, nil
+		return nil, []string{}, nil
 	})
 	if err != nil {
 		return session.Appended{}, err

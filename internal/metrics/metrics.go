@@ -50,6 +50,9 @@ type Metrics struct {
 	modelDuration *prometheus.HistogramVec
 	// hedges are the second calls of attempts whose first ran long.
 	hedges *prometheus.CounterVec
+	// The micro endpoints' answers, by endpoint and code, and their time.
+	endpointAnswers  *prometheus.CounterVec
+	endpointDuration *prometheus.HistogramVec
 }
 
 // New registers the collectors. version is the service's, reported as
@@ -104,12 +107,18 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 		hedges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "model_calls_hedged_total",
 			Help: "Second calls made beside a request's call that ran past three times the provider's p95 (counted in model_calls_total too), by provider, model and outcome (ok: it answered first; cancelled: the first answered)."},
 			[]string{"provider", "model", "outcome"}),
+		endpointAnswers: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "endpoint_requests_total",
+			Help: "Requests the micro endpoints answered (compactor.compact, compactor.session.*, compactor.breaker.*, compactor.result.get), by endpoint and code (ok, or the error code: 400, 404, 409, 413, 429, 503, 507, 500...)."},
+			[]string{"endpoint", "code"}),
+		endpointDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "endpoint_request_duration_seconds",
+			Help:    "Time from an endpoint request's arrival to its answer, by endpoint.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}}, []string{"endpoint"}),
 		prepared: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "preparation_runs_total",
 			Help: "Preparation runs by outcome: prepared, unchanged, not_due, in_flight, no_model_needed, nothing_to_prepare, failed, cancelled."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.completed, m.failed, m.opened, m.duration, m.tokensIn, m.tokensOut,
 		m.summarised, m.summaryIn, m.summaryOut, m.llmCalls, m.summaryToks,
-		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut, m.modelCalls, m.modelDuration, m.hedges,
+		m.tenantRequests, m.tenantCalls, m.tenantIn, m.tenantOut, m.modelCalls, m.modelDuration, m.hedges, m.endpointAnswers, m.endpointDuration,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		f(c)
 	}
@@ -286,6 +295,16 @@ func (m *Metrics) ObserveModelCall(c router.Call) {
 	if c.Hedged {
 		m.hedges.WithLabelValues(c.Provider, c.Model, c.Outcome).Inc()
 	}
+}
+
+// ObserveEndpoint counts one endpoint answer: its endpoint, its error code
+// ("" for a success) and how long the request took.
+func (m *Metrics) ObserveEndpoint(endpoint, code string, took time.Duration) {
+	if code == "" {
+		code = "ok"
+	}
+	m.endpointAnswers.WithLabelValues(endpoint, code).Inc()
+	m.endpointDuration.WithLabelValues(endpoint).Observe(took.Seconds())
 }
 
 // ObservePreparation counts one preparation by its outcome.

@@ -255,11 +255,14 @@ func LogResult(ctx context.Context, log *slog.Logger, res *Result) {
 }
 
 func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
+	if req.At.IsZero() {
+		// No ce-time (a synchronous compact, an event without one): the
+		// request is as of now, and a cache's last request after that is
+		// refused as for any other (issue 42: it was let through).
+		req.At = s.now()
+	}
 	if err := req.Validate(); err != nil {
 		return &Error{Reason: ReasonInvalidRequest, Err: err}
-	}
-	if req.At.IsZero() {
-		req.At = s.now()
 	}
 	res.CacheState = req.cacheState()
 	if s.cfg.Timeout > 0 {

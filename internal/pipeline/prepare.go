@@ -13,8 +13,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Preparation triggers.
@@ -337,7 +341,16 @@ func (pp *preparations) beat(ctx context.Context, ps PreparedStore, claim sessio
 func (s *Service) Prepare(ctx context.Context, req PrepareRequest) (Preparation, error) {
 	start := s.now()
 	out := Preparation{SessionID: req.SessionID}
+	// A root span per preparation (no request waits for it), its model
+	// calls under it: a preparation's call was a parentless span naming no
+	// session.
+	ctx, span := telemetry.Tracer().Start(ctx, "prepare_context", trace.WithAttributes(
+		attribute.String("gen_ai.operation.name", "prepare_context"), attribute.String("gen_ai.conversation.id", req.SessionID),
+		attribute.String("compactor.tenant", tenant.From(ctx)), attribute.String("compactor.trigger", req.Trigger)))
+	defer span.End()
 	err := s.preps.prepare(ctx, req, &out)
+	span.SetAttributes(attribute.String("compactor.outcome", string(out.Outcome)))
+	telemetry.Fail(span, err)
 	out.DurationMS = s.now().Sub(start).Milliseconds()
 	s.log.LogAttrs(ctx, slog.LevelDebug, "preparation", slog.String("session_id", req.SessionID), slog.String("trigger", req.Trigger),
 		slog.String("outcome", string(out.Outcome)), slog.String("detail", out.Detail), slog.Int64("duration_ms", out.DurationMS))

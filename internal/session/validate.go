@@ -2,6 +2,7 @@ package session
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -32,6 +33,11 @@ func (m *Message) Validate() error {
 	for i, tc := range m.ToolCalls {
 		if tc.ID == "" {
 			return fmt.Errorf("%w: tool_calls[%d] has no id", ErrInvalid, i)
+		}
+		for j := range i {
+			if m.ToolCalls[j].ID == tc.ID {
+				return fmt.Errorf("%w: tool_calls[%d] and tool_calls[%d] have the same id %q (each call's result names its call by id)", ErrInvalid, j, i, tc.ID)
+			}
 		}
 		if !utf8.ValidString(tc.Function.Arguments) || !utf8.ValidString(tc.Function.Name) {
 			return fmt.Errorf("%w: tool_calls[%d] is not valid UTF-8", ErrInvalid, i)
@@ -89,48 +95,80 @@ func callType(t string) string {
 	return t
 }
 
-// CheckToolResults returns an error wrapping ErrInvalid for the first tool
-// message of msgs that answers no call: the nearest message before it that
-// is not a tool message must be an assistant message with a tool call of
-// its tool_call_id, as every provider requires. Only the messages for which
-// check(i) is true are checked (an append's new ones); before returns the
-// nearest such message stored ahead of msgs (nil when there is none) and
-// is called only when a check needs it.
-func CheckToolResults(msgs []Message, check func(i int) bool, before func() (*Message, error)) error {
+// CheckToolResults checks msgs' tool calls and results as every provider
+// takes them, and returns an error wrapping ErrInvalid for the first
+// message that breaks the rule: a tool message answers a call of the
+// nearest message before it that is not a tool message (an assistant
+// message with a call of its tool_call_id), and every call is answered
+// before the next message that is not a tool message. Only the messages
+// for which check(i) is true are checked (an append's new ones); before
+// returns the nearest non-tool message stored ahead of msgs and the ids of
+// its calls not answered yet (open nil: not known, so not checked); it is
+// called once, when a check needs it.
+func CheckToolResults(msgs []Message, check func(i int) bool, before func() (last *Message, open []string, err error)) error {
 	var last *Message
-	fetched := false
+	var open map[string]bool // last's calls not answered yet (nil: not known)
+	fetch := func() error {
+		m, o, err := before()
+		if err != nil {
+			return err
+		}
+		last = m
+		if o != nil {
+			open = make(map[string]bool, len(o))
+			for _, id := range o {
+				open[id] = true
+			}
+		}
+		return nil
+	}
+	// The state before msgs, when anything is checked: the messages
+	// stored ahead of the new ones (a repeat's) carry it on.
+	for i := range msgs {
+		if check(i) {
+			if err := fetch(); err != nil {
+				return err
+			}
+			break
+		}
+	}
 	for i := range msgs {
 		m := &msgs[i]
 		if m.Role != RoleTool {
+			if check(i) && len(open) > 0 {
+				ids := make([]string, 0, len(open))
+				for id := range open {
+					ids = append(ids, strconv.Quote(id))
+				}
+				slices.Sort(ids)
+				return fmt.Errorf("%w: message %d: a %s message, while the tool call(s) %s of the assistant message before it have no result (every call is answered before the next message: send the results first)",
+					ErrInvalid, i, m.Role, strings.Join(ids, ", "))
+			}
 			last = m
-			continue
-		}
-		if !check(i) {
-			continue
-		}
-		if last == nil && !fetched {
-			var err error
-			if last, err = before(); err != nil {
-				return err
+			open = make(map[string]bool, len(m.ToolCalls))
+			for _, tc := range m.ToolCalls {
+				open[tc.ID] = true
 			}
-			fetched = true
-		}
-		if answers(last, m.ToolCallID) {
 			continue
 		}
-		what := "no message precedes it"
-		switch {
-		case last == nil:
-		case last.Role != RoleAssistant || len(last.ToolCalls) == 0:
-			what = fmt.Sprintf("the message before it is a %s message without tool calls", last.Role)
-		default:
-			ids := make([]string, len(last.ToolCalls))
-			for j, tc := range last.ToolCalls {
-				ids[j] = strconv.Quote(tc.ID)
+		if check(i) {
+			if !answers(last, m.ToolCallID) {
+				what := "no message precedes it"
+				switch {
+				case last == nil:
+				case last.Role != RoleAssistant || len(last.ToolCalls) == 0:
+					what = fmt.Sprintf("the message before it is a %s message without tool calls", last.Role)
+				default:
+					ids := make([]string, len(last.ToolCalls))
+					for j, tc := range last.ToolCalls {
+						ids[j] = strconv.Quote(tc.ID)
+					}
+					what = "the assistant message before it calls " + strings.Join(ids, ", ")
+				}
+				return fmt.Errorf("%w: message %d: tool result for call %q answers no call: %s (a tool result follows the assistant message that made its call)", ErrInvalid, i, m.ToolCallID, what)
 			}
-			what = "the assistant message before it calls " + strings.Join(ids, ", ")
 		}
-		return fmt.Errorf("%w: message %d: tool result for call %q answers no call: %s (a tool result follows the assistant message that made its call)", ErrInvalid, i, m.ToolCallID, what)
+		delete(open, m.ToolCallID)
 	}
 	return nil
 }
@@ -151,5 +189,24 @@ func answers(m *Message, id string) bool {
 // CheckConversation is CheckToolResults for a whole conversation, as a
 // create gives it: every tool message must answer a call before it.
 func CheckConversation(msgs []Message) error {
-	return CheckToolResults(msgs, func(int) bool { return true }, func() (*Message, error) { return nil, nil })
+	return CheckToolResults(msgs, func(int) bool { return true }, func() (*Message, []string, error) { return nil, nil, nil })
+}
+
+// Open is the ids of msgs' calls not answered yet: those of the last
+// message that is not a tool message, less the results after it.
+func Open(msgs []Message) []string {
+	i := len(msgs) - 1
+	answered := map[string]bool{}
+	for ; i >= 0 && msgs[i].Role == RoleTool; i-- {
+		answered[msgs[i].ToolCallID] = true
+	}
+	open := []string{}
+	if i >= 0 {
+		for _, tc := range msgs[i].ToolCalls {
+			if !answered[tc.ID] {
+				open = append(open, tc.ID)
+			}
+		}
+	}
+	return open
 }

@@ -107,6 +107,7 @@ var SessionCases = []StoreCase{
 	{"a repeat is recognised across the id window", caseStoreIDWindow},
 	{"an id stored with other content is refused", caseStoreAnIdStoredWithOtherContentIsRefused},
 	{"a tool result must answer a call", caseStoreAToolResultMustAnswerACall},
+	{"every call is answered before the next message", caseStoreEveryCallIsAnswered},
 	{"empty content is kept as sent", caseStoreEmptyContentIsKeptAsSent},
 	{"delete removes everything and repeats", caseStoreDeleteRemovesEverythingAndRepeats},
 	{"prepared compactions", caseStorePreparedCompactions},
@@ -490,6 +491,64 @@ func caseStoreAToolResultMustAnswerACall(t *testing.T, _ Features, newStore func
 	}
 	if _, err := s.AppendWith(ctx, "k", []session.Message{result("pr-x", "call_3")}, session.AppendOptions{}); !errors.Is(err, session.ErrInvalid) {
 		t.Fatalf("a result for an earlier turn's call after nine results: %v, want ErrInvalid", err)
+	}
+}
+
+// Issue 42: an assistant's tool call never answered, then a user message,
+// was accepted (a provider refuses such a context), and so were two calls
+// with one id. Both are refused, in one append or across appends, and
+// nothing is stored.
+func caseStoreEveryCallIsAnswered(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
+	ctx := context.Background()
+	s := newStore(t)
+	call := func(id string, calls ...string) session.Message {
+		m := session.Message{ID: id, Role: session.RoleAssistant}
+		for _, c := range calls {
+			m.ToolCalls = append(m.ToolCalls, session.ToolCall{ID: c, Type: "function", Function: session.FunctionCall{Name: "ls", Arguments: "{}"}})
+		}
+		return m
+	}
+	result := func(id, callID string) session.Message {
+		return session.Message{ID: id, Role: session.RoleTool, ToolCallID: callID, Content: text("done")}
+	}
+	user := func(id string) session.Message {
+		return session.Message{ID: id, Role: session.RoleUser, Content: text("next")}
+	}
+	sys := session.Message{Role: session.RoleSystem, Content: text("sys")}
+	if _, err := s.Create(ctx, session.Record{SessionID: "open"}, []session.Message{sys, call("a-0", "c0"), user("u-0")}); !errors.Is(err, session.ErrInvalid) || !strings.Contains(err.Error(), `"c0"`) {
+		t.Fatalf("create with a call never answered: %v, want ErrInvalid naming it", err)
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "open"}, []session.Message{sys, call("a-0", "c0", "c0")}); !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("create with two calls of one id: %v, want ErrInvalid", err)
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "open"}, []session.Message{sys, call("a-1", "c1", "c2"), result("t-1", "c1")}); err != nil {
+		t.Fatal(err)
+	}
+	// c2 waits for its result: another message is refused, in its own
+	// append or after the result in the same one.
+	for _, batch := range [][]session.Message{{user("u-1")}, {call("a-2", "c3")}, {result("t-9", "c1"), user("u-1")}} {
+		if _, err := s.AppendWith(ctx, "open", batch, session.AppendOptions{}); !errors.Is(err, session.ErrInvalid) || !strings.Contains(err.Error(), `"c2"`) {
+			t.Fatalf("append %+v while c2 waits: %v, want ErrInvalid naming c2", batch, err)
+		}
+	}
+	if rec, _ := s.Record(ctx, "open"); rec.HeadSeq != 3 {
+		t.Fatalf("head %d after refused appends, want 3", rec.HeadSeq)
+	}
+	if _, err := s.AppendWith(ctx, "open", []session.Message{result("t-2", "c2"), user("u-2")}, session.AppendOptions{}); err != nil {
+		t.Fatalf("the result, then a user message: %v", err)
+	}
+	if _, err := s.AppendWith(ctx, "open", []session.Message{call("a-3", "c4")}, session.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendWith(ctx, "open", []session.Message{result("t-4", "c4")}, session.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The same messages again are a repeat, not a refusal.
+	if a, err := s.AppendWith(ctx, "open", []session.Message{result("t-2", "c2"), user("u-2")}, session.AppendOptions{}); err != nil || a.Applied() != 0 {
+		t.Fatalf("a repeat: %+v %v", a, err)
+	}
+	if _, err := s.AppendWith(ctx, "open", []session.Message{user("u-3")}, session.AppendOptions{}); err != nil {
+		t.Fatalf("a user message after every result: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -243,4 +244,187 @@ func TestOneCompactionOneTrace(t *testing.T) {
 	if server.SpanKind != trace.SpanKindServer || server.Parent.SpanID().String() != runtimeSpan || cc2.Parent.SpanID() != server.SpanContext.SpanID() {
 		t.Fatalf("server span %+v; compact_context's parent %s", server, cc2.Parent.SpanID())
 	}
+}
+
+// Issue 42: the SERVER spans of compactor.session.* ended before their work
+// ran (0.0-0.5 ms) and never failed; the endpoints had no metrics. A
+// session endpoint's span lasts until its answer (it carries the answer's
+// size, set as it is sent: an ended span takes no attribute), an error
+// answer fails it with its code, and the answers are counted by endpoint
+// and code, in Prometheus and in the micro stats.
+func TestEndpointSpansLastUntilTheirAnswer(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	srv := natstest.Server(t, t.TempDir(), -1)
+	counter, _ := tokens.ForEncoding("cl100k_base")
+	a, err := app.Start(context.Background(), app.Config{NATSURL: srv.ClientURL(), Provision: true, Pipeline: pipeline.DefaultConfig(),
+		Summarizer: extractive.New(counter)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ask := func(subject, body string) string {
+		m, err := nc.Request(subject, []byte(body), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m.Header.Get("Nats-Service-Error-Code")
+	}
+	if code := ask("compactor.session.create", `{"session_id":"s1","messages":[{"role":"user","content":"hello"}]}`); code != "" {
+		t.Fatalf("create: %s", code)
+	}
+	if code := ask("compactor.session.context", `{"session_id":"nope"}`); code != "404" {
+		t.Fatalf("context of a missing session: %s", code)
+	}
+	if code := ask("compactor.session.append", `{"session_id":"s1","messages":[{"role":"user","content":"hi","colour":"red"}]}`); code != "400" {
+		t.Fatalf("append with an unknown field: %s", code)
+	}
+	want := map[string]string{"compactor.session.create": "", "compactor.session.context": "404", "compactor.session.append": "400"}
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		got := map[string]bool{}
+		for _, s := range exp.GetSpans() {
+			code, ok := want[s.Name]
+			if !ok || s.SpanKind != trace.SpanKindServer {
+				continue
+			}
+			var sized bool
+			var errType string
+			for _, kv := range s.Attributes {
+				sized = sized || kv.Key == "rpc.nats.answer_bytes"
+				if kv.Key == "error.type" {
+					errType = kv.Value.AsString()
+				}
+			}
+			if !sized {
+				return fmt.Errorf("span %s ended before its answer was sent", s.Name)
+			}
+			if errType != code || (code != "") != (s.Status.Code.String() == "Error") {
+				return fmt.Errorf("span %s: error.type %q, status %v; want %q", s.Name, errType, s.Status, code)
+			}
+			got[s.Name] = true
+		}
+		if len(got) != len(want) {
+			return fmt.Errorf("spans %v of %v", got, want)
+		}
+		return nil
+	})
+	rec := httptest.NewRecorder()
+	a.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range []string{`compactor_endpoint_requests_total{code="404",endpoint="session_context"} 1`,
+		`compactor_endpoint_requests_total{code="400",endpoint="session_append"} 1`, `compactor_endpoint_requests_total{code="ok",endpoint="session_create"} 1`} {
+		if !strings.Contains(rec.Body.String(), line) {
+			t.Errorf("metrics lack %s", line)
+		}
+	}
+	m, err := nc.Request("$SRV.STATS.compactor", nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				Errors int64            `json:"errors"`
+				ByCode map[string]int64 `json:"errors_by_code"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range stats.Endpoints {
+		if e.Name == "session_context" && (e.Data.Errors != 1 || e.Data.ByCode["404"] != 1) {
+			t.Fatalf("micro stats of session_context: %+v, want its 404", e.Data)
+		}
+	}
+}
+
+// Issue 42: a preparation's model call was a parentless span naming no
+// session. It is the child of the preparation's own span, which names the
+// session.
+func TestPreparationSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(noop.NewTracerProvider()) })
+	srv := natstest.Server(t, t.TempDir(), -1)
+	fp, err := fakeprovider.Start(fakeprovider.Rates(0, 0, 0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fp.Close)
+	counter, _ := tokens.ForEncoding("cl100k_base")
+	sum, err := fp.Summarizer(extractive.New(counter))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
+	a, err := app.Start(context.Background(), app.Config{NATSURL: srv.ClientURL(), Provision: true, Pipeline: cfg, Summarizer: sum, PrepareWorkers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Stop() })
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var msgs []client.Message
+	for i := range 70 {
+		msgs = append(msgs, client.Text(fmt.Sprintf("u%d", i), client.User, fmt.Sprintf("question %d: where is my bag tagged BAG-%04d? It held my laptop and the charger for it.", i, i)),
+			client.Text(fmt.Sprintf("a%d", i), client.Assistant, fmt.Sprintf("Bag BAG-%04d is in Lisbon; it arrives on day %d by the evening flight, and a courier brings it to you.", i, i%28+1)))
+	}
+	if _, err := cl.Create(ctx, "prep", client.NewSession{Model: "gpt-4o", ContextLimit: 6000, Messages: msgs}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.NearBudget(ctx, "prep", client.CompactRequest{RequestID: "hint-1"}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		var prep *tracetest.SpanStub
+		spans := exp.GetSpans()
+		for i, s := range spans {
+			if s.Name == "prepare_context" {
+				for _, kv := range s.Attributes {
+					if kv.Key == "gen_ai.conversation.id" && kv.Value.AsString() == "prep" {
+						prep = &spans[i]
+					}
+				}
+			}
+		}
+		if prep == nil {
+			return fmt.Errorf("no prepare_context span naming the session (%d spans)", len(spans))
+		}
+		byID := map[trace.SpanID]tracetest.SpanStub{}
+		for _, s := range spans {
+			byID[s.SpanContext.SpanID()] = s
+		}
+		for _, s := range spans {
+			if s.SpanKind != trace.SpanKindClient {
+				continue
+			}
+			for p, ok := s.Parent.SpanID(), true; ok && p.IsValid(); {
+				if p == prep.SpanContext.SpanID() {
+					return nil
+				}
+				var up tracetest.SpanStub
+				up, ok = byID[p]
+				p = up.Parent.SpanID()
+			}
+		}
+		return fmt.Errorf("no model call under the preparation's span %v", prep.Attributes)
+	})
 }
