@@ -87,7 +87,7 @@ func TestOptionsAreValidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := c.Context(ctx, "a.b"); err == nil || !strings.Contains(err.Error(), "session id") {
+	if _, err := c.Context(ctx, "a.b"); err == nil || !strings.Contains(err.Error(), "session_id") {
 		t.Errorf("a bad session id: %v", err)
 	}
 	if _, err := c.Compact(ctx, "s", client.CompactRequest{Trigger: client.Manual}); err == nil {

@@ -227,12 +227,18 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 	if err != nil {
 		return nil, err
 	}
+	// Sent before, its result may be stored already; and a result a
+	// subscriber saw may reach the stream a moment after: a duplicate
+	// looks again every second while it waits.
+	var again <-chan time.Time
 	if ack.Duplicate {
-		// Sent before: its result may be stored already.
 		res, done, err := c.storedResult(fctx, sessionID, req.RequestID)
 		if done || err != nil {
 			return res, err
 		}
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		again = t.C
 	}
 	for {
 		select {
@@ -242,6 +248,10 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 				continue // another request's result, or not one
 			}
 			return done, err
+		case <-again:
+			if res, done, err := c.storedResult(ctx, sessionID, req.RequestID); done {
+				return res, err
+			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("client: request %s on %s: %w (%v)", req.RequestID, route.Prefix+sessionID, ErrNoResult, ctx.Err())
 		}

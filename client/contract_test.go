@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
@@ -218,5 +219,29 @@ func TestGoDocShowsTheContract(t *testing.T) {
 		if err != nil || !regexp.MustCompile(`(?m)^\s+`+field+`\s`).Match(out) {
 			t.Errorf("go doc client.%s does not show its field %s: %v\n%s", typ, field, err, out)
 		}
+	}
+}
+
+// Issue 42: the client documented strategies the service never sends
+// ("summarise", "clear_tool_results"). The client's strategies, the
+// service's and the schema's enum are one list.
+func TestStrategiesAreTheService(t *testing.T) {
+	raw, err := os.ReadFile("../schemas/compaction_completed.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			Strategy struct {
+				Enum []string `json:"enum"`
+			} `json:"strategy"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	want := schema.Properties.Strategy.Enum
+	if !reflect.DeepEqual(client.Strategies, want) || !reflect.DeepEqual(pipeline.Strategies, want) {
+		t.Fatalf("strategies: client %v, service %v, schema %v", client.Strategies, pipeline.Strategies, want)
 	}
 }

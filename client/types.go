@@ -387,8 +387,8 @@ type Completed struct {
 	InputTokens         int     `json:"summary_input_tokens"`
 	OutputTokens        int     `json:"summary_output_tokens"`
 	SummaryModel        string  `json:"summary_model,omitempty"`
-	// Strategy is how it reduced the context: "summarise",
-	// "clear_tool_results", or "prepared" (committed from a preparation).
+	// Strategy is how it reduced the context: one of Strategies
+	// (StrategyCleared, StrategySingle, ...).
 	Strategy         string `json:"strategy,omitempty"`
 	PrefixKeptTokens int    `json:"prefix_kept_tokens"`
 	CacheWriteTokens int    `json:"cache_write_tokens"`
@@ -462,3 +462,30 @@ type CacheData struct {
 	LastRequestTime time.Time `json:"last_request_time"`
 	TTLSeconds      int       `json:"ttl_seconds"`
 }
+
+// Strategies of a completed result: how it reduced the context.
+const (
+	// StrategyCleared: tool results cleared, no model call.
+	StrategyCleared = "cleared"
+	// StrategySingle, StrategyChunked, StrategyIncremental: a summary, of
+	// what was selected at once, in chunks, or of what is new since the
+	// summary in force.
+	StrategySingle      = "single"
+	StrategyChunked     = "chunked"
+	StrategyIncremental = "incremental"
+	// StrategyPrepared: a compaction prepared ahead, committed with no
+	// model call; StrategyPreparedTopUp: the messages since summarised on
+	// top of one.
+	StrategyPrepared      = "prepared"
+	StrategyPreparedTopUp = "prepared_topup"
+	// StrategyResumed, StrategyExisting, StrategyRedelivered: a compaction
+	// made before (a half-done one finished; another request's; this
+	// request's, answered again).
+	StrategyResumed     = "resumed"
+	StrategyExisting    = "existing"
+	StrategyRedelivered = "redelivered"
+)
+
+// Strategies lists every strategy a result may name.
+var Strategies = []string{StrategyCleared, StrategySingle, StrategyChunked, StrategyIncremental, StrategyPrepared,
+	StrategyPreparedTopUp, StrategyResumed, StrategyExisting, StrategyRedelivered}

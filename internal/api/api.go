@@ -601,7 +601,7 @@ func (s *Server) compact(r micro.Request) {
 		}
 		if disp != events.Retry {
 			// A repeated request may have been answered before.
-			if err := s.d.Publisher.Once(ctx, res, res.Strategy == "redelivered"); err != nil {
+			if err := s.d.Publisher.Once(ctx, res, res.Strategy == pipeline.StrategyRedelivered); err != nil {
 				s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
 				disp = events.Retry // the caller's retry publishes it
 			}

@@ -485,7 +485,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 	// A request delivered again may have been answered by a replica that
 	// died before acknowledging it.
-	again := md.NumDelivered > 1 || res.Strategy == "redelivered"
+	again := md.NumDelivered > 1 || res.Strategy == pipeline.StrategyRedelivered
 	if err := c.pub.Once(ctx, res, again); err != nil {
 		c.retryPublish(log, msg, err)
 		return

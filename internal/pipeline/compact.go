@@ -216,7 +216,7 @@ func spanResult(span trace.Span, res *Result, err error) {
 		attribute.Int("compactor.tokens_before", res.TokensBefore), attribute.Int("compactor.tokens_after", res.TokensAfter),
 		attribute.Int("compactor.summary_tokens", res.SummaryTokens), attribute.Int("compactor.messages_summarised", res.MessagesSummarised),
 		attribute.Int("compactor.tool_results_cleared", res.ToolResultsCleared), attribute.Int("compactor.llm_calls", res.LLMCalls),
-		attribute.Bool("compactor.prepared", res.Strategy == "prepared" || res.Strategy == "prepared_topup"),
+		attribute.Bool("compactor.prepared", res.Strategy == StrategyPrepared || res.Strategy == StrategyPreparedTopUp),
 		attribute.Int64("compactor.prepared_age_ms", res.PreparedAgeMS), attribute.Int("compactor.breaker_failures", res.Failures),
 		attribute.Bool("compactor.circuit_opened", res.CircuitOpened), attribute.Int("compactor.attempts", res.attempts))
 	if res.CacheState != "" {
@@ -445,9 +445,9 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		// and what was summarised on top of it, from the compaction in
 		// force.
 		r.selected = append(r.covered, r.selected...)
-		res.Strategy, res.PreparedAgeMS = "prepared_topup", r.preparedAge
+		res.Strategy, res.PreparedAgeMS = StrategyPreparedTopUp, r.preparedAge
 		if r.written {
-			res.Strategy, res.SummaryModel = "prepared", r.prepared.Compaction.Compaction.Model
+			res.Strategy, res.SummaryModel = StrategyPrepared, r.prepared.Compaction.Compaction.Model
 		}
 	}
 	a := s.assemble(p, req, key, r, res)
@@ -463,7 +463,7 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := step(ctx, "commit", func(ctx context.Context) error { return s.commitResult(ctx, req, a, r, res) }); err != nil {
 		return err
 	}
-	if r.prepared != nil && (res.Strategy == "prepared_topup" || res.Strategy == "prepared") {
+	if r.prepared != nil && (res.Strategy == StrategyPreparedTopUp || res.Strategy == StrategyPrepared) {
 		if r.written {
 			s.preps.stats.used.Add(1)
 		} else {
@@ -499,7 +499,7 @@ func (s *Service) current(p *plan, req Request, res *Result) bool {
 	if req.ID == "" || meta.RequestID != req.ID {
 		return false
 	}
-	res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+	res.Outcome, res.Strategy = OutcomeCompacted, StrategyRedelivered
 	res.MessagesSummarised, res.TokensBefore, res.TokensAfter = meta.Messages, meta.TokensBefore, meta.TokensAfter
 	res.SummaryTokens, res.Chunks, res.LLMCalls, res.Incremental = meta.SummaryTokens, meta.Chunks, meta.LLMCalls, meta.Incremental
 	res.PrefixKeptTokens, res.ToolResultsCleared, res.ClearedTokens = meta.PrefixKeptTokens, meta.ClearedNow, meta.ClearedTokens
@@ -555,7 +555,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	}
 	sm.sources = instructionSources(p.pinned, input, prev)
 	var text string
-	strategy := "single"
+	strategy := StrategySingle
 	if r.incremental {
 		// The delta gets the room the summary in force leaves (at least a
 		// quarter of the budget), so the joined summary mostly fits and
@@ -583,11 +583,11 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 				text, err = sm.condense(ctx, text, condenseTo)
 			}
 		}
-		strategy = "incremental"
+		strategy = StrategyIncremental
 	} else {
 		text, err = sm.runWithin(ctx, input, budget)
 		if sm.chunks > 1 {
-			strategy = "chunked"
+			strategy = StrategyChunked
 		}
 	}
 	res.LLMCalls, res.Chunks, res.InputTokens, res.OutputTokens = sm.calls, sm.chunks, sm.inTokens, sm.outTokens
@@ -666,7 +666,7 @@ func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r 
 	res.Summary = r.summary
 	res.Outcome = OutcomeCompacted
 	if r.step == StepClear {
-		res.Strategy = "cleared"
+		res.Strategy = StrategyCleared
 	}
 	strategy := res.Strategy
 	if err != nil || existed {
@@ -674,9 +674,9 @@ func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r 
 		// it is the request named in the stored message that compacted
 		// (this one, when another delivery of it won); any other request
 		// answers already_compacted, so racing requests get one compacted.
-		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyExisting
 		if stored, ok := s.madeBy(ctx, req.SessionID, a.msg.ID, req.ID); ok {
-			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+			res.Outcome, res.Strategy = OutcomeCompacted, StrategyRedelivered
 			if !existed {
 				// This delivery wrote the compaction and another writer
 				// committed the record to it: it is what this one did.
@@ -749,7 +749,7 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 		res.MessagesSummarised, res.TokensAfter, res.Chunks = meta.Messages, meta.TokensAfter, meta.Chunks
 	}
 	if p.sess.Record.CompactionID == m.ID {
-		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyExisting
 		return nil
 	}
 	if m.Compaction == nil {
@@ -758,9 +758,9 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	mine := m.Compaction.RequestID == "" || m.Compaction.RequestID == res.RequestID
 	_, err := s.commit(ctx, commitFor(p.sess.Record.SessionID, m, s.now().UTC()))
 	if errors.Is(err, errWonByOther) {
-		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyExisting
 		if res.RequestID != "" && m.Compaction.RequestID == res.RequestID {
-			res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+			res.Outcome, res.Strategy = OutcomeCompacted, StrategyRedelivered
 		}
 		return nil
 	}
@@ -770,7 +770,7 @@ func (s *Service) resume(ctx context.Context, p *plan, m *session.Message, res *
 	// Finishing another request's interrupted commit does not make this
 	// request the one that compacted: that is the request the compaction
 	// names (it answers compacted when it is redelivered).
-	res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "resumed"
+	res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyResumed
 	if mine {
 		res.Outcome = OutcomeCompacted
 	}

@@ -317,7 +317,7 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	}
 	if sel.Cut == 0 {
 		if p.sess.Summary != nil && (now <= p.limit || d.Reason != DecisionTokens) {
-			res.Outcome, res.Strategy = OutcomeAlreadyCompacted, "existing"
+			res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyExisting
 			return nil, nil
 		}
 		if p.sess.Summary != nil {

@@ -706,9 +706,9 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	if err != nil || existed {
 		_, mine := pp.s.madeBy(ctx, req.SessionID, m.ID, req.ID)
 		if !mine || existed {
-			res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeAlreadyCompacted, "existing", 0
+			res.Outcome, res.Strategy, res.PreparedAgeMS = OutcomeAlreadyCompacted, StrategyExisting, 0
 			if mine {
-				res.Outcome, res.Strategy = OutcomeCompacted, "redelivered"
+				res.Outcome, res.Strategy = OutcomeCompacted, StrategyRedelivered
 			}
 			return nil, true, nil
 		}

@@ -131,6 +131,34 @@ const (
 	OutcomeNothingToCompact Outcome = "nothing_to_compact"
 )
 
+// Strategy is how a completed request reduced the context (the result's
+// strategy).
+const (
+	// StrategyCleared: tool results cleared, no model call.
+	StrategyCleared = "cleared"
+	// StrategySingle, StrategyChunked, StrategyIncremental: a summary, of
+	// what was selected at once, in chunks, or of what is new since the
+	// summary in force.
+	StrategySingle      = "single"
+	StrategyChunked     = "chunked"
+	StrategyIncremental = "incremental"
+	// StrategyPrepared: a compaction prepared ahead, committed with no
+	// model call; StrategyPreparedTopUp: the messages since summarised on
+	// top of one.
+	StrategyPrepared      = "prepared"
+	StrategyPreparedTopUp = "prepared_topup"
+	// StrategyResumed, StrategyExisting, StrategyRedelivered: a compaction
+	// made before (a crash's half-done one finished; another request's;
+	// this request's, answered again).
+	StrategyResumed     = "resumed"
+	StrategyExisting    = "existing"
+	StrategyRedelivered = "redelivered"
+)
+
+// Strategies lists every strategy a result may name.
+var Strategies = []string{StrategyCleared, StrategySingle, StrategyChunked, StrategyIncremental, StrategyPrepared,
+	StrategyPreparedTopUp, StrategyResumed, StrategyExisting, StrategyRedelivered}
+
 // Result is the answer to one request: the data of a CompactionCompleted
 // event, or of a CompactionFailed one when Failed is set.
 type Result struct {

@@ -188,8 +188,8 @@ export interface Completed {
   summary_input_tokens: number;
   summary_output_tokens: number;
   summary_model?: string;
-  /** "summarise", "clear_tool_results", "prepared", ... */
-  strategy?: string;
+  /** How it reduced the context: one of Strategies. */
+  strategy?: Strategy;
   prefix_kept_tokens: number;
   cache_write_tokens: number;
   cache_state?: "warm" | "cold";
@@ -275,6 +275,9 @@ export interface NewSession {
   messages?: Message[];
 }
 
+/** The strategies a completed result may name (the schema's enum). */
+export declare const Strategies: readonly ["cleared", "single", "chunked", "incremental", "prepared", "prepared_topup", "resumed", "existing", "redelivered"];
+export type Strategy = (typeof Strategies)[number];
 export declare const Subjects: Readonly<Record<"create" | "append" | "upload" | "context" | "history" | "message" | "delete" | "breaker" | "compact" | "result", string>>;
 export declare const EventSubjects: Readonly<Record<"CompactionCompleted" | "CompactionFailed" | "CompactionCircuitOpened" | "CompactionCircuitClosed", string>>;
 export declare const DEFAULT_SOURCE: string;

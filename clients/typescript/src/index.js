@@ -37,6 +37,12 @@ export const Subjects = Object.freeze({
   result: "compactor.result.get",
 });
 
+/**
+ * The strategies a completed result may name: how it reduced the context
+ * (schemas/compaction_completed.json's enum; the tests compare them).
+ */
+export const Strategies = Object.freeze(["cleared", "single", "chunked", "incremental", "prepared", "prepared_topup", "resumed", "existing", "redelivered"]);
+
 /** The request triggers and their event types and subject prefixes. */
 const requestRoutes = Object.freeze({
   over_budget: { type: "ContextOverBudget", prefix: "agent.context.over_budget." },
@@ -409,22 +415,39 @@ export class CompactorClient {
     try {
       await this.#nc.flush();
       const ack = await this.#publishRequest(sessionId, o.trigger, o);
+      // Sent before, its result may be stored already; and a result a
+      // subscriber saw may reach the stream a moment after: a duplicate
+      // looks again every second while it waits.
+      let stored, polling;
       if (ack.duplicate) {
-        // Sent before: its result may be stored already.
-        const stored = await this.#storedResult(sessionId, o.requestId);
-        if (stored?.type === "CompactionFailed") throw new CompactionFailedError(stored.data);
-        if (stored) return stored.data;
+        stored = await this.#storedResult(sessionId, o.requestId);
+        if (!stored) {
+          polling = setInterval(() => {
+            this.#storedResult(sessionId, o.requestId).then(
+              (found) => {
+                if (found && !stored) {
+                  stored = found;
+                  results.return();
+                }
+              },
+              () => {}, // looked again next second
+            );
+          }, 1000);
+        }
       }
-      const timer = setTimeout(() => results.return(), o.timeoutMs);
+      const timer = stored ? undefined : setTimeout(() => results.return(), o.timeoutMs);
       try {
-        for await (const ev of results) {
+        for await (const ev of stored ? [] : results) {
           if (ev.data?.request_id !== o.requestId) continue; // another request's
           if (ev.type === "CompactionFailed") throw new CompactionFailedError(ev.data);
           return ev.data;
         }
       } finally {
         clearTimeout(timer);
+        clearInterval(polling);
       }
+      if (stored?.type === "CompactionFailed") throw new CompactionFailedError(stored.data);
+      if (stored) return stored.data;
       o.signal?.throwIfAborted();
       throw new NoResultError(o.requestId, sessionId, o.timeoutMs);
     } finally {
