@@ -156,8 +156,11 @@ type FunctionCall struct {
 // Message is one chat message plus the fields the store adds. Messages are
 // immutable once stored, apart from SummarisedBy, which a compaction sets.
 type Message struct {
-	ID         string     `json:"id"`
-	Seq        int64      `json:"seq"`
+	ID string `json:"id"`
+	// Seq is the message's place in the session, from 1; a compaction
+	// message is answered without one (it has no place in the sequence:
+	// its compaction's from_seq and to_seq say what it covers).
+	Seq        int64      `json:"seq,omitempty"`
 	Role       Role       `json:"role"`
 	Content    Content    `json:"content"`
 	Name       string     `json:"name,omitempty"`

@@ -354,8 +354,22 @@ func (s *Service) Context(ctx context.Context, sid string) (ContextView, error) 
 		return ContextView{}, err
 	}
 	msgs := pipeline.ContextOf(sess)
+	tokens := c.Context(msgs)
+	unplaced(msgs)
 	return ContextView{SessionID: sid, Model: sess.Record.Model, ContextLimit: s.LimitOf(sess.Record), HeadSeq: sess.Record.HeadSeq,
-		Tokens: c.Context(msgs), CompactionID: sess.Record.CompactionID, Messages: msgs}, nil
+		Tokens: tokens, CompactionID: sess.Record.CompactionID, Messages: msgs}, nil
+}
+
+// unplaced answers each compaction message of msgs with seq 0: it has no
+// place in the session's sequence (its compaction's from_seq and to_seq
+// say what it covers). It carried the seq of the last message it
+// summarised, so two messages answered one seq.
+func unplaced(msgs []session.Message) {
+	for i := range msgs {
+		if msgs[i].IsCompaction {
+			msgs[i].Seq = 0
+		}
+	}
 }
 
 // Message returns the session's stored message with seq, summarised or
@@ -413,6 +427,7 @@ func (s *Service) History(ctx context.Context, sid string) (History, error) {
 	if h.Compactions == nil {
 		h.Compactions = []session.Message{}
 	}
+	unplaced(h.Compactions)
 	if h.Prepared == nil {
 		h.Prepared = []Prepared{}
 	}
