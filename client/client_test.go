@@ -235,3 +235,20 @@ func TestCircuitEvents(t *testing.T) {
 	}
 	sub.Stop() // after a drain: nothing more to do
 }
+
+// Issue 42: Compact against a server where no service was ever
+// provisioned returned an untyped error; it is ErrNoService, as the
+// endpoints' calls are.
+func TestCompactWithNoService(t *testing.T) {
+	_, nc, _ := natstest.Start(t)
+	c, err := client.New(nc, client.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(context.Background(), "s1", client.CompactRequest{}); !errors.Is(err, client.ErrNoService) {
+		t.Fatalf("Compact with no service: %v, want ErrNoService", err)
+	}
+	if _, err := c.Context(context.Background(), "s1"); !errors.Is(err, client.ErrNoService) {
+		t.Fatalf("Context with no service: %v, want ErrNoService", err)
+	}
+}

@@ -153,6 +153,11 @@ func (c *Client) publish(ctx context.Context, route events.Route, sid string, re
 	}
 	h, body := events.EncodeBinary(ev)
 	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: route.Prefix + sid, Header: h, Data: body})
+	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
+		// No stream takes the request's subject: no service was ever
+		// provisioned on this server.
+		return nil, fmt.Errorf("client: publish request to %s: %w (%v)", route.Prefix+sid, ErrNoService, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("client: publish request to %s: %w", route.Prefix+sid, err)
 	}

@@ -74,6 +74,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintf(stderr, "compactor demo runs its own NATS server and service: the NATS URL %s (--nats-url or NATS_URL) is not used\n", redactURL(*sf.nats.url))
 		*sf.nats.url = ""
 	}
+	kept := *sf.dataDir // "" unless --data-dir: the store is removed after
 	if *sf.dataDir == "" {
 		dir, err := os.MkdirTemp("", "compactor-demo-")
 		if err != nil {
@@ -107,7 +108,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	err = replay(ctx, url, opts, name, msgs, *limit, sf.pf, stdout)
+	err = replay(ctx, url, opts, name, msgs, *limit, sf.pf, kept, stdout)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = serr
@@ -115,7 +116,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return err
 }
 
-func replay(ctx context.Context, url string, opts []nats.Option, name string, msgs []session.Message, limit int, pf *pipelineFlags, w io.Writer) error {
+func replay(ctx context.Context, url string, opts []nats.Option, name string, msgs []session.Message, limit int, pf *pipelineFlags, dataDir string, w io.Writer) error {
 	nc, _, err := dial(ctx, url, "compactor-demo", opts...)
 	if err != nil {
 		return err
@@ -207,7 +208,11 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 			fmt.Fprintf(w, "\nThe summary (compaction %s):\n%s\n", m.ID, indent(pipeline.SummaryText(&m), "  "))
 		}
 	}
-	fmt.Fprintf(w, "\nSee it yourself while a server runs: compactor session context %s; compactor session show %s\n", sid, sid)
+	if dataDir == "" {
+		fmt.Fprintf(w, "\nThe demo's server and store are gone with it. To look at the session afterwards, run it with --data-dir DIR, then: compactor serve --data-dir DIR; compactor session show %s\n", sid)
+	} else {
+		fmt.Fprintf(w, "\nThe session stays in %s: compactor serve --data-dir %s, then compactor session context %s; compactor session show %s\n", dataDir, dataDir, sid, sid)
+	}
 	return nil
 }
 

@@ -34,6 +34,11 @@ func TestDemo(t *testing.T) {
 	if strings.Contains(out, "CompactionFailed") {
 		t.Fatalf("a compaction failed in the demo:\n%s", out)
 	}
+	// Its store is gone with it: the closing hint says how to keep one
+	// (it named a session on a server already gone).
+	if !strings.Contains(out, "gone with it") || !strings.Contains(out, "--data-dir DIR") {
+		t.Fatalf("the demo's closing hint:\n%s", out)
+	}
 }
 
 // TestServeEmbeddedRestart: serve with its embedded server on a data dir;

@@ -749,7 +749,7 @@ func (s *Server) breakerReset(r micro.Request) {
 			return
 		}
 		s.answer(r, func(ctx context.Context) (any, error) {
-			return ResetAll(ctx, s.d.Sessions, s.d.Publisher, s.d.Breakers, s.log)
+			return ResetAll(ctx, s.d.Sessions, s.d.Publisher, s.d.Breakers, s.log.With(callerAttrs(r)...))
 		})
 		return
 	}

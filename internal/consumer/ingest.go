@@ -193,10 +193,28 @@ func (in *Ingest) store(m *nats.Msg) {
 		return
 	}
 	if m.Reply != "" {
-		if err := m.Respond(ack.Data); err != nil {
+		if err := m.Respond(tenantAck(ack.Data)); err != nil {
 			in.log.Warn("respond", slog.String("subject", m.Reply), slog.String("error", err.Error()))
 		}
 	}
+}
+
+// tenantAck is JetStream's acknowledgement as a tenant sees it: the stream
+// and whether the request was a duplicate, without the stream's sequence,
+// which counts every tenant's requests (the others' request rate).
+// JetStream's error answer goes as it is.
+func tenantAck(b []byte) []byte {
+	var ack struct {
+		Stream    string          `json:"stream"`
+		Domain    string          `json:"domain,omitempty"`
+		Duplicate bool            `json:"duplicate,omitempty"`
+		Error     json.RawMessage `json:"error,omitempty"`
+	}
+	if json.Unmarshal(b, &ack) != nil || ack.Error != nil || ack.Stream == "" {
+		return b
+	}
+	out, _ := json.Marshal(ack)
+	return out
 }
 
 // refuse answers as JetStream answers a publish it refuses.

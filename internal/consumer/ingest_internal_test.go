@@ -58,3 +58,17 @@ func TestSerializeRefusesPastTheQuotaWaiting(t *testing.T) {
 		t.Fatalf("%d still counted waiting", waiting())
 	}
 }
+
+// Issue 42: a tenant's publish ack showed the shared AGENT_CONTEXT
+// sequence, which counts every tenant's requests. The tenant sees the
+// stream and whether its request was a duplicate; an error as it is.
+func TestTenantAckHidesTheSequence(t *testing.T) {
+	got := string(tenantAck([]byte(`{"stream":"AGENT_CONTEXT","seq":4812,"duplicate":true}`)))
+	if got != `{"stream":"AGENT_CONTEXT","duplicate":true}` {
+		t.Fatalf("ack %s", got)
+	}
+	e := `{"error":{"code":503,"err_code":10077,"description":"maximum bytes exceeded"},"stream":"AGENT_CONTEXT"}`
+	if got := string(tenantAck([]byte(e))); got != e {
+		t.Fatalf("error ack %s", got)
+	}
+}

@@ -99,7 +99,7 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 		tenantOut: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "tenant_summary_output_tokens_total",
 			Help: "Output tokens written by summary models, by tenant."}, []string{"tenant"}),
 		modelCalls: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "model_calls_total",
-			Help: "Calls to summary model providers, each retry a call, by provider, model asked for, outcome (ok, context_length, rate_limited, server_error, auth, bad_request, cancelled, error) and purpose (request or preparation)."},
+			Help: "Calls to summary model providers, each retry a call, by provider, model asked for, outcome (ok, context_length, rate_limited, server_error, unreachable, auth, bad_request, cancelled, error) and purpose (request or preparation)."},
 			[]string{"provider", "model", "outcome", "purpose"}),
 		modelDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Name: "model_call_duration_seconds",
 			Help:    "Time of one call to a summary model provider, by provider, model asked for, outcome and purpose.",

@@ -18,6 +18,11 @@ var (
 	// connections, timeouts, truncated or malformed bodies) after the retry
 	// budget.
 	ErrServer = errors.New("provider unavailable")
+	// ErrUnreachable is an ErrServer where no connection was made at all
+	// (refused, no route, the name not found): the provider is down or
+	// the base URL is wrong, which its metrics tell apart (outcome
+	// unreachable, not server_error).
+	ErrUnreachable = fmt.Errorf("%w: unreachable", ErrServer)
 	// ErrBadRequest is returned for a request the provider refuses (400,
 	// 404, 422) other than a context-length error.
 	ErrBadRequest = errors.New("request rejected")

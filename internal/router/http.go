@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -48,11 +49,16 @@ func post(ctx context.Context, client *http.Client, provider, url string, header
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		msg := err.Error()
-		if errors.Is(err, context.DeadlineExceeded) {
+		msg, kind := err.Error(), ErrServer
+		var op *net.OpError
+		var dns *net.DNSError
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
 			msg = "call timed out: " + msg
+		case errors.As(err, &dns), errors.As(err, &op) && op.Op == "dial":
+			kind = ErrUnreachable
 		}
-		return 0, nil, nil, &APIError{Provider: provider, Message: msg, kind: ErrServer}
+		return 0, nil, nil, &APIError{Provider: provider, Message: msg, kind: kind}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))

@@ -72,6 +72,7 @@ const (
 	CallContextLength = "context_length"
 	CallRateLimited   = "rate_limited"
 	CallServerError   = "server_error"
+	CallUnreachable   = "unreachable"
 	CallAuth          = "auth"
 	CallBadRequest    = "bad_request"
 	CallCancelled     = "cancelled"
@@ -99,6 +100,8 @@ func outcomeOf(ctx context.Context, err error) string {
 		return CallContextLength
 	case errors.Is(err, ErrRateLimited):
 		return CallRateLimited
+	case errors.Is(err, ErrUnreachable):
+		return CallUnreachable
 	case errors.Is(err, ErrServer):
 		return CallServerError
 	case errors.Is(err, ErrAuth):

@@ -415,3 +415,24 @@ func natsEventually(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Issue 42: a refused connection to the model counted as server_error. No
+// connection at all is unreachable (still retried, still ErrServer).
+func TestRefusedConnectionIsUnreachable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL
+	srv.Close() // nothing listens there now
+	r := newRouter(t, "openai", url, &sleeps{}, time.Second)
+	var outcomes []string
+	var mu sync.Mutex
+	r.Observe(func(c router.Call) { mu.Lock(); outcomes = append(outcomes, c.Outcome); mu.Unlock() })
+	_, err := r.Summarize(context.Background(), request("gpt-4o"))
+	if !errors.Is(err, router.ErrUnreachable) || !errors.Is(err, router.ErrServer) {
+		t.Fatalf("a refused connection: %v, want ErrUnreachable (an ErrServer)", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(outcomes) != router.DefaultRetry().Attempts || outcomes[0] != router.CallUnreachable {
+		t.Fatalf("calls %v, want every attempt unreachable", outcomes)
+	}
+}

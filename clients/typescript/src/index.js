@@ -386,6 +386,11 @@ export class CompactorClient {
     try {
       return await this.#js.publish(route.prefix + sessionId, data, { msgID: o.requestId, headers: h, timeout: this.#timeoutMs });
     } catch (err) {
+      // No stream takes the subject (nats.js says JetStream is not
+      // enabled): no service was ever provisioned here.
+      if (err?.isNoResponders?.() || /no responders|NoResponders|JetStreamNotEnabled/i.test(`${err?.name} ${err?.message} ${err?.cause?.name}`)) {
+        throw new NoServiceError(route.prefix + sessionId, { cause: err });
+      }
       throw new CompactorError(`publish request to ${route.prefix + sessionId}: ${err?.message ?? err}`, { cause: err });
     }
   }

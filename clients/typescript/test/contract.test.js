@@ -19,3 +19,21 @@ test("the strategies are the schema's", () => {
   assert.ok(declared, "index.d.ts declares Strategies");
   assert.deepEqual(JSON.parse(`[${declared[1]}]`), schema.properties.strategy.enum);
 });
+
+// Issue 42: a request published where no service was provisioned threw an
+// untyped error; it is NoServiceError, as the endpoints' calls are.
+test("no service: NoServiceError", async () => {
+  const { connect } = await import("@nats-io/transport-node");
+  const { CompactorClient, NoServiceError } = await import("../src/index.js");
+  const { startBareNATS } = await import("./service.js");
+  const bare = await startBareNATS();
+  const nc = await connect({ servers: bare.url });
+  try {
+    const c = new CompactorClient(nc, { timeoutMs: 5_000 });
+    await assert.rejects(c.compact("s1"), NoServiceError);
+    await assert.rejects(c.context("s1"), NoServiceError);
+  } finally {
+    await nc.close();
+    await bare.stop();
+  }
+});

@@ -115,3 +115,39 @@ export async function standInModel(answer) {
     close: () => new Promise((ok) => server.close(ok)),
   };
 }
+
+/**
+ * Runs `compactor nats` (a bare NATS server with JetStream, no service);
+ * resolves with its URL and stop().
+ */
+export async function startBareNATS() {
+  const dir = mkdtempSync(join(tmpdir(), "compactor-ts-nats-"));
+  const child = spawn(compactorBinary(), ["nats", "--port", "-1", "--data-dir", join(dir, "data"), "--sync", "1s"], { stdio: ["ignore", "pipe", "inherit"] });
+  let out = "";
+  const url = await new Promise((ok, fail) => {
+    const timer = setTimeout(() => fail(new Error(`compactor nats did not start in 30 s:\n${out}`)), 30_000);
+    child.stdout.on("data", (b) => {
+      out += b.toString();
+      const m = out.match(/ready (\S+)/);
+      if (m) {
+        clearTimeout(timer);
+        ok(m[1]);
+      }
+    });
+    child.once("exit", (code) => {
+      clearTimeout(timer);
+      fail(new Error(`compactor nats exited ${code}:\n${out}`));
+    });
+  });
+  return {
+    url,
+    async stop() {
+      if (child.exitCode === null) {
+        const exited = new Promise((ok) => child.once("exit", ok));
+        child.kill("SIGTERM");
+        await exited;
+      }
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
