@@ -104,8 +104,26 @@ func TestDockerfile(t *testing.T) {
 	if u := strings.Split(users[len(users)-1], ":")[0]; u == "root" || u == "0" {
 		t.Fatalf("USER %s", users[len(users)-1])
 	}
-	if !slices.Contains(instr(run, "EXPOSE"), "9464") {
-		t.Fatalf("EXPOSE %v, want 9464 (metrics and probes)", instr(run, "EXPOSE"))
+	if expose := strings.Join(instr(run, "EXPOSE"), " "); !strings.Contains(expose, "9464") || !strings.Contains(expose, "4222") {
+		t.Fatalf("EXPOSE %v, want 4222 (the embedded NATS) and 9464 (metrics and probes)", instr(run, "EXPOSE"))
+	}
+	// By itself the image serves on the container's interfaces, its store
+	// on a volume (issue 42: an embedded NATS on the container's loopback,
+	// its store in the home directory, gave runtimes nothing to reach).
+	env := strings.Join(instr(run, "ENV"), " ")
+	for _, want := range []string{"COMPACTOR_NATS_HOST=0.0.0.0", "COMPACTOR_DATA_DIR=/data", "COMPACTOR_METRICS_ADDR=0.0.0.0:9464"} {
+		if !strings.Contains(env, want) {
+			t.Fatalf("ENV %s lacks %s", env, want)
+		}
+	}
+	if v := instr(run, "VOLUME"); len(v) != 1 || v[0] != "/data" {
+		t.Fatalf("VOLUME %v, want /data", v)
+	}
+	if copies := strings.Join(instr(run, "COPY"), "\n"); !strings.Contains(copies, "--chown=65532:65532") || !strings.Contains(copies, " /data") {
+		t.Fatalf("the store's directory is not the service user's: %s", copies)
+	}
+	if hc := strings.Join(instr(run, "HEALTHCHECK"), " "); !strings.Contains(hc, `"/compactor", "health"`) || !strings.Contains(hc, "/readyz") {
+		t.Fatalf("HEALTHCHECK %q: want compactor health on /readyz (the base has no shell or curl)", hc)
 	}
 	if ep := instr(run, "ENTRYPOINT"); len(ep) != 1 || ep[0] != `["/compactor"]` {
 		t.Fatalf("ENTRYPOINT %v", ep)
@@ -114,8 +132,17 @@ func TestDockerfile(t *testing.T) {
 	if !strings.Contains(copies, "--from=build") || !strings.Contains(copies, "/compactor") {
 		t.Fatalf("the run stage does not take the binary from the build stage: %s", copies)
 	}
-	if cmd := strings.Join(instr(run, "CMD"), " "); !strings.Contains(cmd, `"serve"`) || !strings.Contains(cmd, "0.0.0.0:9464") {
-		t.Fatalf("CMD %s: want serve with metrics on all interfaces", cmd)
+	if cmd := instr(run, "CMD"); len(cmd) != 1 || cmd[0] != `["serve"]` {
+		t.Fatalf("CMD %v: want serve (its settings in ENV)", cmd)
+	}
+	ignore, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"**/node_modules/", ".git", "bin/"} {
+		if !slices.Contains(strings.Split(string(ignore), "\n"), want) {
+			t.Fatalf(".dockerignore lacks %s (the TypeScript client's node_modules were 112 MB of build context)", want)
+		}
 	}
 }
 
@@ -128,6 +155,10 @@ type composeFile struct {
 		Volumes     []string          `yaml:"volumes"`
 		Ports       []string          `yaml:"ports"`
 		DependsOn   any               `yaml:"depends_on"`
+		Restart     string            `yaml:"restart"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 		Deploy      struct {
 			Replicas int `yaml:"replicas"`
 		} `yaml:"deploy"`
@@ -224,9 +255,25 @@ func TestCompose(t *testing.T) {
 			t.Fatalf("%s: %d users: nats.conf was not included", node, len(opts.Users))
 		}
 	}
-	// Every node is reachable by runtimes on one published port at least.
-	if !slices.Contains(c.Services["nats-1"].Ports, "4222:4222") {
-		t.Fatalf("nats-1 ports %v", c.Services["nats-1"].Ports)
+	// Every node is reachable by runtimes on one port published on this
+	// host's loopback (issue 42: on every interface, unauthenticated
+	// metrics too), comes back after a crash or a reboot, and says when
+	// its JetStream is ready.
+	if !slices.Contains(c.Services["nats-1"].Ports, "127.0.0.1:4222:4222") {
+		t.Fatalf("nats-1 ports %v, want 127.0.0.1:4222:4222", c.Services["nats-1"].Ports)
+	}
+	for _, node := range nodes {
+		s := c.Services[node]
+		if s.Restart != "unless-stopped" || !strings.Contains(strings.Join(s.Healthcheck.Test, " "), "8222/healthz") {
+			t.Fatalf("%s: restart %q, healthcheck %v", node, s.Restart, s.Healthcheck.Test)
+		}
+	}
+	for name, s := range c.Services {
+		for _, p := range s.Ports {
+			if !strings.HasPrefix(p, "127.0.0.1:") {
+				t.Fatalf("%s publishes %s on every interface", name, p)
+			}
+		}
 	}
 	// The URLs of a service name each node, as user with its password.
 	checkURLs := func(what, urls, user string) {
@@ -259,5 +306,20 @@ func TestCompose(t *testing.T) {
 	deps, _ := svc.DependsOn.(map[string]any)
 	if p, _ := deps["provision"].(map[string]any); p["condition"] != "service_completed_successfully" {
 		t.Fatalf("compactor starts before provisioning completes: depends_on %v", svc.DependsOn)
+	}
+	pdeps, _ := prov.DependsOn.(map[string]any)
+	for _, node := range nodes {
+		if d, _ := pdeps[node].(map[string]any); d["condition"] != "service_healthy" {
+			t.Fatalf("provision starts before %s is healthy: depends_on %v", node, prov.DependsOn)
+		}
+	}
+	if svc.Restart != "unless-stopped" || strings.Join(svc.Healthcheck.Test, " ") != "CMD /compactor health http://127.0.0.1:9464/readyz" {
+		t.Fatalf("compactor: restart %q, healthcheck %v", svc.Restart, svc.Healthcheck.Test)
+	}
+	// A provider and its key, or a config file, come from the host.
+	for _, k := range []string{"COMPACTOR_PROVIDER", "COMPACTOR_BASE_URL", "COMPACTOR_SUMMARY_MODEL", "COMPACTOR_CONFIG", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"} {
+		if !strings.HasPrefix(svc.Environment[k], "${"+k) {
+			t.Fatalf("compactor: environment %s = %q, want it from the host's", k, svc.Environment[k])
+		}
 	}
 }

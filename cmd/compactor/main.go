@@ -39,6 +39,7 @@ func commands() []command {
 		{"provision", "create the streams, buckets and consumer on a NATS server (as an admin)", runProvision},
 		{"migrate", "move sessions of the first store layout (bucket sessions) into the sharded one (resumable, as an admin)", runMigrate},
 		{"nats", "run only the embedded NATS server with JetStream (for the nats CLI, tools and benchmarks)", runNATS},
+		{"health", "probe the service's /readyz (or a URL): exit 0 when it answers 2xx (a container healthcheck)", runHealth},
 		{"bench", "measure overhead and throughput against the JetStream floor, model cost, scale; write docs/BENCHMARKS.md", runBench},
 		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
