@@ -1,8 +1,10 @@
 GO      ?= go
 PKGS    := ./...
 BIN     := bin/compactor
-# The version stamped into the binary: the git tag, else the commit.
-VERSION ?= $(shell git describe --tags --dirty 2>/dev/null || echo v0.0.0-dev+$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
+# The version stamped into the binary: the release tag on this commit
+# (v$(cat VERSION)), else the VERSION file's as a development build of the
+# commit.
+VERSION ?= $(shell git describe --tags --exact-match --match 'v*' 2>/dev/null || echo v$$(cat VERSION)-dev+$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown))
 LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m

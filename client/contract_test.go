@@ -245,3 +245,33 @@ func TestStrategiesAreTheService(t *testing.T) {
 		t.Fatalf("strategies: client %v, service %v, schema %v", client.Strategies, pipeline.Strategies, want)
 	}
 }
+
+// Issue 42: nothing could be pinned (the binary said v0.0.0-dev, the
+// TypeScript package 0.1.0, the contract 0.4). One version names a
+// release: the VERSION file, the Go client's, the contract document's and
+// the TypeScript package's, and CHANGELOG.md says what it changed.
+func TestOneVersion(t *testing.T) {
+	read := func(path string) string {
+		t.Helper()
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	if v := strings.TrimSpace(read("../VERSION")); v != client.Version {
+		t.Fatalf("VERSION %s, client.Version %s", v, client.Version)
+	}
+	if !strings.Contains(read("../schemas/asyncapi.yaml"), "\n  version: "+client.Version+"\n") {
+		t.Fatalf("schemas/asyncapi.yaml's info.version is not %s", client.Version)
+	}
+	var pkg struct {
+		Version string `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(read("../clients/typescript/package.json")), &pkg); err != nil || pkg.Version != client.Version {
+		t.Fatalf("the TypeScript package's version %q (%v), want %s", pkg.Version, err, client.Version)
+	}
+	if !strings.Contains(read("../CHANGELOG.md"), "## "+client.Version) {
+		t.Fatalf("CHANGELOG.md has no section for %s", client.Version)
+	}
+}

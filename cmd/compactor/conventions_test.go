@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"flag"
 	"fmt"
+	"github.com/compactor/compactor/client"
 	"io"
 	"math/big"
 	"net"
@@ -78,7 +79,7 @@ func TestVersion(t *testing.T) {
 	}
 	old := version
 	defer func() { version = old }()
-	for stamped, want := range map[string]string{"v1.4.0": "1.4.0", "v0.3.0-5-gabc1234-dirty": "0.3.0-5-gabc1234-dirty", "abc1234": "0.0.0-dev"} {
+	for stamped, want := range map[string]string{"v1.4.0": "1.4.0", "v0.3.0-5-gabc1234-dirty": "0.3.0-5-gabc1234-dirty", "abc1234": client.Version + "-dev"} {
 		version = stamped
 		if got := semver(); got != want {
 			t.Errorf("stamped %q: micro version %q, want %q", stamped, got, want)

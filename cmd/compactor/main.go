@@ -12,6 +12,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/compactor/compactor/client"
 )
 
 // errUsage marks a command-line mistake: the message is printed with a hint
@@ -60,9 +62,10 @@ func buildVersion() string {
 	if version != "" {
 		return version
 	}
+	dev := "v" + client.Version + "-dev"
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "v0.0.0-dev"
+		return dev
 	}
 	if v := bi.Main.Version; v != "" && v != "(devel)" {
 		return v
@@ -79,9 +82,9 @@ func buildVersion() string {
 		}
 	}
 	if rev != "" {
-		return "v0.0.0-dev+" + rev[:min(12, len(rev))] + dirty
+		return dev + "+" + rev[:min(12, len(rev))] + dirty
 	}
-	return "v0.0.0-dev"
+	return dev
 }
 
 func main() {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/consumer"
@@ -251,7 +252,7 @@ func semver() string {
 	if v := strings.TrimPrefix(buildVersion(), "v"); semverRE.MatchString(v) {
 		return v
 	}
-	return "0.0.0-dev"
+	return client.Version + "-dev"
 }
 
 func runProvision(ctx context.Context, args []string, stdout, _ io.Writer) error {
