@@ -221,7 +221,28 @@ func TestInspectorInChromium(t *testing.T) {
 	if n := count(`article.compaction.in-force .ledger ul.bullets li`); len(m.LedgerBullets) == 0 || n != len(m.LedgerBullets) {
 		t.Errorf("the page shows %d ledger bullets, the compaction has %d", n, len(m.LedgerBullets))
 	}
+	// Issue 42: the page lists the session's requests with their trace
+	// ids, says how each compaction came, and links to the context.
+	if n := count(`#requests tr.request.CompactionCompleted`); n < 2 {
+		t.Errorf("the requests table shows %d completions, want the two compactions'", n)
+	}
+	if how := text(`article.compaction.in-force dd.how`); !strings.Contains(how, "triggered by") || !strings.Contains(how, "took") {
+		t.Errorf("the in-force card says how it came: %q", how)
+	}
 	desk := pageShot(t, ctx, "inspector-session-desktop.png")
+	follow("the context", chromedp.Click(chromedp.CSS(`#context-link`)))
+	run("the context page", chromedp.WaitVisible(chromedp.CSS(`ol.context`)))
+	if n, shown := count(`ol.context li.message`), text(`#context-tokens`); n < 2 || !strings.Contains(shown, number(m.TokensAfter)) {
+		t.Errorf("the context page: %d messages, %q (the compaction left %d tokens)", n, shown, m.TokensAfter)
+	}
+	// A request is found by its id from the list.
+	follow("back to the list", chromedp.Navigate(base))
+	follow("find the request", chromedp.SendKeys(chromedp.CSS(`#q`), m.RequestID), chromedp.Submit(chromedp.CSS(`#q`)))
+	if found, err := chromedp.Run(ctx, chromedp.Location()); err != nil || !strings.Contains(found, "/ui/sessions/tau2#r-"+m.RequestID) {
+		t.Errorf("finding request %s led to %s (%v)", m.RequestID, found, err)
+	}
+	follow("the session again", chromedp.Navigate(base+"sessions/tau2"))
+	run("the compactions again", chromedp.WaitVisible(chromedp.CSS(`#compactions article.compaction`)))
 
 	// A phone: nothing wider than the screen but the compactions' own
 	// scroller.

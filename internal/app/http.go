@@ -13,6 +13,7 @@ import (
 
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/consumer"
+	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/inspect"
 	"github.com/compactor/compactor/internal/kvstore"
 )
@@ -69,6 +70,8 @@ func pprofHandler() http.Handler {
 func (a *App) inspector(breakers *kvstore.Breakers) http.Handler {
 	ic := inspect.Config{Sessions: a.Sessions, Breakers: breakers, Logger: a.log, Tenants: func() []string {
 		return slices.Collect(maps.Keys(a.Quotas.Usage().Tenants))
+	}, Events: func(ctx context.Context, filter string, since time.Time, max int) ([]events.Stored, error) {
+		return events.Read(ctx, a.NC, consumer.ResultStream, filter, since, max)
 	}}
 	if a.NC.AuthRequired() {
 		ic.Auth = &inspect.NATSAuth{URLs: a.URL, Options: a.cfg.SignInOptions, ListSubject: api.SubjectList,

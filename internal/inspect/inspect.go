@@ -25,6 +25,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/compactor/compactor/internal/events"
@@ -63,16 +64,32 @@ type Config struct {
 	// Auth checks every request's credentials (nil: the pages are open,
 	// as the metrics are).
 	Auth Authenticator
+	// Events reads the result stream's events on filter (a tenant's
+	// subjects, a session's) stored since since, oldest first, at most max
+	// (nil: no requests shown, no search).
+	Events func(ctx context.Context, filter string, since time.Time, max int) ([]events.Stored, error)
 	// Now is the clock ages are told by (nil: time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
 }
+
+// requestsSince is how far back a session's requests are shown, and
+// searchSince how far back a request is searched for.
+const (
+	requestsSince = 7 * 24 * time.Hour
+	maxRequests   = 200
+	searchSince   = 24 * time.Hour
+	maxSearched   = 20_000
+)
 
 //go:embed templates/*.html templates/style.css
 var files embed.FS
 
 var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"num":    num,
+	"field":  field,
+	"ms":     func(v any) string { f, _ := v.(float64); return ago(time.Duration(f) * time.Millisecond) },
+	"over":   func(part, whole int) bool { return whole > 0 && part > whole },
 	"pct":    pct,
 	"ago":    ago,
 	"clock":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
@@ -94,6 +111,8 @@ func Handler(cfg Config) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+Prefix+"{$}", h.list)
 	mux.HandleFunc("GET "+Prefix+"sessions/{id}", h.session)
+	mux.HandleFunc("GET "+Prefix+"sessions/{id}/context", h.context)
+	mux.HandleFunc("GET "+Prefix+"find", h.find)
 	mux.HandleFunc("GET "+Prefix+"style.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
 		http.ServeFileFS(w, r, files, "templates/style.css")
@@ -173,7 +192,7 @@ func (h *handler) tenants(current string) []string {
 // listView is the sessions page.
 type listView struct {
 	Prefix   string
-	Sessions []session.Listed
+	Sessions []listedView
 	// Next is the next page ("" on the last), FirstPage the first (""
 	// on the first).
 	Next, FirstPage template.URL
@@ -184,6 +203,15 @@ type listView struct {
 	Open     int
 	More     int
 	Partial  bool
+}
+
+// listedView is a session as the list shows it: with what its context
+// holds now and its breaker.
+type listedView struct {
+	session.Listed
+	Tokens  int
+	Breaker session.BreakerState // open, closed, or "" (never tripped)
+	Err     string // its context could not be read
 }
 
 // breakersShown bounds the breakers the list page shows.
@@ -206,10 +234,11 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, status(err), err)
 		return
 	}
-	v.Sessions = page.Sessions
-	for i, l := range v.Sessions { // a session without its own limit has its model's
-		v.Sessions[i].ContextLimit = h.cfg.Sessions.LimitOf(session.Record{Model: l.Model, ContextLimit: l.ContextLimit})
+	for _, l := range page.Sessions { // a session without its own limit has its model's
+		l.ContextLimit = h.cfg.Sessions.LimitOf(session.Record{Model: l.Model, ContextLimit: l.ContextLimit})
+		v.Sessions = append(v.Sessions, listedView{Listed: l})
 	}
+	h.contexts(ctx, v.Sessions)
 	link := func(after string) template.URL {
 		q := url.Values{}
 		if after != "" {
@@ -255,7 +284,53 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	v.Breakers, v.Partial = all[:min(len(all), breakersShown)], partial
 	v.More = len(all) - len(v.Breakers)
+	states := make(map[string]session.BreakerState, len(all))
+	for _, b := range all {
+		states[b.SessionID] = b.State
+	}
+	for i := range v.Sessions {
+		v.Sessions[i].Breaker = states[v.Sessions[i].SessionID]
+	}
+	// What needs a look first: an open breaker, then the fullest context.
+	slices.SortStableFunc(v.Sessions, func(a, b listedView) int {
+		if (a.Breaker == session.BreakerOpen) != (b.Breaker == session.BreakerOpen) {
+			if a.Breaker == session.BreakerOpen {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(use(b), use(a))
+	})
 	h.render(w, r, "list.html", tn, "Sessions", v)
+}
+
+// use is a session's context over its limit.
+func use(l listedView) float64 {
+	if l.ContextLimit <= 0 {
+		return 0
+	}
+	return float64(l.Tokens) / float64(l.ContextLimit)
+}
+
+// contexts counts what each listed session's context holds now, a few at
+// once.
+func (h *handler) contexts(ctx context.Context, ls []listedView) {
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range ls {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			cv, err := h.cfg.Sessions.Context(ctx, ls[i].SessionID)
+			if err != nil {
+				ls[i].Err = err.Error()
+				return
+			}
+			ls[i].Tokens = cv.Tokens
+		}()
+	}
+	wg.Wait()
 }
 
 // breakers reads up to MaxBreakers of the tenant's breakers.
@@ -288,6 +363,12 @@ type sessionView struct {
 	// Kept is what the context holds raw now: from KeptFrom to the head.
 	KeptFrom int64
 	Raw      int
+	// Requests are the session's result and circuit events of the last
+	// requestsSince, the newest first (Partial: more than maxRequests);
+	// RequestsErr says why they could not be read.
+	Requests    []events.Stored
+	Partial     bool
+	RequestsErr string
 }
 
 // compactionView is one compaction as the page shows it.
@@ -308,6 +389,9 @@ type compactionView struct {
 	ClearedNow []session.Cleared
 	Saved      int // tokens before less after
 	Ledger     []count
+	// Result is the data of the request's CompactionCompleted that made
+	// it (strategy, trigger, duration, a preparation's age), when read.
+	Result map[string]any
 }
 
 // line is a message as a list names it.
@@ -365,6 +449,23 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.cfg.Now()
 	v := sessionView{Record: hist.Record, Tokens: cv.Tokens, Limit: cv.ContextLimit, Breaker: br, KeptFrom: 1}
+	byRequest := map[string]map[string]any{}
+	if h.cfg.Events != nil {
+		evs, err := h.cfg.Events(ctx, tenant.Subject(tn, "compaction.*."+sid), now.Add(-requestsSince), maxRequests+1)
+		if err != nil {
+			v.RequestsErr = err.Error()
+		}
+		if len(evs) > maxRequests {
+			evs, v.Partial = evs[len(evs)-maxRequests:], true
+		}
+		for _, ev := range evs {
+			if rid, _ := ev.Data["request_id"].(string); ev.Type == events.TypeCompactionCompleted && rid != "" {
+				byRequest[rid] = ev.Data
+			}
+		}
+		slices.Reverse(evs)
+		v.Requests = evs
+	}
 	for _, m := range cv.Messages {
 		if !m.IsCompaction {
 			v.Raw++
@@ -381,7 +482,7 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 		}
 		m := *c.Compaction
 		view := compactionView{N: len(v.Compactions) + 1, ID: c.ID, Seq: c.Seq, InForce: c.ID == hist.Record.CompactionID, CreatedAt: m.CreatedAt,
-			Meta: m, Saved: m.TokensBefore - m.TokensAfter, Ledger: ledgerCounts(m)}
+			Meta: m, Saved: m.TokensBefore - m.TokensAfter, Ledger: ledgerCounts(m), Result: byRequest[m.RequestID]}
 		if m.Step != pipeline.StepClear {
 			for seq := m.FromSeq; seq > 0 && seq <= m.ToSeq; seq++ {
 				msg, ok := bySeq[seq]
@@ -418,6 +519,80 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 		v.Prepared = append(v.Prepared, pv)
 	}
 	h.render(w, r, "session.html", tn, sid, v)
+}
+
+// contextView is the context a session's runtime gets now.
+type contextView struct {
+	SessionID string
+	Tokens    int
+	Limit     int
+	Messages  []session.Message
+}
+
+func (h *handler) context(w http.ResponseWriter, r *http.Request) {
+	ctx, tn, err := h.scope(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	sid := r.PathValue("id")
+	if !events.ValidSessionID(sid) {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("session id %.64q: 1-200 letters, digits, '-' or '_'", sid))
+		return
+	}
+	cv, err := h.cfg.Sessions.Context(ctx, sid)
+	if err != nil {
+		h.fail(w, r, status(err), err)
+		return
+	}
+	h.render(w, r, "context.html", tn, sid+" · context", contextView{SessionID: sid, Tokens: cv.Tokens, Limit: cv.ContextLimit, Messages: cv.Messages})
+}
+
+// find looks for a request by its id, or by the trace id its result
+// carries, among the tenant's results of the last searchSince, and goes
+// to its session's page.
+func (h *handler) find(w http.ResponseWriter, r *http.Request) {
+	ctx, tn, err := h.scope(r)
+	if err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
+		return
+	}
+	q := strings.TrimSpace(r.URL.Query().Get("q"))
+	if q == "" || len(q) > 256 {
+		h.fail(w, r, http.StatusBadRequest, errors.New("give a request id or a trace id (at most 256 characters)"))
+		return
+	}
+	if h.cfg.Events == nil {
+		h.fail(w, r, http.StatusNotFound, errors.New("the results cannot be searched here"))
+		return
+	}
+	evs, err := h.cfg.Events(ctx, tenant.Subject(tn, "compaction.>"), h.cfg.Now().Add(-searchSince), maxSearched)
+	if err != nil {
+		h.fail(w, r, http.StatusServiceUnavailable, err)
+		return
+	}
+	for _, ev := range evs {
+		rid, _ := ev.Data["request_id"].(string)
+		sid, _ := ev.Data["session_id"].(string)
+		if sid == "" || (rid != q && ev.TraceID != q && ev.ID != q) {
+			continue
+		}
+		u := Prefix + "sessions/" + url.PathEscape(sid)
+		if tn != tenant.Default {
+			u += "?tenant=" + url.QueryEscape(tn)
+		}
+		http.Redirect(w, r, u+"#r-"+url.PathEscape(rid), http.StatusSeeOther)
+		return
+	}
+	h.fail(w, r, http.StatusNotFound, fmt.Errorf("no result of a request %.64q, or with that trace id, among the %s of the last %s", q, plural(len(evs), "result event"), ago(searchSince)))
+}
+
+// field reads a key of an event's data for a template ("" when absent).
+func field(data map[string]any, key string) any {
+	if v, ok := data[key]; ok && v != nil {
+		return v
+	}
+	return ""
 }
 
 func lineOf(m *session.Message) line {
@@ -525,6 +700,8 @@ func num(v any) string {
 		s = strconv.Itoa(n)
 	case int64:
 		s = strconv.FormatInt(n, 10)
+	case float64: // a number of an event's data
+		s = strconv.FormatInt(int64(n), 10)
 	default:
 		return fmt.Sprint(v)
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/inspect"
 	"github.com/compactor/compactor/internal/memstore"
@@ -31,6 +32,12 @@ type env struct {
 
 func newEnv(t *testing.T, auth inspect.Authenticator, now ...func() time.Time) *env {
 	t.Helper()
+	return newEnvWith(t, auth, nil, now...)
+}
+
+// newEnvWith is newEnv with the result stream's events read by evs.
+func newEnvWith(t *testing.T, auth inspect.Authenticator, evs func(ctx context.Context, filter string, since time.Time, max int) ([]events.Stored, error), now ...func() time.Time) *env {
+	t.Helper()
 	e := &env{store: memstore.New(), breakers: memstore.NewBreakers()}
 	e.svc = sessions.New(e.store, e.breakers, nil)
 	counter, err := tokens.ForEncoding("o200k_base")
@@ -41,7 +48,7 @@ func newEnv(t *testing.T, auth inspect.Authenticator, now ...func() time.Time) *
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	cfg := inspect.Config{Sessions: e.svc, Breakers: e.breakers, Auth: auth, Tenants: func() []string { return []string{"acme"} }}
+	cfg := inspect.Config{Sessions: e.svc, Breakers: e.breakers, Auth: auth, Tenants: func() []string { return []string{"acme"} }, Events: evs}
 	if len(now) > 0 {
 		cfg.Now = now[0]
 	}
@@ -350,4 +357,73 @@ func comma(n int) string {
 		s = s[:i] + "," + s[i:]
 	}
 	return s
+}
+
+// Issue 42, what an operator looks for: the list shows each session's
+// context use and breaker, the fullest and the broken first (a session at
+// 169 % of its window looked normal); a session's page lists its requests,
+// failures that opened no breaker among them, with their trace ids, and
+// says how each compaction came (a preparation, its trigger, its time); a
+// request is found by its id or its trace id; the context can be read.
+func TestInspectorShowsWhatAnOperatorLooksFor(t *testing.T) {
+	now := time.Now()
+	var e *env
+	evs := func(_ context.Context, filter string, since time.Time, max int) ([]events.Stored, error) {
+		all := []events.Stored{
+			{Seq: 1, Time: now.Add(-time.Minute), Subject: "compaction.failed.over", ID: "f-1", Type: events.TypeCompactionFailed, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+				Data: map[string]any{"session_id": "over", "request_id": "req-failed", "trigger": "over_budget", "reason": "summary_failed", "error": "provider answered 503", "duration_ms": 1200.0}},
+			{Seq: 2, Time: now.Add(-30 * time.Second), Subject: "compaction.completed.over", ID: "c-1", Type: events.TypeCompactionCompleted,
+				Data: map[string]any{"session_id": "over", "request_id": "req-ok", "trigger": "over_budget", "outcome": "compacted", "strategy": "prepared", "prepared_age_ms": 4000.0,
+					"duration_ms": 14.0, "llm_calls": 0.0, "tokens_before": 3400.0, "tokens_after": 1200.0}},
+		}
+		var out []events.Stored
+		for _, ev := range all {
+			if filter == "compaction.>" || strings.HasSuffix(filter, ".over") {
+				out = append(out, ev)
+			}
+		}
+		return out, nil
+	}
+	e = newEnvWith(t, nil, evs)
+	ctx := context.Background()
+	if _, err := e.svc.Create(ctx, session.Record{SessionID: "calm", Model: "gpt-4o", ContextLimit: 100000}, agentTurns(1)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Create(ctx, session.Record{SessionID: "over", Model: "gpt-4o", ContextLimit: 1000}, agentTurns(3)); err != nil {
+		t.Fatal(err)
+	}
+	code, body, _ := e.get(t, "/ui/")
+	if code != 200 {
+		t.Fatalf("list: %d", code)
+	}
+	over, calm := strings.Index(body, `href="/ui/sessions/over"`), strings.Index(body, `href="/ui/sessions/calm"`)
+	if over < 0 || calm < 0 || over > calm || !strings.Contains(body, `<tr class="session over">`) {
+		t.Fatalf("the list does not put the session over its window first, marked:\n%s", body)
+	}
+	code, body, _ = e.get(t, "/ui/sessions/over")
+	if code != 200 {
+		t.Fatalf("session: %d", code)
+	}
+	for _, want := range []string{`id="r-req-failed"`, "summary_failed: provider answered 503", "4bf92f3577b34da6a3ce929d0e0e4736", `id="r-req-ok"`, "prepared 4 s ahead", "3,400 → 1,200", `href="/ui/sessions/over/context"`} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the session page lacks %q", want)
+		}
+	}
+	for _, q := range []string{"req-failed", "4bf92f3577b34da6a3ce929d0e0e4736"} {
+		res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Get(e.srv.URL + "/ui/find?q=" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusSeeOther || res.Header.Get("Location") != "/ui/sessions/over#r-req-failed" {
+			t.Fatalf("find %s: %d %s", q, res.StatusCode, res.Header.Get("Location"))
+		}
+	}
+	if code, _, _ := e.get(t, "/ui/find?q=no-such-request"); code != 404 {
+		t.Fatalf("find of a request never made: %d", code)
+	}
+	code, body, _ = e.get(t, "/ui/sessions/over/context")
+	if code != 200 || strings.Count(body, `<li class="message`) != len(agentTurns(3)) {
+		t.Fatalf("the context page: %d, %d messages, want %d", code, strings.Count(body, `<li class="message`), len(agentTurns(3)))
+	}
 }
