@@ -211,7 +211,7 @@ type listedView struct {
 	session.Listed
 	Tokens  int
 	Breaker session.BreakerState // open, closed, or "" (never tripped)
-	Err     string // its context could not be read
+	Err     string               // its context could not be read
 }
 
 // breakersShown bounds the breakers the list page shows.
