@@ -3,7 +3,6 @@ package events
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -91,6 +90,3 @@ func readBatch(ctx context.Context, nc *nats.Conn, stream string, req map[string
 		out = append(out, ev)
 	}
 }
-
-// ErrNotStored: no event of the request is stored in the window read.
-var ErrNotStored = errors.New("not stored")
