@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -32,6 +33,11 @@ type Error struct {
 	// HeadSeq is the session's head when an append's expected head did not
 	// hold.
 	HeadSeq *int64
+	// Quota, on a 429, is the tenant's quota the request is over
+	// (writes_per_second, concurrent_writes, sessions, bytes_stored, ...);
+	// RetryAfter, when it has room again (0: not before usage is freed).
+	Quota      string
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -41,10 +47,12 @@ func (e *Error) Error() string {
 // Retryable reports whether the same request may succeed when repeated.
 func (e *Error) Retryable() bool { return e.Status == api.StatusRetry || e.Code == 503 }
 
-// Is makes errors.Is(err, ErrNotFound), errors.Is(err, ErrConflict) and
-// errors.Is(err, ErrStorageFull) work on an Error.
+// Is makes errors.Is(err, ErrNotFound), errors.Is(err, ErrConflict),
+// errors.Is(err, ErrStorageFull) and errors.Is(err, ErrQuotaExceeded) work
+// on an Error.
 func (e *Error) Is(target error) bool {
-	return target == ErrNotFound && e.Code == 404 || target == ErrConflict && e.Code == 409 || target == ErrStorageFull && e.Code == 507
+	return target == ErrNotFound && e.Code == 404 || target == ErrConflict && e.Code == 409 || target == ErrStorageFull && e.Code == 507 ||
+		target == ErrQuotaExceeded && e.Quota != ""
 }
 
 // Errors to test with errors.Is.
@@ -90,6 +98,7 @@ func (c *Client) call(ctx context.Context, subject string, body, out any) error 
 		var eb api.ErrorBody
 		if json.Unmarshal(m.Data, &eb) == nil {
 			e.Status, e.HeadSeq = eb.Status, eb.HeadSeq
+			e.Quota, e.RetryAfter = eb.Quota, time.Duration(eb.RetryAfterMS)*time.Millisecond
 			if eb.Error != "" {
 				e.Message = eb.Error
 			}

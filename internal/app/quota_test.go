@@ -2,6 +2,7 @@ package app_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http/httptest"
 	"strings"
@@ -41,8 +42,12 @@ func textBytes(msgs []client.Message) int64 {
 	return n
 }
 
-// overQuota reports whether err is a quota_exceeded refusal of quota.
+// overQuota reports whether err is a quota_exceeded refusal of quota: an
+// endpoint's says so in the Go client's Error, a request's in its failure.
 func overQuota(err error, quota string) bool {
+	if ce := (*client.Error)(nil); errors.As(err, &ce) {
+		return ce.Quota == quota && ce.Code == 429 && errors.Is(err, client.ErrQuotaExceeded)
+	}
 	return err != nil && strings.Contains(err.Error(), "quota_exceeded") && strings.Contains(err.Error(), quota)
 }
 
@@ -220,6 +225,11 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if code := call(t, ncA, api.SubjectAppend, map[string]any{"session_id": "s2", "messages": []map[string]any{{"id": "w2", "role": "user", "content": "one too many"}}}, &body); code != "429" ||
 		body.Quota != tenant.QuotaWritesPerSecond || body.Status != api.StatusRetry || body.RetryAfterMS <= 0 {
 		t.Fatalf("A's third write: %s %+v, want 429 writes_per_second retry", code, body)
+	}
+	var ce *client.Error
+	if _, err := a.Append(ctx, "s2", []client.Message{client.Text("w2", client.User, "one too many")}); !errors.As(err, &ce) ||
+		!overQuota(err, tenant.QuotaWritesPerSecond) || ce.RetryAfter <= 0 || !ce.Retryable() {
+		t.Fatalf("the Go client's write over the rate: %v (%+v), want an Error naming writes_per_second with a RetryAfter", err, ce)
 	}
 	if got := head("s2"); got != before+2 {
 		t.Fatalf("A's head %d after two writes and a refused one, want %d", got, before+2)

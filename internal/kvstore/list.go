@@ -102,9 +102,9 @@ func (s *Sessions) List(ctx context.Context, opt session.ListOptions) (session.S
 
 // Tenants returns what the store holds for each tenant that has sessions,
 // ordered by tenant (the default tenant is "_"): it reads every record
-// once, in batches. A record is a checkpoint (written every 64 messages or
-// a minute), so the messages it counts may be that far behind a session's
-// head.
+// once, in batches. A record is a checkpoint (written every 64 messages,
+// 16 KB of text or a minute), so the messages and bytes it counts may be
+// that far behind a session's head.
 func (s *Sessions) Tenants(ctx context.Context) ([]session.TenantUsage, error) {
 	by := map[string]*session.TenantUsage{}
 	for sh := range s.shards {

@@ -37,8 +37,9 @@ type record struct {
 }
 
 type checkpoint struct {
-	head int64
-	at   time.Time
+	head  int64
+	bytes int64
+	at    time.Time
 }
 
 // logState says where a session's data is.

@@ -35,7 +35,7 @@ func decodeRecord(sid string, r raw) (record, error) {
 		return record{}, fmt.Errorf("session %s: %w: the record's log state does not match its %d messages", sid, session.ErrCorrupt, rec.HeadSeq)
 	}
 	rec.Revision = r.seq
-	rec.stored = checkpoint{head: rec.HeadSeq, at: rec.UpdatedAt}
+	rec.stored = checkpoint{head: rec.HeadSeq, bytes: rec.Bytes, at: rec.UpdatedAt}
 	return rec, nil
 }
 

@@ -481,17 +481,22 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 }
 
 // checkpointEvery is how many messages the log may run ahead of the
-// stored record before an append writes it, and checkpointAge how old the
-// stored record may be (the sweep reads updated_at from it).
+// stored record before an append writes it, checkpointBytes how many bytes
+// of text (the tenants' bytes_stored quotas count the records' bytes: a
+// usage scan misses what the log holds beyond them, at most this much a
+// session), and checkpointAge how old the stored record may be (the sweep
+// reads updated_at from it).
 const (
 	checkpointEvery = indexEvery
+	checkpointBytes = 16 << 10
 	checkpointAge   = time.Minute
 )
 
 // checkpoint writes rec (rolled forward over an append just written) as
 // the stored record when it is due: the session's first messages (so a
-// delete racing them is seen), every checkpointEvery messages, or when the
-// stored one is older than the checkpoint age. A record that moved
+// delete racing them is seen), every checkpointEvery messages or
+// checkpointBytes of text, or when the stored one is older than the
+// checkpoint age. A record that moved
 // meanwhile (a commit, another checkpoint) is left as it is: the log
 // holds the append, and readers roll forward; one deleted meanwhile is
 // session.ErrNotFound.
@@ -500,12 +505,12 @@ func (s *Sessions) checkpoint(ctx context.Context, w where, rec *record) error {
 	if age <= 0 {
 		age = checkpointAge
 	}
-	if rec.stored.head > 0 && rec.HeadSeq-rec.stored.head < checkpointEvery && s.now().Sub(rec.stored.at) < age {
+	if rec.stored.head > 0 && rec.HeadSeq-rec.stored.head < checkpointEvery && rec.Bytes-rec.stored.bytes < checkpointBytes && s.now().Sub(rec.stored.at) < age {
 		return nil
 	}
 	rev, err := s.putRecord(ctx, w, rec, rec.Revision)
 	if err == nil {
-		rec.Revision, rec.stored = rev, checkpoint{head: rec.HeadSeq, at: rec.UpdatedAt}
+		rec.Revision, rec.stored = rev, checkpoint{head: rec.HeadSeq, bytes: rec.Bytes, at: rec.UpdatedAt}
 		return nil
 	}
 	if !errors.Is(err, session.ErrConflict) {
@@ -600,7 +605,7 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 		rec.Log.Compaction = at
 		rev, err := s.putRecord(ctx, w, &rec, base)
 		if err == nil {
-			rec.Revision, rec.stored = rev, checkpoint{head: rec.HeadSeq, at: rec.UpdatedAt}
+			rec.Revision, rec.stored = rev, checkpoint{head: rec.HeadSeq, bytes: rec.Bytes, at: rec.UpdatedAt}
 			s.remember(w, &rec)
 			return existed, nil
 		}
