@@ -159,7 +159,7 @@ type composeFile struct {
 		Healthcheck struct {
 			Test []string `yaml:"test"`
 		} `yaml:"healthcheck"`
-		Deploy      struct {
+		Deploy struct {
 			Replicas int `yaml:"replicas"`
 		} `yaml:"deploy"`
 	} `yaml:"services"`
