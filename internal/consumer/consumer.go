@@ -115,6 +115,18 @@ type delivery struct {
 	msg       jetstream.Msg
 	tenant    string // from the subject, as the server wrote it
 	sessionID string // from the subject; data decides
+	// received is when it was pulled; lapsed says a heartbeat of it
+	// failed. Either past the ack wait, it may have been delivered again
+	// meanwhile (this process paused, its heartbeats stopped).
+	received time.Time
+	lapsed   atomic.Bool
+}
+
+// mayOverlap reports whether another delivery of d's request may have run
+// beside it: held past the ack wait (the process paused, say), or a
+// heartbeat that failed.
+func (d *delivery) mayOverlap(ackWait time.Duration) bool {
+	return d.lapsed.Load() || ackWait > 0 && time.Since(d.received) >= ackWait
 }
 
 // key names the delivery's session among the consumer's queues.
@@ -311,7 +323,7 @@ func (c *Consumer) hold(work context.Context, msg jetstream.Msg) {
 	c.received.Add(1)
 	t, rest, _ := tenant.Split(msg.Subject())
 	_, sid, _ := events.RequestSubject(rest)
-	d := &delivery{msg: msg, tenant: t, sessionID: sid}
+	d := &delivery{msg: msg, tenant: t, sessionID: sid, received: time.Now()}
 	key := d.key()
 	c.mu.Lock()
 	q := c.queues[key]
@@ -389,7 +401,9 @@ func (c *Consumer) heartbeat(work context.Context, done chan<- struct{}) {
 		}
 		c.mu.Unlock()
 		for _, d := range held {
-			_ = d.msg.InProgress() // an answered one says already acked
+			if err := d.msg.InProgress(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+				d.lapsed.Store(true)
+			}
 		}
 	}
 }
@@ -445,7 +459,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 
 	last := c.maxDeliver > 0 && int(md.NumDelivered) >= c.maxDeliver
-	if md.NumDelivered > 1 && c.answeredBefore(ctx, log, msg, md, req, last) {
+	if (md.NumDelivered > 1 || d.mayOverlap(c.ackWait)) && c.answeredBefore(ctx, log, msg, md, req, last) {
 		return
 	}
 	res, cerr := c.svc.Compact(ctx, req)
@@ -484,8 +498,23 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		reason = fmt.Sprintf("%s: %s", res.Reason, res.Error)
 	}
 	// A request delivered again may have been answered by a replica that
-	// died before acknowledging it.
-	again := md.NumDelivered > 1 || res.Strategy == pipeline.StrategyRedelivered
+	// died before acknowledging it; one held past the ack wait by a replica
+	// paused meanwhile, by the replica it was delivered to again. Its
+	// first result stands, of either kind.
+	again := md.NumDelivered > 1 || res.Strategy == pipeline.StrategyRedelivered || d.mayOverlap(c.ackWait)
+	if again {
+		stored, err := c.pub.Answered(ctx, req.SessionID, req.ID, md.Timestamp.Add(-answeredSkew))
+		if err == nil && stored != nil && stored.Failed != res.Failed {
+			log.Warn("answered meanwhile by another delivery: its result stands, this one is not published", slog.Bool("stored_failed", stored.Failed), slog.Bool("failed", res.Failed))
+			if stored.Failed {
+				c.failed.Add(1)
+			} else {
+				c.completed.Add(1)
+			}
+			c.ack(log, msg)
+			return
+		}
+	}
 	if err := c.pub.Once(ctx, res, again); err != nil {
 		c.retryPublish(log, msg, err)
 		return

@@ -219,3 +219,47 @@ func TestRetryDelaysStayShort(t *testing.T) {
 		}
 	}
 }
+
+// Issue 42: a replica paused mid-work (SIGSTOP) stops heartbeating its
+// request, which is delivered again to another replica and answered
+// there; resumed, the first replica finished its work and published a
+// second result of the other kind (make chaos found a request with a
+// failure and a completion). Work held past the ack wait reads the result
+// stream before publishing: the first result stands.
+func TestWorkPastTheAckWaitKeepsTheFirstResult(t *testing.T) {
+	e := newEnv(t)
+	e.importSession("paused", 3000, chat(40))
+	called := make(chan struct{}, 1)
+	fp, sum := e.provider(func(string) fakeprovider.Action {
+		select {
+		case called <- struct{}{}:
+		default:
+		}
+		return fakeprovider.Action{Delay: testAckWait + time.Second}
+	})
+	e.start(sum, openAIConfig(), consumer.Options{})
+	e.request("evt-paused", events.TypeContextOverBudget, "paused", false)
+	select {
+	case <-called:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the model was not called")
+	}
+	// Meanwhile the request, delivered again elsewhere, failed there.
+	pub := &events.Publisher{JS: e.js, Stream: consumer.ResultStream}
+	if err := pub.Result(context.Background(), &pipeline.Result{SessionID: "paused", RequestID: "evt-paused", Trigger: pipeline.TriggerOverBudget, Failed: true,
+		Reason: pipeline.ReasonSummaryFailed, Retryable: true, Error: "summary model answered 503"}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the request acknowledged", 30*time.Second, func() bool { return e.pendingRequests() == 0 })
+	if calls, _, _, answered := fp.Stats(); calls != 1 || answered != 1 {
+		t.Fatalf("model calls %d (answered %d), want the one that outlasted the ack wait", calls, answered)
+	}
+	all := e.resultsFor("paused", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	var types []string
+	for _, ev := range all {
+		types = append(types, ev.Type)
+	}
+	if len(all) != 1 || all[0].Type != events.TypeCompactionFailed {
+		t.Fatalf("results stored for the request: %v, want only the failure published first", types)
+	}
+}
