@@ -9,19 +9,24 @@ import (
 // Hedge is when a request's summary call that is slower than its provider
 // usually is gets a second call beside it: after Factor times the 95th
 // percentile of the provider's (and model's) last calls that answered, at
-// least Floor, once MinSamples calls have answered. The first answer wins
-// and the other call is cancelled, so a hung call costs that wait and one
-// more call, not the call timeout (10 % of calls hanging held requests
-// for the whole 60 s; p99 81 s). A preparation's calls are not hedged:
-// no runtime waits for them.
+// least Floor, once MinSamples calls have answered; before that (a replica
+// just started, a model not called yet) after Cold, at least Floor. The
+// first answer wins and the other call is cancelled, so a hung call costs
+// that wait and one more call, not the call timeout (10 % of calls hanging
+// held requests for the whole 60 s; p99 81 s). A preparation's calls are
+// not hedged: no runtime waits for them.
 type Hedge struct {
 	Factor     float64
 	Floor      time.Duration
 	MinSamples int
+	// Cold is the wait before a hedge while fewer than MinSamples calls
+	// have answered (0: a quarter of the call timeout).
+	Cold time.Duration
 }
 
 // DefaultHedge hedges a request's call after three times the provider's
-// p95, at least 2 s, once 20 calls have answered.
+// p95, at least 2 s, once 20 calls have answered, and after a quarter of
+// the call timeout before.
 func DefaultHedge() Hedge { return Hedge{Factor: 3, Floor: 2 * time.Second, MinSamples: 20} }
 
 // latencySamples is how many recent answered calls a provider's latency is
@@ -73,9 +78,14 @@ func (r *Router) hedgeAfter(provider, model string) (time.Duration, bool) {
 		return 0, false
 	}
 	p95, ok := r.latencyOf(provider, model).p95(r.hedge.MinSamples)
+	after := time.Duration(r.hedge.Factor * float64(p95))
 	if !ok {
-		return 0, false
+		// Too few answers to say what is slow: a hung call on a replica
+		// just started is not waited out either.
+		if after = r.hedge.Cold; after <= 0 {
+			after = r.timeout / 4
+		}
 	}
-	after := max(time.Duration(r.hedge.Factor*float64(p95)), r.hedge.Floor)
+	after = max(after, r.hedge.Floor)
 	return after, after < r.timeout
 }

@@ -145,8 +145,8 @@ func WithTimeout(d time.Duration) Option {
 // WithHedge replaces the hedging policy (a zero Factor: no hedging).
 func WithHedge(h Hedge) Option {
 	return func(rt *Router) error {
-		if h.Factor < 0 || h.Floor < 0 || h.MinSamples < 0 {
-			return errors.New("router: hedge factor, floor and samples must not be negative")
+		if h.Factor < 0 || h.Floor < 0 || h.MinSamples < 0 || h.Cold < 0 {
+			return errors.New("router: hedge factor, floor, samples and cold wait must not be negative")
 		}
 		rt.hedge = h
 		return nil

@@ -406,6 +406,34 @@ func TestHungCallIsHedged(t *testing.T) {
 	}
 }
 
+// A replica just started has no latencies to go by: a hung call is hedged
+// after the cold wait (a quarter of the call timeout by default), not
+// waited out (make chaos found a restarted replica's request waiting the
+// whole 60 s).
+func TestHungCallIsHedgedWhenCold(t *testing.T) {
+	srv := newServer(t, reply{status: 200, body: openAIOK, delay: time.Hour}, reply{status: 200, body: openAIOK})
+	retry := router.DefaultRetry()
+	retry.Sleep = (&sleeps{}).sleep
+	r, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: srv.URL, Timeout: time.Hour, Retry: &retry,
+		Hedge: &router.Hedge{Factor: 3, Floor: 10 * time.Millisecond, MinSamples: 20, Cold: 200 * time.Millisecond}, Extractive: nopSummarizer{},
+		Getenv: func(string) string { return "sk-test" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // not hedged: it fails here, not in an hour
+	defer cancel()
+	start := time.Now()
+	resp, err := r.Summarize(ctx, request("gpt-4o"))
+	if err != nil || resp.InputTokens != 321 || srv.count() != 2 {
+		t.Fatalf("the first call, hung: %v %+v after %d calls, want the hedge's answer", err, resp, srv.count())
+	}
+	t.Logf("answered by the hedge in %v", time.Since(start).Round(time.Millisecond))
+	if _, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: srv.URL, Hedge: &router.Hedge{Cold: -1},
+		Extractive: nopSummarizer{}, Getenv: func(string) string { return "sk-test" }}); err == nil {
+		t.Fatal("a negative cold wait was accepted")
+	}
+}
+
 func natsEventually(t *testing.T, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); {
