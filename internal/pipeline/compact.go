@@ -789,6 +789,19 @@ func (s *Service) rereads(ctx context.Context, req Request, model string) bool {
 		Provider: firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider)})
 }
 
+// preparationWait is how long a request waits for a preparation in flight
+// (Hedger): as long as its own call would run before it is hedged; false:
+// as long as the preparation runs.
+func (s *Service) preparationWait(ctx context.Context, req Request, model string) (time.Duration, bool) {
+	h, ok := s.sum.(Hedger)
+	if !ok {
+		return 0, false
+	}
+	pol := s.policyOf(ctx)
+	return h.HedgeAfter(SummaryRequest{Model: firstNonEmpty(req.SummaryModel, pol.SummaryModel, s.cfg.SummaryModel, model),
+		Provider: firstNonEmpty(req.SummaryProvider, pol.SummaryProvider, s.cfg.SummaryProvider)})
+}
+
 // TenantPolicy is what a tenant's requests use unless they name their
 // own: its summary model, that model's provider and its context limit
 // (empty or 0: the service's).

@@ -236,10 +236,12 @@ func (s *Service) compacting(id string) bool {
 // process when a request comes. It started before the request, so when
 // what it will leave fits (its summary's budget plus every raw message
 // from its tail start to now) it answers sooner than a fresh summary:
-// the request waits for it. Otherwise the request would wait for it and
-// then summarise the rest anyway: the preparation is cancelled (its
-// tokens not spent for nothing) and the request takes its own path.
-func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
+// the request waits for it, at most wait when bounded (its call may hang:
+// it is cancelled then, and the request takes its own, hedged, path).
+// Otherwise the request would wait for it and then summarise the rest
+// anyway: the preparation is cancelled (its tokens not spent for nothing)
+// and the request takes its own path.
+func (pp *preparations) waitFlight(ctx context.Context, p *plan, wait time.Duration, bounded bool) {
 	pp.mu.Lock()
 	f := pp.flights[localKey(ctx, p.sess.Record.SessionID)]
 	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && pp.willFit(p, f.tailStart, f.budget)
@@ -251,9 +253,17 @@ func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
 		f.cancel()
 		return
 	}
+	var expired <-chan time.Time
+	if bounded {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case <-f.done:
 	case <-ctx.Done():
+	case <-expired:
+		f.cancel()
 	}
 }
 
@@ -275,12 +285,20 @@ func (pp *preparations) willFit(p *plan, tailStart int64, budget int) bool {
 // answers sooner than a fresh summary would. It waits while the claim
 // holds (its owner renews it every claimBeat; one that died stops), and
 // returns the stored preparation as it last read it.
-func (pp *preparations) awaitPrepared(ctx context.Context, ps PreparedStore, p session.PreparedCompaction) session.PreparedCompaction {
+func (pp *preparations) awaitPrepared(ctx context.Context, ps PreparedStore, p session.PreparedCompaction, wait time.Duration, bounded bool) session.PreparedCompaction {
 	t := time.NewTicker(25 * time.Millisecond)
 	defer t.Stop()
+	var expired <-chan time.Time
+	if bounded { // its call may hang: the request's own is hedged
+		e := time.NewTimer(wait)
+		defer e.Stop()
+		expired = e.C
+	}
 	for p.Claimed(pp.s.now(), pp.claimTTL()) {
 		select {
 		case <-ctx.Done():
+			return p
+		case <-expired:
 			return p
 		case <-t.C:
 		}
@@ -647,7 +665,8 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	if !ok {
 		return nil, false, nil
 	}
-	pp.waitFlight(ctx, p)
+	wait, bounded := pp.s.preparationWait(ctx, req, p.model)
+	pp.waitFlight(ctx, p, wait, bounded)
 	stored, err := ps.Prepared(ctx, req.SessionID)
 	if err != nil {
 		return nil, false, nil // none, or unreadable: the blocking path
@@ -657,7 +676,7 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 		stored.Budget > 0 && pp.willFit(p, stored.ToSeq+1, stored.Budget) {
 		// Another replica is preparing the session, and what it will
 		// leave fits: wait for it.
-		stored = pp.awaitPrepared(ctx, ps, stored)
+		stored = pp.awaitPrepared(ctx, ps, stored, wait, bounded)
 	}
 	if rb, ok := rebased(stored, rec, p.sess.Summary); ok {
 		stored = rb

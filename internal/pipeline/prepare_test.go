@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -533,5 +534,54 @@ func TestPreparationOutlivesAClearing(t *testing.T) {
 	}
 	if want == 0 || shown != want {
 		t.Fatalf("%d results the clearing cleared after the cut, %d shown cleared now", want, shown)
+	}
+}
+
+// hangsFirst is a hedging summariser whose first call (a preparation's)
+// hangs until it is cancelled.
+type hangsFirst struct {
+	next  pipeline.Summarizer
+	calls atomic.Int64
+	after time.Duration
+}
+
+func (h *hangsFirst) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+	if h.calls.Add(1) == 1 {
+		<-ctx.Done()
+		return pipeline.SummaryResponse{}, ctx.Err()
+	}
+	return h.next.Summarize(ctx, req)
+}
+
+func (h *hangsFirst) HedgeAfter(pipeline.SummaryRequest) (time.Duration, bool) { return h.after, true }
+
+// Issue 42: a request that came while the session's preparation ran
+// waited for it, and a preparation's call is not hedged: a hung one held
+// the request for the whole call timeout (make chaos: 61 s). The request
+// waits no longer than its own call would before being hedged, then
+// cancels the preparation and compacts on its own.
+func TestRequestDoesNotWaitOutAHungPreparation(t *testing.T) {
+	const limit = 6000
+	sum := &hangsFirst{next: extractive.New(counter(t)), after: 200 * time.Millisecond}
+	e := newEnv(t, sum, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	prepared := make(chan pipeline.Preparation, 1)
+	go func() {
+		p, _ := e.svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: "s", Trigger: pipeline.PrepareAppend})
+		prepared <- p
+	}()
+	for sum.calls.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	e.grow(t, "s", next, limit, 1.01)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // unbounded, it fails here
+	defer cancel()
+	res, err := e.svc.Compact(ctx, pipeline.Request{ID: "over", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.LLMCalls == 0 {
+		t.Fatalf("the request beside a hung preparation: %v %+v", err, res)
+	}
+	if p := <-prepared; p.Outcome == pipeline.PrepareDone {
+		t.Fatalf("the hung preparation was not cancelled: %+v", p)
 	}
 }

@@ -372,3 +372,12 @@ type MessagesReader interface {
 type Rereader interface {
 	RereadsAll(req SummaryRequest) bool
 }
+
+// Hedger is a Summarizer that hedges a request's call running long:
+// HedgeAfter says after how long a call of req's model would get a second
+// call beside it (false: never). A request waits no longer for a
+// preparation in flight (whose calls are not hedged: no runtime waited
+// when they started), then takes its own, hedged, path.
+type Hedger interface {
+	HedgeAfter(req SummaryRequest) (time.Duration, bool)
+}

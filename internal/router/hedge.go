@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/compactor/compactor/internal/pipeline"
 )
 
 // Hedge is when a request's summary call that is slower than its provider
@@ -69,6 +71,13 @@ func (r *Router) latencyOf(provider, model string) *latencies {
 	}
 	l, _ := r.latency.LoadOrStore(key, &latencies{})
 	return l.(*latencies)
+}
+
+// HedgeAfter implements pipeline.Hedger: how long a request's call of
+// req's model (and provider) may run before it is hedged (false: it is
+// not).
+func (r *Router) HedgeAfter(req pipeline.SummaryRequest) (time.Duration, bool) {
+	return r.hedgeAfter(r.pick(req).Name(), req.Model)
 }
 
 // hedgeAfter is how long a request's call may run before it is hedged
