@@ -51,6 +51,22 @@ func Purpose(ctx context.Context) string {
 	return p
 }
 
+type awaitedKey struct{}
+
+// WithAwaited marks ctx's summary calls as a preparation's that a request
+// may come to wait for: waiting reports whether one does now.
+func WithAwaited(ctx context.Context, waiting func() bool) context.Context {
+	return context.WithValue(ctx, awaitedKey{}, waiting)
+}
+
+// Awaited reports whether a request waits for ctx's preparation now: its
+// calls are then as urgent as the request's own (a Summarizer hedges
+// them), though no runtime waited when they started.
+func Awaited(ctx context.Context) bool {
+	f, _ := ctx.Value(awaitedKey{}).(func() bool)
+	return f != nil && f()
+}
+
 // PrepareRequest asks for a session's next compaction to be prepared.
 type PrepareRequest struct {
 	SessionID string
@@ -188,6 +204,7 @@ func (s *Service) PrepareStats() PrepareStats {
 type flight struct {
 	done      chan struct{}
 	cancel    context.CancelFunc
+	waiting   atomic.Int32 // requests waiting for it (Awaited)
 	planned   bool
 	base      string
 	tailStart int64
@@ -205,6 +222,7 @@ func (pp *preparations) startFlight(ctx context.Context, id string) (*flight, co
 	}
 	f := &flight{done: make(chan struct{})}
 	ctx, f.cancel = context.WithCancel(ctx)
+	ctx = WithAwaited(ctx, func() bool { return f.waiting.Load() > 0 })
 	pp.flights[id] = f
 	return f, ctx, true
 }
@@ -236,12 +254,12 @@ func (s *Service) compacting(id string) bool {
 // process when a request comes. It started before the request, so when
 // what it will leave fits (its summary's budget plus every raw message
 // from its tail start to now) it answers sooner than a fresh summary:
-// the request waits for it, at most wait when bounded (its call may hang:
-// it is cancelled then, and the request takes its own, hedged, path).
-// Otherwise the request would wait for it and then summarise the rest
-// anyway: the preparation is cancelled (its tokens not spent for nothing)
-// and the request takes its own path.
-func (pp *preparations) waitFlight(ctx context.Context, p *plan, wait time.Duration, bounded bool) {
+// the request waits for it, and while it does the preparation's calls are
+// hedged as its own would be (Awaited: a hung one does not hold it for the
+// call timeout). Otherwise the request would wait for it and then
+// summarise the rest anyway: the preparation is cancelled (its tokens not
+// spent for nothing) and the request takes its own path.
+func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
 	pp.mu.Lock()
 	f := pp.flights[localKey(ctx, p.sess.Record.SessionID)]
 	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && pp.willFit(p, f.tailStart, f.budget)
@@ -253,17 +271,11 @@ func (pp *preparations) waitFlight(ctx context.Context, p *plan, wait time.Durat
 		f.cancel()
 		return
 	}
-	var expired <-chan time.Time
-	if bounded {
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		expired = t.C
-	}
+	f.waiting.Add(1)
+	defer f.waiting.Add(-1)
 	select {
 	case <-f.done:
 	case <-ctx.Done():
-	case <-expired:
-		f.cancel()
 	}
 }
 
@@ -665,8 +677,7 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	if !ok {
 		return nil, false, nil
 	}
-	wait, bounded := pp.s.preparationWait(ctx, req, p.model)
-	pp.waitFlight(ctx, p, wait, bounded)
+	pp.waitFlight(ctx, p)
 	stored, err := ps.Prepared(ctx, req.SessionID)
 	if err != nil {
 		return nil, false, nil // none, or unreadable: the blocking path
@@ -676,6 +687,9 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 		stored.Budget > 0 && pp.willFit(p, stored.ToSeq+1, stored.Budget) {
 		// Another replica is preparing the session, and what it will
 		// leave fits: wait for it.
+		// (Its calls are not hedged for this request: it waits no
+		// longer than its own call would before being hedged.)
+		wait, bounded := pp.s.preparationWait(ctx, req, p.model)
 		stored = pp.awaitPrepared(ctx, ps, stored, wait, bounded)
 	}
 	if rb, ok := rebased(stored, rec, p.sess.Summary); ok {

@@ -537,32 +537,35 @@ func TestPreparationOutlivesAClearing(t *testing.T) {
 	}
 }
 
-// hangsFirst is a hedging summariser whose first call (a preparation's)
-// hangs until it is cancelled.
-type hangsFirst struct {
+// hangsUnawaited is a summariser whose first call (a preparation's) hangs
+// until a request waits for its preparation (as the router's hedge then
+// answers it), or until it is cancelled.
+type hangsUnawaited struct {
 	next  pipeline.Summarizer
 	calls atomic.Int64
-	after time.Duration
 }
 
-func (h *hangsFirst) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
+func (h *hangsUnawaited) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
 	if h.calls.Add(1) == 1 {
-		<-ctx.Done()
-		return pipeline.SummaryResponse{}, ctx.Err()
+		for !pipeline.Awaited(ctx) {
+			select {
+			case <-ctx.Done():
+				return pipeline.SummaryResponse{}, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
 	}
 	return h.next.Summarize(ctx, req)
 }
 
-func (h *hangsFirst) HedgeAfter(pipeline.SummaryRequest) (time.Duration, bool) { return h.after, true }
-
 // Issue 42: a request that came while the session's preparation ran
-// waited for it, and a preparation's call is not hedged: a hung one held
-// the request for the whole call timeout (make chaos: 61 s). The request
-// waits no longer than its own call would before being hedged, then
-// cancels the preparation and compacts on its own.
-func TestRequestDoesNotWaitOutAHungPreparation(t *testing.T) {
+// waited for it, and a preparation's calls are not hedged: a hung one held
+// the request for the whole call timeout (make chaos: 61 s). While a
+// request waits for it, a preparation's calls say so (Awaited), and the
+// router hedges them as the request's own.
+func TestRequestWaitingMakesAPreparationUrgent(t *testing.T) {
 	const limit = 6000
-	sum := &hangsFirst{next: extractive.New(counter(t)), after: 200 * time.Millisecond}
+	sum := &hangsUnawaited{next: extractive.New(counter(t))}
 	e := newEnv(t, sum, prepCfg())
 	e.importSession(t, "s", limit, chat(1))
 	next := e.grow(t, "s", 1, limit, 0.72)
@@ -575,13 +578,16 @@ func TestRequestDoesNotWaitOutAHungPreparation(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	e.grow(t, "s", next, limit, 1.01)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // unbounded, it fails here
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // never awaited, it fails here
 	defer cancel()
 	res, err := e.svc.Compact(ctx, pipeline.Request{ID: "over", SessionID: "s", Trigger: pipeline.TriggerOverBudget})
-	if err != nil || res.Outcome != pipeline.OutcomeCompacted || res.LLMCalls == 0 {
-		t.Fatalf("the request beside a hung preparation: %v %+v", err, res)
+	if err != nil || res.Outcome != pipeline.OutcomeCompacted {
+		t.Fatalf("the request beside a preparation: %v %+v", err, res)
 	}
-	if p := <-prepared; p.Outcome == pipeline.PrepareDone {
-		t.Fatalf("the hung preparation was not cancelled: %+v", p)
+	if p := <-prepared; p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("the preparation the request waited for: %+v", p)
+	}
+	if res.Strategy != "prepared" && res.Strategy != "prepared_topup" {
+		t.Fatalf("the request did not use the preparation it waited for: %+v", res)
 	}
 }

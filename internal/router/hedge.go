@@ -16,7 +16,8 @@ import (
 // first answer wins and the other call is cancelled, so a hung call costs
 // that wait and one more call, not the call timeout (10 % of calls hanging
 // held requests for the whole 60 s; p99 81 s). A preparation's calls are
-// not hedged: no runtime waits for them.
+// hedged only while a request waits for the preparation
+// (pipeline.Awaited): otherwise no runtime waits for them.
 type Hedge struct {
 	Factor     float64
 	Floor      time.Duration

@@ -251,12 +251,15 @@ func (r *Router) Summarize(ctx context.Context, req pipeline.SummaryRequest) (pi
 }
 
 // attempt is one attempt of a summary call: one provider call, and for a
-// request's call that runs past hedgeAfter a second beside it, the first
+// request's call (or a preparation's a request waits for) that runs past
+// hedgeAfter a second beside it, the first
 // answer winning (the other is cancelled); an error only when every call
 // made failed (the last one's).
 func (r *Router) attempt(ctx context.Context, p Provider, req pipeline.SummaryRequest, n int) (pipeline.SummaryResponse, error) {
 	after, hedge := r.hedgeAfter(p.Name(), req.Model)
-	if !hedge || pipeline.Purpose(ctx) == pipeline.PurposePreparation {
+	// A preparation's call is hedged only while a request waits for it.
+	prep := pipeline.Purpose(ctx) == pipeline.PurposePreparation
+	if !hedge {
 		return r.call(ctx, p, req, n, false)
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -284,11 +287,19 @@ func (r *Router) attempt(ctx context.Context, p Provider, req pipeline.SummaryRe
 				return a.resp, a.err
 			}
 		case <-timer.C:
+			if prep && !pipeline.Awaited(ctx) {
+				timer.Reset(awaitedPoll) // no one waits for it yet
+				continue
+			}
 			running++
 			start(true)
 		}
 	}
 }
+
+// awaitedPoll is how often a preparation's call past its hedge time looks
+// for a request waiting for it.
+const awaitedPoll = 100 * time.Millisecond
 
 // call makes one provider call within the call timeout, under a CLIENT
 // span, observed; an answer adds to the provider's latency estimate.

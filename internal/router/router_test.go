@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -393,16 +394,34 @@ func TestHungCallIsHedged(t *testing.T) {
 	if !hedge.Hedged || hedge.Outcome != router.CallOK || hung.Hedged || hung.Outcome != router.CallCancelled {
 		t.Fatalf("the hung call %+v and its hedge %+v", hung, hedge)
 	}
+	// The next calls get these replies, in turn.
+	next := func(rs ...reply) {
+		srv.mu.Lock()
+		srv.replies = append(srv.replies[:len(srv.reqs)], rs...)
+		srv.mu.Unlock()
+	}
 	// A preparation's call waits for its own answer.
-	srv.mu.Lock()
-	srv.replies = append(srv.replies[:len(srv.replies)-1], reply{status: 200, body: openAIOK, delay: 500 * time.Millisecond}, reply{status: 200, body: openAIOK})
-	srv.mu.Unlock()
+	next(reply{status: 200, body: openAIOK, delay: 500 * time.Millisecond}, reply{status: 200, body: openAIOK})
 	before := srv.count()
 	if _, err := r.Summarize(pipeline.WithPurpose(context.Background(), pipeline.PurposePreparation), request("gpt-4o")); err != nil {
 		t.Fatal(err)
 	}
 	if n := srv.count() - before; n != 1 {
 		t.Fatalf("a preparation's slow call made %d calls, want 1 (no hedge)", n)
+	}
+	// One a request waits for is hedged as the request's own.
+	next(reply{status: 200, body: openAIOK, delay: time.Hour}, reply{status: 200, body: openAIOK})
+	before = srv.count()
+	var waiting atomic.Bool
+	ctx := pipeline.WithAwaited(pipeline.WithPurpose(context.Background(), pipeline.PurposePreparation), waiting.Load)
+	time.AfterFunc(300*time.Millisecond, func() { waiting.Store(true) })
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second) // not hedged: it fails here
+	defer cancel()
+	if _, err := r.Summarize(pctx, request("gpt-4o")); err != nil {
+		t.Fatalf("a hung preparation call a request waits for: %v", err)
+	}
+	if n := srv.count() - before; n != 2 {
+		t.Fatalf("a hung preparation call a request waits for made %d calls, want 2 (hedged)", n)
 	}
 }
 
