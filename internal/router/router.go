@@ -265,14 +265,15 @@ func (r *Router) attempt(ctx context.Context, p Provider, req pipeline.SummaryRe
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // the call that lost
 	type answer struct {
-		resp pipeline.SummaryResponse
-		err  error
+		resp   pipeline.SummaryResponse
+		err    error
+		hedged bool
 	}
 	answers := make(chan answer, 2)
 	start := func(hedged bool) {
 		go func() {
 			resp, err := r.call(ctx, p, req, n, hedged)
-			answers <- answer{resp, err}
+			answers <- answer{resp, err, hedged}
 		}()
 	}
 	start(false)
@@ -283,7 +284,10 @@ func (r *Router) attempt(ctx context.Context, p Provider, req pipeline.SummaryRe
 		select {
 		case a := <-answers:
 			running--
-			if a.err == nil || running == 0 {
+			// A failed hedge ends the attempt too: the first call ran
+			// past the hedge time, likely hung (waiting for it would
+			// wait out the call timeout), and a new attempt follows.
+			if a.err == nil || running == 0 || a.hedged {
 				return a.resp, a.err
 			}
 		case <-timer.C:

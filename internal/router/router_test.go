@@ -453,6 +453,28 @@ func TestHungCallIsHedgedWhenCold(t *testing.T) {
 	}
 }
 
+// A hedge that fails (a 500: the provider fails a share of calls) ends the
+// attempt: the first call ran past the hedge time, likely hung, and
+// waiting for it waited out the call timeout (make chaos: a request at
+// 60.6 s with a provider failing 30 % of calls). The next attempt answers.
+func TestFailedHedgeDoesNotWaitForTheHungCall(t *testing.T) {
+	srv := newServer(t, reply{status: 200, body: openAIOK, delay: time.Hour}, reply{status: 500, body: openAIServer}, reply{status: 200, body: openAIOK})
+	retry := router.DefaultRetry()
+	retry.Sleep = (&sleeps{}).sleep
+	r, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: srv.URL, Timeout: time.Hour, Retry: &retry,
+		Hedge: &router.Hedge{Factor: 3, Floor: 10 * time.Millisecond, MinSamples: 20, Cold: 100 * time.Millisecond}, Extractive: nopSummarizer{},
+		Getenv: func(string) string { return "sk-test" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // waiting for the hung call: it fails here
+	defer cancel()
+	resp, err := r.Summarize(ctx, request("gpt-4o"))
+	if err != nil || resp.InputTokens != 321 || srv.count() != 3 {
+		t.Fatalf("hung call, failed hedge: %v %+v after %d calls, want the next attempt's answer (3 calls)", err, resp, srv.count())
+	}
+}
+
 func natsEventually(t *testing.T, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); !cond(); {
