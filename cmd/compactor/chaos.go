@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/internal/chaos"
+	"github.com/compactor/compactor/internal/pipeline"
 )
 
 // runChaos is `compactor chaos`: a three-node cluster, two serve replicas
@@ -26,13 +27,16 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	pause := fs.Duration("pause", 20*time.Second, "how long a replica is paused (SIGSTOP)")
 	binary := fs.String("binary", "", "the compactor `BINARY` the replicas run (default: this one)")
 	drain := fs.Duration("drain", 90*time.Second, "how long to wait after the load for the requests still open")
+	cooldown := fs.Duration("breaker-cooldown", pipeline.DefaultBreakerCooldown, "the replicas' breaker cooldown: requests a cooldown after the model's outage must not be refused circuit_open (the load must last past it)")
 	limit := fs.Int("context-limit", 2500, "every session's context limit in `TOKENS`: a runtime requests a compaction past it")
 	out := fs.String("out", "docs/RELIABILITY.md", "write the report to this Markdown `FILE` (empty: print JSON only)")
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+	keep := fs.Bool("keep", false, "keep the run's stores and the replicas' logs (the progress says where)")
 	noisy := fs.Bool("noisy", false, "run the noisy-neighbour check instead: tenant B's compactions alone and beside tenant A's flood, on a server with --nats-conf's accounts (default --out docs/NOISY.md)")
 	natsConf := fs.String("nats-conf", "nats.conf", "with --noisy: the nats-server configuration with the tenants' accounts")
 	phase := fs.Duration("phase", 30*time.Second, "with --noisy: how long tenant B runs alone, and again beside the flood")
-	flood := fs.Int("flood", 200, "with --noisy: tenant A's requests per second")
+	flood := fs.Int("flood", 200, "with --noisy: tenant A's compaction requests per second")
+	appendFlood := fs.Int("append-flood", 1000, "with --noisy: tenant A's appends per second")
 	pos, err := parseFlags(fs, args, stdout, "chaos [--runtimes N] [--duration D] [--out FILE]")
 	if err != nil {
 		return err
@@ -40,8 +44,8 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := noArgs(pos); err != nil {
 		return err
 	}
-	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 || *outage <= 0 || *pause <= 0 || *drain <= 0 || *limit < 500 {
-		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1, --outage, --pause and --drain > 0, --context-limit >= 500", errUsage)
+	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 || *outage <= 0 || *pause <= 0 || *drain <= 0 || *limit < 500 || *cooldown <= 0 {
+		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1, --outage, --pause, --drain and --breaker-cooldown > 0, --context-limit >= 500", errUsage)
 	}
 	if *out != "" {
 		if err := checkWritable(*out); err != nil {
@@ -59,10 +63,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if !flagSet(fs, "out") {
 			file = "docs/NOISY.md"
 		}
-		return runNoisy(ctx, chaos.NoisyOptions{Binary: bin, NATSConf: *natsConf, Phase: *phase, Flood: *flood, Progress: stderr}, file, *asJSON, args, stdout, stderr)
+		return runNoisy(ctx, chaos.NoisyOptions{Binary: bin, NATSConf: *natsConf, Phase: *phase, Flood: *flood, AppendFlood: *appendFlood, Progress: stderr}, file, *asJSON, args, stdout, stderr)
 	}
 	rep, err := chaos.Run(ctx, chaos.Options{Binary: bin, Runtimes: *runtimes, Duration: *duration, FailRate: *failRate,
-		ContextLimit: *limit, Outage: *outage, Pause: *pause, Drain: *drain, Progress: stderr})
+		ContextLimit: *limit, Outage: *outage, Pause: *pause, Drain: *drain, BreakerCooldown: *cooldown, Keep: *keep, Progress: stderr})
 	if err != nil {
 		return err
 	}
@@ -96,8 +100,8 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 
 // runNoisy is `compactor chaos --noisy`.
 func runNoisy(ctx context.Context, o chaos.NoisyOptions, out string, asJSON bool, args []string, stdout, stderr io.Writer) error {
-	if o.Phase < 5*time.Second || o.Flood < 1 {
-		return fmt.Errorf("%w: --phase >= 5s, --flood >= 1", errUsage)
+	if o.Phase < 5*time.Second || o.Flood < 1 || o.AppendFlood < 1 {
+		return fmt.Errorf("%w: --phase >= 5s, --flood and --append-flood >= 1", errUsage)
 	}
 	if out != "" {
 		if err := checkWritable(out); err != nil {
@@ -124,7 +128,8 @@ func runNoisy(ctx context.Context, o chaos.NoisyOptions, out string, asJSON bool
 		fmt.Fprint(stdout, md)
 	}
 	if !rep.Pass() {
-		return fmt.Errorf("%w: the noisy-neighbour goal was missed (p99 ratio %.2f, %d failures of tenant B, %d errors)", errFailed, rep.Ratio, rep.QuietFailures, len(rep.Errors))
+		return fmt.Errorf("%w: a noisy-neighbour goal was missed (p99 ratios: compactions %.2f and appends %.2f beside A's requests, %.2f and %.2f beside its appends; A over its quotas: sessions %+.1f %%, bytes %+.1f %%; %d failures of tenant B, %d errors)",
+			errFailed, rep.Ratio, rep.AppendRatio, rep.AppendFlood.CompactionRatio, rep.AppendFlood.AppendRatio, 100*rep.Quota.SessionsOver, 100*rep.Quota.BytesOver, rep.QuietFailures, len(rep.Errors))
 	}
 	return nil
 }

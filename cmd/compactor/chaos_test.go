@@ -14,10 +14,11 @@ import (
 
 // TestChaosShort is make chaos's regression test: a short run of the same
 // harness (a three-node cluster, two serve processes, runtimes appending
-// and requesting while the meta leader and the leaders of the sessions,
-// requests and events streams are killed, the model is down, a replica is
-// killed and the other paused) meets every goal. A missed goal is named
-// with its figures.
+// and requesting, a hostile runtime, while the model is down, the meta
+// leader and the leaders of the session data and records, the requests
+// and events streams and the breakers are killed, a replica is killed and
+// the other paused; then the whole cluster restarted, and a store filled)
+// meets every goal. A missed goal is named with its figures.
 func TestChaosShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster and two serve processes")
@@ -28,13 +29,20 @@ func TestChaosShort(t *testing.T) {
 	}
 	t.Setenv("COMPACTOR_TEST_RUN_MAIN", "1") // the replicas are this binary running main
 	rep, err := chaos.Run(context.Background(), chaos.Options{Binary: exe, Runtimes: 8, Duration: 30 * time.Second, ContextLimit: 1500,
-		Outage: 3 * time.Second, Pause: 10 * time.Second, Progress: testWriter{t}})
+		Outage: 3 * time.Second, Pause: 10 * time.Second, BreakerCooldown: 8 * time.Second, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%+v", *rep)
-	if len(rep.Faults) != 14 {
-		t.Fatalf("faults %v, want four leaders killed and restarted, the outage, a replica killed and restarted, one paused and resumed", rep.Faults)
+	faults := strings.Join(rep.Faults, "\n")
+	for _, want := range []string{"model outage", "the JetStream meta leader", "SESSIONS_0", "KV_sessions_0", "AGENT_CONTEXT", "COMPACTION_EVENTS",
+		"KV_compaction_breakers", "killed replica 1", "paused replica 2", "resumed replica 2", "whole-cluster restart", "both replicas ready"} {
+		if !strings.Contains(faults, want) {
+			t.Fatalf("no fault %q in:\n%s", want, faults)
+		}
+	}
+	if n := strings.Count(faults, "restarted node"); n != 6 {
+		t.Fatalf("%d nodes restarted current, want the six killed:\n%s", n, faults)
 	}
 	if !rep.Pass() {
 		t.Fatalf("goals missed: %s\n%s", rep.Missed(), rep.Markdown("test"))
@@ -74,10 +82,12 @@ func TestChaosFailsOnABrokenBuild(t *testing.T) {
 }
 
 // TestNoisyShort: `compactor chaos --noisy` in short: on the repo's
-// nats.conf, tenant B's compactions all succeed alone, beside tenant A's
-// flood within its quotas and beside the same flood with the quotas lifted
-// (reloaded on SIGHUP); the quotas refuse A's excess, and lifted refuse
-// none. The latency goal is make chaos's (a loaded machine here).
+// nats.conf, with two replicas, tenant B's compactions all succeed alone,
+// beside tenant A's flood of requests within its quotas, beside its flood
+// of appends and beside the same requests with the quotas lifted (reloaded
+// on SIGHUP); the quotas refuse A's excess, and lifted refuse none; A
+// writing sessions and bytes as fast as it can stays within 10 % of those
+// quotas. The latency goals are make chaos's (a loaded machine here).
 func TestNoisyShort(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a server and a serve process")
@@ -88,7 +98,7 @@ func TestNoisyShort(t *testing.T) {
 	}
 	t.Setenv("COMPACTOR_TEST_RUN_MAIN", "1")
 	rep, err := chaos.RunNoisy(context.Background(), chaos.NoisyOptions{Binary: exe, NATSConf: "../../nats.conf", Phase: 3 * time.Second,
-		Quiet: 3, Flood: 40, Progress: testWriter{t}})
+		Quiet: 3, Flood: 40, AppendFlood: 200, Progress: testWriter{t}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,5 +111,15 @@ func TestNoisyShort(t *testing.T) {
 	}
 	if rep.UnprotectedSent == 0 || rep.UnprotectedStored+rep.UnprotectedFailed != rep.UnprotectedSent || rep.UnprotectedStored == 0 {
 		t.Fatalf("with its quotas lifted A's requests were refused: %d of %d answered, %d failed", rep.UnprotectedStored, rep.UnprotectedSent, rep.UnprotectedFailed)
+	}
+	af := rep.AppendFlood
+	if af.Compactions.N == 0 || af.Appends.N == 0 || af.Stored == 0 || af.Refused["writes_per_second"]+af.Refused["concurrent_writes"] == 0 || af.Failed != 0 {
+		t.Fatalf("A's append flood: %+v", af)
+	}
+	// Two replicas share A's stored-usage quotas: A is refused, and gets
+	// at most 10 % over them.
+	q := rep.Quota
+	if q.Refused["sessions"] == 0 || q.Refused["bytes_stored"] == 0 || q.SessionsOver > 0.10 || q.BytesOver > 0.10 || q.Sessions < int64(q.SessionsQuota)*9/10 {
+		t.Fatalf("A over its quotas: %+v", q)
 	}
 }

@@ -2,13 +2,16 @@
 // would try it on one machine. A three-node JetStream cluster (in process,
 // R3 streams and buckets), two service replicas (real `compactor serve`
 // processes), a local model that fails, rate-limits (429 with Retry-After),
-// hangs and answers slowly, and runtimes that create sessions, append to
-// them and request compactions through the public contract (sometimes two
-// at once for one session), while the run kills the JetStream meta
-// leader and the leaders of the sessions, requests and events streams,
-// takes the model down for an outage, kills a replica (SIGKILL) and pauses
-// the other (SIGSTOP). Then it checks what every runtime was told against
-// what is stored, and reports each goal met or missed with its figures.
+// hangs and answers slowly, runtimes that create sessions, append to them
+// and request compactions through the public contract (sometimes two at
+// once for one session), and a hostile runtime sending what the contract
+// refuses, while the run takes the model down for an outage, kills the
+// JetStream meta leader and the leaders of the session data, session
+// records, requests, events and breakers, kills a replica (SIGKILL) and
+// pauses the other (SIGSTOP). After the load it restarts the whole cluster
+// with the replicas, and fills a store of its own to its limit. Then it
+// checks what every runtime was told against what is stored, and reports
+// each goal met or missed with its figures.
 package chaos
 
 import (
@@ -37,6 +40,7 @@ import (
 
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/app"
+	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
@@ -71,14 +75,19 @@ type Options struct {
 	// Drain bounds the wait for the requests still open after the load
 	// (default 90 s); one never answered by then counts as without result.
 	Drain time.Duration
+	// BreakerCooldown is the replicas' (default the service's): no request
+	// may be refused circuit_open a cooldown after the model's outage, and
+	// the load must last past that for the goal to mean anything.
+	BreakerCooldown time.Duration
 	// Progress, when set, receives what the run is doing.
 	Progress io.Writer
+	// Keep leaves the run's directory (the nodes' stores, the replicas'
+	// logs) in place; the progress says where.
+	Keep bool
 }
 
 // The replicas' settings that the goals depend on.
 const (
-	// callTimeout bounds one model call (a hanging one is cut there).
-	callTimeout = 5 * time.Second
 	// ackWait is the durable consumer's (its default): a request held by
 	// a killed or paused replica is delivered again after it.
 	ackWait = consumer.AckWait
@@ -118,6 +127,9 @@ func (o *Options) defaults() {
 	if o.Drain <= 0 {
 		o.Drain = 90 * time.Second
 	}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = pipeline.DefaultBreakerCooldown
+	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -131,7 +143,11 @@ type Report struct {
 	RateLimited  float64       `json:"model_rate_limited"`
 	Hang         float64       `json:"model_hang_rate"`
 	ContextLimit int           `json:"context_limit"`
-	Faults       []string      `json:"faults"`
+	// CallTimeout is the replicas' limit of one model call (the service's
+	// default; hedging cuts a hung call's wait short).
+	CallTimeout     time.Duration `json:"call_timeout"`
+	BreakerCooldown time.Duration `json:"breaker_cooldown"`
+	Faults          []string      `json:"faults"`
 
 	AppendsAcknowledged int `json:"appends_acknowledged"` // messages an append answered as stored
 	MessagesStored      int `json:"messages_stored"`      // runtime messages found in the stores
@@ -141,16 +157,24 @@ type Report struct {
 	AppendRetries       int `json:"append_retries"` // answers that said retry, or no answer in time
 	AppendErrors        int `json:"append_errors"`  // answers that were neither stored nor retry
 
-	Requests         int            `json:"requests"`
-	Results          int            `json:"results"`           // requests with a result event in the stream
-	ResultsMissing   int            `json:"results_missing"`   // requests without one at the end
-	DuplicateResults int            `json:"duplicate_results"` // result events a core subscriber saw twice
-	Outcomes         map[string]int `json:"outcomes"`
-	Compactions      int            `json:"compactions"`
+	Requests         int `json:"requests"`
+	Results          int `json:"results"`           // requests with a result event in the stream
+	ResultsMissing   int `json:"results_missing"`   // requests without one at the end
+	DuplicateResults int `json:"duplicate_results"` // result events a core subscriber saw twice
+	// TwoResults are the requests with both a completion and a failure
+	// in the stream.
+	TwoResults int `json:"requests_with_two_results"`
+	// ContextsChecked are the contexts a runtime read after a completed
+	// compaction; OverLimit those still over the limit.
+	ContextsChecked int            `json:"contexts_checked"`
+	OverLimit       []string       `json:"over_limit,omitempty"`
+	Outcomes        map[string]int `json:"outcomes"`
+	Compactions     int            `json:"compactions"`
 
 	ModelCalls         int64 `json:"model_calls"`          // every call the model got
 	ModelCallsFailed   int64 `json:"model_calls_failed"`   // answered with an error on purpose
 	ModelCallsAnswered int64 `json:"model_calls_answered"` // answered with a summary
+	ModelCallsHung     int64 `json:"model_calls_hung"`     // left hanging on purpose
 	ModelCallsNeeded   int   `json:"model_calls_needed"`   // llm_calls of the completed results
 	// PreparationCalls are the answered calls made by preparations (no
 	// request waited for them); Prepared the results answered from one.
@@ -180,10 +204,19 @@ type Report struct {
 	// after the model's outage ended.
 	OpenBreakers      int `json:"open_breakers"`
 	LockedAfterOutage int `json:"circuit_open_after_outage"`
-	// AppendRate is messages acknowledged per second before the first
-	// fault; AppendRatePaused while a replica was paused (SIGSTOP).
+	// AfterCooldown are the requests published more than a cooldown after
+	// the outage: the goal's sample.
+	AfterCooldown int `json:"requests_a_cooldown_after_outage"`
+	// AppendRate is messages acknowledged per second over the load before
+	// a replica was paused (its faults included: a runtime waiting for a
+	// result appends nothing meanwhile); AppendRatePaused while it was
+	// paused (SIGSTOP).
 	AppendRate       float64 `json:"append_rate"`
 	AppendRatePaused float64 `json:"append_rate_paused"`
+
+	Hostile   HostileReport `json:"hostile"`
+	Restart   RestartReport `json:"restart"`
+	FullStore FullReport    `json:"full_store"`
 }
 
 // Goal is one promise a run checks, with the figures that decide it.
@@ -220,8 +253,12 @@ func (r Report) Goals() []Goal {
 			fmt.Sprintf("%d errors, %d acknowledged", r.AppendErrors, r.AppendsAcknowledged)},
 		{"every request has its outcome in the stream", r.ResultsMissing == 0 && r.Requests > 0,
 			fmt.Sprintf("%d of %d without one", r.ResultsMissing, r.Requests)},
+		{"one result per request: none with both a completion and a failure", r.TwoResults == 0,
+			fmt.Sprintf("%d with both; %d result events a core subscriber saw twice under one id (a publish whose acknowledgement did not come, sent again)", r.TwoResults, r.DuplicateResults)},
 		{"at least 80 % of requests completed (those the model's outage failed aside)", share(completed, r.Requests-r.FailedInOutage) >= 0.8,
 			fmt.Sprintf("%d of %d (%.0f %%); %d failed in the outage", completed, r.Requests-r.FailedInOutage, 100*share(completed, r.Requests-r.FailedInOutage), r.FailedInOutage)},
+		{"no context over its limit after a completed compaction", len(r.OverLimit) == 0 && r.ContextsChecked > 0,
+			fmt.Sprintf("%d of %d over%s", len(r.OverLimit), r.ContextsChecked, listed("sessions and tokens", r.OverLimit))},
 		{"two requests at once compact once", r.PairsBothCompacted == 0,
 			fmt.Sprintf("%d of %d pairs compacted twice", r.PairsBothCompacted, r.Pairs)},
 		{"no request worked on twice (model calls beyond what results account for at most 5 %, plus those in flight when a replica was killed or paused, plus one a pair: two requests at once on two replicas may both call before one commits)",
@@ -229,12 +266,44 @@ func (r Report) Goals() []Goal {
 			fmt.Sprintf("%d extra of %d accounted for (%.3f per request), %d in flight at the faults, %d pairs", r.ExtraCalls, r.ModelCallsNeeded, r.CallsPerRequest, r.CallsInFlightAtFaults, r.Pairs)},
 		{"request to result p50 at most 3 s, p99 at most 60 s", r.LatencyP50 <= 3*time.Second && r.LatencyP99 <= time.Minute && r.Results > 0,
 			fmt.Sprintf("p50 %v, p99 %v", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond))},
-		{"no session locked after the model's outage", r.OpenBreakers == 0 && r.LockedAfterOutage == 0,
-			fmt.Sprintf("%d breakers open at the end, %d requests refused circuit_open a cooldown after the outage", r.OpenBreakers, r.LockedAfterOutage)},
-		{"appends go on while a replica is paused (at least a third of the rate before the faults)", r.AppendRatePaused >= r.AppendRate/3,
+		{"no session locked after the model's outage (and requests came a cooldown after it)", r.OpenBreakers == 0 && r.LockedAfterOutage == 0 && r.AfterCooldown > 0,
+			fmt.Sprintf("%d breakers open at the end, %d of %d requests a cooldown (%v) after the outage refused circuit_open", r.OpenBreakers, r.LockedAfterOutage, r.AfterCooldown, r.BreakerCooldown)},
+		{"appends go on while a replica is paused (at least a third of the rate before)", r.AppendRatePaused >= r.AppendRate/3,
 			fmt.Sprintf("%.1f messages/s paused, %.1f before", r.AppendRatePaused, r.AppendRate)},
+		{"hostile input refused with a client error, nothing of it stored", r.Hostile.Sent > 0 && r.Hostile.Refused == r.Hostile.Sent && r.Hostile.Stored == 0,
+			fmt.Sprintf("%d of %d refused 4xx, %d hostile messages stored%s", r.Hostile.Refused, r.Hostile.Sent, r.Hostile.Stored, listed("answered otherwise", r.Hostile.Accepted))},
+		{"a whole-cluster restart: /livez from the start, every replica ready within 15 s of the leaders, serving after", r.Restart.Done &&
+			r.Restart.LivezAfter <= 5*time.Second && r.Restart.ServingAfter <= 15*time.Second && r.Restart.Appended == r.Runtimes,
+			fmt.Sprintf("/livez %v after the start, leaders %v after the nodes' start, ready %v after them, %d of %d sessions appended after%s",
+				r.Restart.LivezAfter.Round(time.Millisecond), r.Restart.LeadersAfter.Round(100*time.Millisecond), r.Restart.ServingAfter.Round(100*time.Millisecond),
+				r.Restart.Appended, r.Runtimes, errorText(r.Restart.Error))},
+		{"a full store: a storage error within 1 s, /readyz says so, a delete frees space, appends resume within 10 s, nothing lost", fullMet(r.FullStore),
+			fmt.Sprintf("%d appends stored, then %s %s in %v (%q); /readyz %d %q; deleted %v; resumed in %v, ready again %v; %d lost%s",
+				r.FullStore.Acknowledged, r.FullStore.Code, r.FullStore.Status, r.FullStore.RefusedIn.Round(time.Millisecond), r.FullStore.Message,
+				r.FullStore.Readyz, r.FullStore.ReadyzBody, r.FullStore.Deleted, r.FullStore.ResumedIn.Round(time.Millisecond), r.FullStore.ReadyAfter,
+				r.FullStore.Lost, errorText(r.FullStore.Error))},
 	}
 	return g
+}
+
+func fullMet(f FullReport) bool {
+	return f.Done && f.Code == "507" && f.Status == "not_applied" && f.RefusedIn <= time.Second && f.Readyz == 503 &&
+		f.Deleted && f.ResumedIn <= 10*time.Second && f.ReadyAfter && f.Lost == 0 && f.Acknowledged > 0
+}
+
+// listed is s after "; label: ", or "" when s is empty.
+func listed(label string, s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return "; " + label + ": " + strings.Join(s, ", ")
+}
+
+func errorText(e string) string {
+	if e == "" {
+		return ""
+	}
+	return "; error: " + e
 }
 
 // Pass reports whether the run met every goal.
@@ -277,20 +346,28 @@ type run struct {
 	replicas  []*replica
 	faults    []string
 	published map[string]time.Time     // request id -> when
+	sessionOf map[string]string        // request id -> its session
 	answered  map[string]time.Duration // request id -> latency of its first result
-	seen      map[string]int           // result event id -> times seen by a core subscriber
-	acked     map[string][]string      // session -> message ids acknowledged
-	ackedAt   []time.Time              // when each message was acknowledged
-	pairs     [][2]string              // requests sent two at once for one session
+	completed map[string]bool          // request id -> its first result is a completion
+	// checkedLimit counts the contexts read after a completed compaction,
+	// overLimit those over the limit ("session tokens").
+	checkedLimit int
+	overLimit    []string
+	seen         map[string]int      // result event id -> times seen by a core subscriber
+	acked        map[string][]string // session -> message ids acknowledged
+	ackedAt      []time.Time         // when each message was acknowledged
+	pairs        [][2]string         // requests sent two at once for one session
 	// outageEnd and pauseFrom/pauseTo place the model's outage and the
 	// replica's pause.
-	outageStart, outageEnd, pauseFrom, pauseTo, firstFault, loadEnd time.Time
+	outageStart, outageEnd, pauseFrom, pauseTo, loadEnd time.Time
 	// lostCalls are the model calls in flight when a replica was killed
 	// or paused: work that may be done again by the replica taking over.
 	lostCalls atomic.Int64
-	retries   atomic.Int64
-	errs      atomic.Int64
-	firstErr  atomic.Value
+	// hostileRep is what the hostile runtime sent and was answered.
+	hostileRep HostileReport
+	retries    atomic.Int64
+	errs       atomic.Int64
+	firstErr   atomic.Value
 }
 
 func (r *run) logf(format string, args ...any) {
@@ -315,9 +392,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	if o.Keep {
+		fmt.Fprintf(o.Progress, "keeping the run's stores and logs in %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	r := &run{o: o, dir: dir, start: time.Now(), published: map[string]time.Time{}, answered: map[string]time.Duration{},
-		seen: map[string]int{}, acked: map[string][]string{}}
+		sessionOf: map[string]string{}, seen: map[string]int{}, acked: map[string][]string{}, completed: map[string]bool{}, hostileRep: HostileReport{Codes: map[string]int{}}}
 	// The runtimes count their own context, as a runtime does.
 	if r.counter, err = tokens.ForEncoding("o200k_base"); err != nil {
 		return nil, err
@@ -364,6 +445,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); r.runtime(loadCtx, i) }()
 	}
+	wg.Add(1)
+	go func() { defer wg.Done(); r.hostile(loadCtx) }()
 	r.chaos(loadCtx)
 	wg.Wait()
 	r.mu.Lock()
@@ -371,8 +454,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.mu.Unlock()
 	r.logf("load over; waiting for the requests still open")
 	r.drain(ctx, o.Drain)
+	restart := r.restartAll(ctx)
+	if restart.Error != "" {
+		r.fault("whole-cluster restart: %s", restart.Error)
+	}
+	r.drain(ctx, o.Drain)
 	r.stopReplicas()
-	return r.verify(ctx)
+	rep, err := r.verify(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.Restart = restart
+	r.c.Shutdown()
+	r.logf("a store filled to its limit (a node of its own, max_file_store %d MiB)", fullStoreBytes>>20)
+	rep.FullStore = r.fullStore(ctx)
+	return rep, nil
 }
 
 func (r *run) provision(ctx context.Context) error {
@@ -391,8 +487,10 @@ func (r *run) provision(ctx context.Context) error {
 
 // replica is a `compactor serve` process.
 type replica struct {
-	cmd  *exec.Cmd
-	done chan struct{} // closed when it has exited
+	cmd     *exec.Cmd
+	addr    string        // its HTTP endpoints (/livez, /readyz, /metrics)
+	started time.Time     // when its process started
+	done    chan struct{} // closed when it has exited
 }
 
 func (r *run) startReplica(i int) error {
@@ -400,16 +498,27 @@ func (r *run) startReplica(i int) error {
 	if err != nil {
 		return err
 	}
+	addr, err := freeAddr()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	// The service's default call timeout: a hung call is hedged, not
+	// waited out.
+	level := "warn"
+	if r.o.Keep { // logs kept to be read: what each request did
+		level = "info"
+	}
 	cmd := exec.Command(r.o.Binary, "serve", "--nats-url", r.c.URLs(), "--provision=false", "--provider", "openai",
-		"--base-url", r.fp.URL, "--summary-model", "gpt-4o-mini", "--metrics-addr", "", "--log-format", "json", "--log-level", "warn",
-		"--shutdown-grace", "5s", "--timeout", callTimeout.String())
+		"--base-url", r.fp.URL, "--summary-model", "gpt-4o-mini", "--metrics-addr", addr, "--log-format", "json", "--log-level", level,
+		"--shutdown-grace", "5s", "--breaker-cooldown", r.o.BreakerCooldown.String())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start replica %d: %w", i, err)
 	}
-	rep := &replica{cmd: cmd, done: make(chan struct{})}
+	rep := &replica{cmd: cmd, addr: addr, started: time.Now(), done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); logf.Close(); close(rep.done) }()
 	r.mu.Lock()
 	for len(r.replicas) <= i {
@@ -457,36 +566,19 @@ func (r *run) stopReplicas() {
 	}
 }
 
-// waitServing waits until n replicas answer the micro service's ping.
-func (r *run) waitServing(ctx context.Context, n int) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		inbox := nats.NewInbox()
-		sub, err := r.nc.SubscribeSync(inbox)
-		if err != nil {
-			return err
-		}
-		ids := map[string]bool{}
-		if err := r.nc.PublishRequest("$SRV.PING."+api.Name, inbox, nil); err == nil {
-			for {
-				m, err := sub.NextMsg(500 * time.Millisecond)
-				if err != nil {
-					break
-				}
-				var ping struct {
-					ID string `json:"id"`
-				}
-				if json.Unmarshal(m.Data, &ping) == nil {
-					ids[ping.ID] = true
-				}
-			}
-		}
-		_ = sub.Unsubscribe()
-		if len(ids) >= n {
+// waitReady waits until replica i says on /readyz that it serves.
+func (r *run) waitReady(ctx context.Context, i int) error {
+	r.mu.Lock()
+	p := r.replicas[i]
+	r.mu.Unlock()
+	var code int
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+		if code, body = probe(p.addr, "/readyz"); code == 200 {
 			return nil
 		}
 	}
-	return fmt.Errorf("fewer than %d replicas answer", n)
+	return fmt.Errorf("/readyz %d %q", code, body)
 }
 
 // waitForService waits until the micro service answers.
@@ -506,11 +598,13 @@ func (r *run) waitForService(ctx context.Context) error {
 }
 
 // chaos injects the faults, one at a time, at fixed shares of the load:
-// the JetStream meta leader killed and restarted, then the leaders of the
-// sessions, requests and events streams likewise (a node back is current
-// before the next is killed: R3 loses no quorum), the model down for an
-// outage, a replica killed (SIGKILL) and restarted, and the other paused
-// (SIGSTOP) and resumed.
+// the model down for an outage first (so that requests come a breaker
+// cooldown after it), a replica killed (SIGKILL) and restarted, then the
+// JetStream meta leader killed and restarted, then the leaders of shard
+// 0's session data and records, of the requests and events streams and of
+// the breakers bucket likewise (a node back is current before the next is
+// killed: R3 loses no quorum), and the other replica paused (SIGSTOP) and
+// resumed.
 func (r *run) chaos(ctx context.Context) {
 	at := func(frac float64) bool {
 		select {
@@ -525,11 +619,6 @@ func (r *run) chaos(ctx context.Context) {
 			r.fault("no node leads %s: not killed", what)
 			return
 		}
-		r.mu.Lock()
-		if r.firstFault.IsZero() {
-			r.firstFault = time.Now()
-		}
-		r.mu.Unlock()
 		r.fault("killed node N%d, %s", l+1, what)
 		r.c.Kill(l)
 		at(back)
@@ -543,23 +632,7 @@ func (r *run) chaos(ctx context.Context) {
 		}
 		r.fault("restarted node N%d (current)", l+1)
 	}
-	steps := []struct {
-		from, to float64
-		what     string
-		leader   func() int
-	}{
-		{0.10, 0.15, "the JetStream meta leader", r.c.MetaLeader},
-		{0.20, 0.25, "leader of " + kvstore.DataStream(0) + " (shard 0's session data)", func() int { return r.c.StreamLeader(kvstore.DataStream(0)) }},
-		{0.30, 0.35, "leader of " + consumer.RequestStream, func() int { return r.c.StreamLeader(consumer.RequestStream) }},
-		{0.40, 0.45, "leader of " + consumer.ResultStream, func() int { return r.c.StreamLeader(consumer.ResultStream) }},
-	}
-	for _, st := range steps {
-		if !at(st.from) {
-			return
-		}
-		killNode(st.what, st.leader(), st.to)
-	}
-	if !at(0.50) {
+	if !at(0.04) {
 		return
 	}
 	r.fp.SetBehaviour(func(string) fakeprovider.Action { return fakeprovider.Action{Status: 503} })
@@ -576,7 +649,9 @@ func (r *run) chaos(ctx context.Context) {
 	r.outageEnd = time.Now()
 	r.mu.Unlock()
 	r.fault("model back")
-	if !at(0.60) {
+	// A replica killed and restarted early, so that it has long served
+	// again when the other is paused.
+	if !at(0.14) {
 		return
 	}
 	r.mu.Lock()
@@ -587,15 +662,34 @@ func (r *run) chaos(ctx context.Context) {
 		p.kill()
 		r.fault("killed replica 1 (SIGKILL)")
 	}
-	at(0.65)
+	at(0.18)
 	if err := r.startReplica(0); err != nil {
 		r.fault("restart replica 1 failed: %v", err)
-	} else if err := r.waitServing(ctx, 2); err != nil {
-		r.fault("restarted replica 1, not serving: %v", err)
+	} else if err := r.waitReady(ctx, 0); err != nil {
+		r.fault("restarted replica 1, not ready: %v", err)
 	} else {
-		r.fault("restarted replica 1 (serving)")
+		r.fault("restarted replica 1 (ready)")
 	}
-	if !at(0.70) {
+	leaderOf := func(stream string) func() int { return func() int { return r.c.StreamLeader(stream) } }
+	steps := []struct {
+		from, to float64
+		what     string
+		leader   func() int
+	}{
+		{0.24, 0.27, "the JetStream meta leader", r.c.MetaLeader},
+		{0.30, 0.33, "leader of " + kvstore.DataStream(0) + " (shard 0's session data)", leaderOf(kvstore.DataStream(0))},
+		{0.36, 0.39, "leader of KV_" + kvstore.RecordsBucket(0) + " (shard 0's session records)", leaderOf("KV_" + kvstore.RecordsBucket(0))},
+		{0.42, 0.45, "leader of " + consumer.RequestStream, leaderOf(consumer.RequestStream)},
+		{0.48, 0.51, "leader of " + consumer.ResultStream, leaderOf(consumer.ResultStream)},
+		{0.54, 0.57, "leader of KV_" + kvstore.BreakersBucket + " (the breakers)", leaderOf("KV_" + kvstore.BreakersBucket)},
+	}
+	for _, st := range steps {
+		if !at(st.from) {
+			return
+		}
+		killNode(st.what, st.leader(), st.to)
+	}
+	if !at(0.64) {
 		return
 	}
 	r.mu.Lock()
@@ -630,9 +724,45 @@ func (r *run) onResult(m *nats.Msg) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.seen[m.Header.Get("ce-id")]++
-	if at, ok := r.published[d.RequestID]; ok {
-		if _, done := r.answered[d.RequestID]; !done {
-			r.answered[d.RequestID] = time.Since(at)
+	r.markAnswered(d.RequestID, typ)
+}
+
+// markAnswered records request id's first result (under r.mu).
+func (r *run) markAnswered(id, typ string) {
+	if at, ok := r.published[id]; ok {
+		if _, done := r.answered[id]; !done {
+			r.answered[id] = time.Since(at)
+			if typ == events.TypeCompactionCompleted {
+				r.completed[id] = true
+			}
+		}
+	}
+}
+
+// lookup asks the service for the stored results of the requests not
+// answered yet, as the clients do while they wait: a result published
+// while the core subscription was reconnecting reaches no subscriber.
+func (r *run) lookup(ids []string) {
+	for _, id := range ids {
+		r.mu.Lock()
+		_, done := r.answered[id]
+		sid := r.sessionOf[id]
+		r.mu.Unlock()
+		if done {
+			continue
+		}
+		b, _ := json.Marshal(map[string]string{"session_id": sid, "request_id": id})
+		m, err := r.nc.Request(api.SubjectResult, b, 2*time.Second)
+		if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" {
+			continue
+		}
+		var res struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(m.Data, &res) == nil && res.Type != "" {
+			r.mu.Lock()
+			r.markAnswered(id, res.Type)
+			r.mu.Unlock()
 		}
 	}
 }
@@ -661,30 +791,52 @@ func (r *run) call(ctx context.Context, subject string, body []byte, out any) er
 	}
 }
 
-// runtime is one agent runtime: its session, a turn at a time (a user
-// message and an answer, with ids), a compaction request whenever its
-// context is over the limit, waiting for the result as a runtime does.
+// turn is a runtime's exchange n: a user message and an answer.
+func turn(sid string, n int) (u, a string) {
+	return fmt.Sprintf("[%s turn %d] My booking REF-%s-%d: can I move the flight to day %d and keep seat %dA?", sid, n, sid, n, n%28+1, n%30+1),
+		fmt.Sprintf("[%s turn %d] Booking REF-%s-%d moved to day %d; seat %dA kept; fare difference $%d.", sid, n, sid, n, n%28+1, n%30+1, 10+n%90)
+}
+
+// runtime is one agent runtime: its session, created with the turns of an
+// earlier part of the conversation (about 80 % of the limit, as a runtime
+// resuming one does), then a turn at a time (a user message and an answer,
+// with ids), a compaction request whenever its context is over the limit,
+// waiting for the result as a runtime does.
 func (r *run) runtime(ctx context.Context, n int) {
 	sid := fmt.Sprintf("chaos-%02d", n)
-	create, _ := json.Marshal(map[string]any{"session_id": sid, "context_limit": r.o.ContextLimit,
-		"messages": []map[string]any{{"id": sid + "-sys", "role": "system", "content": "You are a support agent for an airline. Be brief."}}})
+	sys := "You are a support agent for an airline. Be brief."
+	msgs := []map[string]any{{"id": sid + "-sys", "role": "system", "content": sys}}
+	ids := []string{sid + "-sys"}
+	tokens := r.counter.Message(&session.Message{Role: session.RoleSystem, Content: session.TextContent(sys)})
+	next := 0
+	for ; tokens < r.o.ContextLimit*4/5; next++ {
+		uText, aText := turn(sid, next)
+		u, a := fmt.Sprintf("%s-u%04d", sid, next), fmt.Sprintf("%s-a%04d", sid, next)
+		msgs = append(msgs, map[string]any{"id": u, "role": "user", "content": uText}, map[string]any{"id": a, "role": "assistant", "content": aText})
+		ids = append(ids, u, a)
+		tokens += r.counter.Message(&session.Message{Role: session.RoleUser, Content: session.TextContent(uText)}) +
+			r.counter.Message(&session.Message{Role: session.RoleAssistant, Content: session.TextContent(aText)})
+	}
+	create, _ := json.Marshal(map[string]any{"session_id": sid, "context_limit": r.o.ContextLimit, "messages": msgs})
 	var c sessions.Created
 	if err := r.call(context.Background(), api.SubjectCreate, create, &c); err != nil {
 		r.fail(fmt.Errorf("%s: create: %w", sid, err))
 		return
 	}
-	r.ack(sid, sid+"-sys")
-	tokens := c.Tokens
-	for turn := 0; ctx.Err() == nil; turn++ {
-		u, a := fmt.Sprintf("%s-u%04d", sid, turn), fmt.Sprintf("%s-a%04d", sid, turn)
-		uText := fmt.Sprintf("[%s turn %d] My booking REF-%s-%d: can I move the flight to day %d and keep seat %dA?", sid, turn, sid, turn, turn%28+1, turn%30+1)
-		aText := fmt.Sprintf("[%s turn %d] Booking REF-%s-%d moved to day %d; seat %dA kept; fare difference $%d.", sid, turn, sid, turn, turn%28+1, turn%30+1, 10+turn%90)
+	// (Not counted in the append rate: one create carries them.)
+	r.mu.Lock()
+	r.acked[sid] = append(r.acked[sid], ids...)
+	r.mu.Unlock()
+	tokens = c.Tokens
+	for turnN := next; ctx.Err() == nil; turnN++ {
+		u, a := fmt.Sprintf("%s-u%04d", sid, turnN), fmt.Sprintf("%s-a%04d", sid, turnN)
+		uText, aText := turn(sid, turnN)
 		body, _ := json.Marshal(map[string]any{"session_id": sid, "messages": []map[string]any{
 			{"id": u, "role": "user", "content": uText},
 			{"id": a, "role": "assistant", "content": aText}}})
 		var ap sessions.Appended
 		if err := r.call(context.Background(), api.SubjectAppend, body, &ap); err != nil {
-			r.fail(fmt.Errorf("%s turn %d: append: %w", sid, turn, err))
+			r.fail(fmt.Errorf("%s turn %d: append: %w", sid, turnN, err))
 			return
 		}
 		r.ack(sid, u, a)
@@ -724,7 +876,7 @@ func (r *run) compact(ctx context.Context, sid string, tokens int) (int, bool) {
 	wg.Wait()
 	// Wait for the results as a runtime does (the load may end meanwhile:
 	// the run waits for open requests after).
-	for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; {
+	for tick, deadline := 0, time.Now().Add(90*time.Second); time.Now().Before(deadline) && ctx.Err() == nil; tick++ {
 		r.mu.Lock()
 		done := true
 		for _, id := range ids {
@@ -735,6 +887,9 @@ func (r *run) compact(ctx context.Context, sid string, tokens int) (int, bool) {
 		if done {
 			break
 		}
+		if tick > 0 && tick%20 == 0 { // every second
+			r.lookup(ids)
+		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	var v sessions.ContextView
@@ -742,6 +897,20 @@ func (r *run) compact(ctx context.Context, sid string, tokens int) (int, bool) {
 	if err := r.call(context.Background(), api.SubjectContext, b, &v); err != nil {
 		return 0, false
 	}
+	// A completed compaction leaves the context under its limit (the
+	// runtime appends nothing meanwhile).
+	r.mu.Lock()
+	completed := false
+	for _, id := range ids {
+		completed = completed || r.completed[id]
+	}
+	if completed {
+		r.checkedLimit++
+		if v.Tokens > r.o.ContextLimit {
+			r.overLimit = append(r.overLimit, fmt.Sprintf("%s %d", sid, v.Tokens))
+		}
+	}
+	r.mu.Unlock()
 	return v.Tokens, true
 }
 
@@ -757,6 +926,7 @@ func (r *run) publish(sid, id string, tokens int) {
 	h, body := events.EncodeBinary(ev)
 	r.mu.Lock()
 	r.published[id] = time.Now()
+	r.sessionOf[id] = sid
 	r.mu.Unlock()
 	for try := 0; ; try++ {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -792,12 +962,20 @@ func (r *run) fail(err error) {
 // drain waits until every published request has a result, or within.
 func (r *run) drain(ctx context.Context, within time.Duration) {
 	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	for tick := 0; time.Now().Before(deadline) && ctx.Err() == nil; tick++ {
 		r.mu.Lock()
-		open := len(r.published) - len(r.answered)
+		var open []string
+		for id := range r.published {
+			if _, ok := r.answered[id]; !ok {
+				open = append(open, id)
+			}
+		}
 		r.mu.Unlock()
-		if open == 0 {
+		if len(open) == 0 {
 			return
+		}
+		if tick > 0 && tick%5 == 0 { // every second
+			r.lookup(open)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -805,8 +983,14 @@ func (r *run) drain(ctx context.Context, within time.Duration) {
 
 // verify checks what the runtimes were told against the stores.
 func (r *run) verify(ctx context.Context) (*Report, error) {
-	rep := &Report{Runtimes: r.o.Runtimes, Duration: r.o.Duration, FailRate: r.o.FailRate, RateLimited: r.o.RateLimited, Hang: r.o.Hang, ContextLimit: r.o.ContextLimit, Faults: r.faults, Outcomes: map[string]int{}}
+	rep := &Report{Runtimes: r.o.Runtimes, Duration: r.o.Duration, FailRate: r.o.FailRate, RateLimited: r.o.RateLimited, Hang: r.o.Hang, ContextLimit: r.o.ContextLimit,
+		CallTimeout: config.Defaults().Timeout, BreakerCooldown: r.o.BreakerCooldown, Faults: r.faults, Outcomes: map[string]int{}}
 	rep.AppendRetries, rep.AppendErrors = int(r.retries.Load()), int(r.errs.Load())
+	r.mu.Lock()
+	rep.Hostile = r.hostileRep
+	rep.Hostile.Codes = maps.Clone(r.hostileRep.Codes)
+	rep.ContextsChecked, rep.OverLimit = r.checkedLimit, slices.Clone(r.overLimit)
+	r.mu.Unlock()
 	store, err := kvstore.NewSessions(ctx, r.nc, r.js)
 	if err != nil {
 		return nil, err
@@ -837,6 +1021,9 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		for _, m := range msgs {
 			byID[m.ID]++
 			byText[m.Text]++
+			if strings.HasPrefix(m.ID, "hostile-") || strings.Contains(m.Text, "HOSTILE") {
+				rep.Hostile.Stored++
+			}
 		}
 		rep.MessagesStored += len(msgs)
 		missing := 0
@@ -874,8 +1061,12 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		// A completion stored after a retryable failure of the same
 		// request is its outcome.
 		res, ok := stored[events.RequestResultID(id)]
+		failed, twice := stored[events.FailedResultID(id)]
 		if !ok {
-			res, ok = stored[events.FailedResultID(id)]
+			res, ok = failed, twice
+		} else if twice {
+			rep.TwoResults++
+			r.logf("request %s of %s has two results: %s and %s", id, res.session, res.outcome, failed.outcome)
 		}
 		if !ok {
 			rep.ResultsMissing++
@@ -884,9 +1075,11 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		rep.Results++
 		rep.Outcomes[res.outcome]++
 		outcome[id] = res.outcome
-		if res.outcome == "failed: "+string(pipeline.ReasonCircuitOpen) && !r.outageEnd.IsZero() &&
-			published[id].After(r.outageEnd.Add(pipeline.DefaultBreakerCooldown)) {
-			rep.LockedAfterOutage++
+		if !r.outageEnd.IsZero() && published[id].After(r.outageEnd.Add(r.o.BreakerCooldown)) {
+			rep.AfterCooldown++
+			if res.outcome == "failed: "+string(pipeline.ReasonCircuitOpen) {
+				rep.LockedAfterOutage++
+			}
 		}
 		// A summary that failed while the model was down (answered from its
 		// start to a few seconds after its end: the last retries) is what
@@ -910,9 +1103,10 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 			lat = append(lat, d)
 		}
 	}
-	for _, n := range seen {
+	for id, n := range seen {
 		if n > 1 {
 			rep.DuplicateResults += n - 1
+			r.logf("result event %s seen %d times by a core subscriber", id, n)
 		}
 	}
 	r.mu.Lock()
@@ -937,7 +1131,7 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		}
 		return float64(n) / to.Sub(from).Seconds()
 	}
-	rep.AppendRate = rate(r.loadStart, r.firstFault)
+	rep.AppendRate = rate(r.loadStart, r.pauseFrom)
 	pauseEnd := r.pauseTo
 	if pauseEnd.IsZero() || pauseEnd.After(r.loadEnd) {
 		pauseEnd = r.loadEnd
@@ -956,7 +1150,7 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 			rep.OpenBreakers++
 		}
 	}
-	rep.ModelCalls, rep.ModelCallsFailed, _, rep.ModelCallsAnswered = r.fp.Stats()
+	rep.ModelCalls, rep.ModelCallsFailed, rep.ModelCallsHung, rep.ModelCallsAnswered = r.fp.Stats()
 	rep.PreparationCalls = r.fp.PreparationCalls()
 	rep.ExtraCalls = rep.ModelCallsAnswered - rep.PreparationCalls - int64(rep.ModelCallsNeeded)
 	rep.CallsInFlightAtFaults = r.lostCalls.Load()
@@ -964,6 +1158,12 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		// Duplicated work is what requests call beyond what their
 		// results account for; preparations are counted apart.
 		rep.CallsPerRequest = float64(rep.ModelCallsAnswered-rep.PreparationCalls) / float64(rep.ModelCallsNeeded)
+	}
+	// The slowest requests, for whoever reads the replicas' logs.
+	ids := slices.Collect(maps.Keys(answered))
+	slices.SortFunc(ids, func(a, b string) int { return int(answered[b] - answered[a]) })
+	for _, id := range ids[:min(3, len(ids))] {
+		r.logf("slow request %s (%s): published at %.1fs, answered after %v", id, outcome[id], published[id].Sub(r.start).Seconds(), answered[id].Round(time.Millisecond))
 	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
@@ -978,31 +1178,51 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 type sessionMessage struct{ ID, Text string }
 
 type storedResult struct {
-	typ, outcome, strategy string
-	llmCalls               int
+	typ, outcome, strategy, session string
+	llmCalls                        int
 }
 
 // storedResults reads every result event in COMPACTION_EVENTS by event id.
 func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error) {
+	var err error
+	for try := 0; try < 10; try++ { // the cluster may have just restarted
+		var out map[string]storedResult
+		if out, err = r.readResults(ctx); err == nil {
+			return out, nil
+		}
+		r.logf("read the results: %v", err)
+		time.Sleep(2 * time.Second)
+	}
+	return nil, err
+}
+
+// readResults reads the result stream once, through an ordered consumer,
+// until it has every result the consumer counted when it was made.
+func (r *run) readResults(ctx context.Context) (map[string]storedResult, error) {
 	oc, err := r.js.OrderedConsumer(ctx, consumer.ResultStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{events.CompletedPrefix + ">", events.FailedPrefix + ">"}})
 	if err != nil {
 		return nil, err
 	}
+	ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	info, err := oc.Info(ictx)
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	want := info.NumPending
 	out := map[string]storedResult{}
-	for {
-		// (A fetch that does not wait may find a consumer just made with
-		// nothing delivered yet: wait, and stop at the last pending one.)
+	var read uint64
+	for deadline := time.Now().Add(time.Minute); read < want; {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("read %d of the %d results in a minute", read, want)
+		}
 		batch, err := oc.Fetch(500, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return nil, err
 		}
-		n, pending := 0, uint64(1)
 		for m := range batch.Messages() {
-			n++
-			if md, err := m.Metadata(); err == nil {
-				pending = md.NumPending
-			}
+			read++
 			var d struct {
 				Outcome  string `json:"outcome"`
 				Reason   string `json:"reason"`
@@ -1015,12 +1235,10 @@ func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error
 			if typ == events.TypeCompactionFailed {
 				outcome = "failed: " + d.Reason
 			}
-			out[m.Headers().Get("ce-id")] = storedResult{typ: typ, outcome: outcome, strategy: d.Strategy, llmCalls: d.LLMCalls}
-		}
-		if n == 0 || pending == 0 {
-			return out, nil
+			out[m.Headers().Get("ce-id")] = storedResult{typ: typ, outcome: outcome, strategy: d.Strategy, llmCalls: d.LLMCalls, session: m.Headers().Get("ce-subject")}
 		}
 	}
+	return out, nil
 }
 
 // Markdown renders the report as docs/RELIABILITY.md.
@@ -1031,8 +1249,8 @@ func (r Report) Markdown(command string) string {
 		verdict = "**Goals missed: " + r.Missed() + ".**"
 	}
 	fmt.Fprintf(&b, "# Reliability under faults\n\nGenerated by `%s` (`make chaos`, which exits 1 when a goal is missed). %s\n\n", command, verdict)
-	fmt.Fprintf(&b, "A three-node JetStream cluster in one process (R3 streams and buckets), two `compactor serve` processes (model calls cut at %v, consumer ack wait %v), %d runtimes for %v, each creating its session, appending a turn (two messages with their own ids) every 200-500 ms through `compactor.session.append` (waiting %v for an answer, then sending the same request again), and publishing a `ContextOverBudget` request whenever its context is over %d tokens (one time in five two at once, with two ids), then waiting for the result. The model (a local OpenAI-compatible server) fails %.0f%% of its calls with OpenAI's 500 and 503 bodies, answers %.0f%% with a 429 and `Retry-After: 1`, lets %.0f%% hang, and answers the others in 100-500 ms. Faults, during the load, one at a time:\n\n",
-		callTimeout, ackWait, r.Runtimes, r.Duration, attemptTimeout, r.ContextLimit, 100*r.FailRate, 100*r.RateLimited, 100*r.Hang)
+	fmt.Fprintf(&b, "A three-node JetStream cluster in one process (R3 streams and buckets), two `compactor serve` processes (the service's defaults: model calls limited to %v and hedged, consumer ack wait %v; breaker cooldown %v), %d runtimes for %v, each creating its session with turns of an earlier part of its conversation (about 80 %% of its limit), appending a turn (two messages with their own ids) every 200-500 ms through `compactor.session.append` (waiting %v for an answer, then sending the same request again), and publishing a `ContextOverBudget` request whenever its context is over %d tokens (one time in five two at once, with two ids), then waiting for the result; beside them a hostile runtime sends, about ten times a second, input the contract refuses (%d kinds: malformed JSON, unknown fields, duplicate keys, tool calls never answered or sharing an id, a tool result with no call, an upload id beside content, unknown content parts, invalid data URLs, a 10,000-character session id, too many messages, a create over a live session) at the runtimes' sessions. The model (a local OpenAI-compatible server) fails %.0f%% of its calls with OpenAI's 500 and 503 bodies, answers %.0f%% with a 429 and `Retry-After: 1`, lets %.0f%% hang, and answers the others in 100-500 ms. Faults, one at a time, then after the load the whole cluster restarted (the in-process nodes are shut down, so their stores are flushed: a restart, not a power loss):\n\n",
+		r.CallTimeout, ackWait, r.BreakerCooldown, r.Runtimes, r.Duration, attemptTimeout, r.ContextLimit, len(hostileInputs)+1, 100*r.FailRate, 100*r.RateLimited, 100*r.Hang)
 	for _, f := range r.Faults {
 		fmt.Fprintf(&b, "- %s\n", f)
 	}
@@ -1053,27 +1271,42 @@ func (r Report) Markdown(command string) string {
 	row("sessions missing messages", r.SessionsMissing)
 	row(fmt.Sprintf("append answers that said retry (or none in %v)", attemptTimeout), r.AppendRetries)
 	row("append errors (neither stored nor retry)", r.AppendErrors)
-	row("appends per second before the faults / while a replica was paused", fmt.Sprintf("%.1f / %.1f", r.AppendRate, r.AppendRatePaused))
+	row("appends per second before the pause / while a replica was paused", fmt.Sprintf("%.1f / %.1f", r.AppendRate, r.AppendRatePaused))
 	row("requests", r.Requests)
 	row("requests with a result in the stream", r.Results)
 	row("requests without a result", r.ResultsMissing)
 	row("requests sent two at once / both compacted", fmt.Sprintf("%d / %d", r.Pairs, r.PairsBothCompacted))
-	row("results a core subscriber saw twice (same ce-id: deduplicate by it)", r.DuplicateResults)
+	row("results a core subscriber saw twice (same ce-id)", r.DuplicateResults)
+	row("requests with both a completion and a failure", r.TwoResults)
 	var outs []string
 	for k, v := range r.Outcomes {
 		outs = append(outs, fmt.Sprintf("%s %d", k, v))
 	}
 	slices.Sort(outs)
 	row("outcomes", strings.Join(outs, ", "))
-	row("breakers open at the end / requests refused circuit_open a cooldown after the outage", fmt.Sprintf("%d / %d", r.OpenBreakers, r.LockedAfterOutage))
-	row("model calls (all / failed or rate-limited on purpose / answered)", fmt.Sprintf("%d / %d / %d", r.ModelCalls, r.ModelCallsFailed, r.ModelCallsAnswered))
+	row("breakers open at the end / requests a cooldown after the outage / of them refused circuit_open", fmt.Sprintf("%d / %d / %d", r.OpenBreakers, r.AfterCooldown, r.LockedAfterOutage))
+	row("model calls (all / failed or rate-limited on purpose / hung on purpose / answered)", fmt.Sprintf("%d / %d / %d / %d", r.ModelCalls, r.ModelCallsFailed, r.ModelCallsHung, r.ModelCallsAnswered))
 	row("model calls made by preparations (answered)", r.PreparationCalls)
 	row("results answered from a preparation", r.Prepared)
 	row("model calls the results account for", r.ModelCallsNeeded)
 	row("model calls per request (answered by requests ÷ accounted for)", fmt.Sprintf("%.3f", r.CallsPerRequest))
 	row("model calls beyond what results account for / in flight when a replica was killed or paused", fmt.Sprintf("%d / %d", r.ExtraCalls, r.CallsInFlightAtFaults))
+	var codes []string
+	for k, v := range r.Hostile.Codes {
+		if k == "" {
+			k = "accepted"
+		}
+		codes = append(codes, fmt.Sprintf("%s %d", k, v))
+	}
+	slices.Sort(codes)
+	row("hostile inputs sent / answered", fmt.Sprintf("%d / %s", r.Hostile.Sent, strings.Join(codes, ", ")))
+	row("whole-cluster restart: /livez after a replica's start / leaders after the nodes' start / replicas ready after the leaders",
+		fmt.Sprintf("%v / %v / %v", r.Restart.LivezAfter.Round(time.Millisecond), r.Restart.LeadersAfter.Round(100*time.Millisecond), r.Restart.ServingAfter.Round(100*time.Millisecond)))
+	row(fmt.Sprintf("full store (max_file_store %d MiB): appends stored / the refusal / its time", fullStoreBytes>>20),
+		fmt.Sprintf("%d / %s %s / %v", r.FullStore.Acknowledged, r.FullStore.Code, r.FullStore.Status, r.FullStore.RefusedIn.Round(time.Millisecond)))
+	row("full store: appends passing again after the delete", r.FullStore.ResumedIn.Round(time.Millisecond))
 	row("request to result, p50 / p99 / max", fmt.Sprintf("%v / %v / %v", r.LatencyP50.Round(time.Millisecond), r.LatencyP99.Round(time.Millisecond), r.LatencyMax.Round(time.Millisecond)))
-	fmt.Fprintf(&b, "\nHow each figure is found: every message a runtime was told is stored (applied or already stored) is looked up by id in its session's history afterwards; a message stored twice would show as the same id or the same text twice. Results are read from `COMPACTION_EVENTS` by the result ids derived from each request id (a completion stored after a retryable failure of the same request is its outcome). A core subscriber on `compaction.>` counts every publish: JetStream's dedup keeps the stream to one event per id, but a subscriber may see a result twice when a replica dies between publishing it and acknowledging its request, so subscribers deduplicate by `ce-id` or read the stream. Answered model calls, less those made by preparations (they say so in the `X-Compactor-Purpose` header), are compared with the `llm_calls` of the completed results: a request worked on twice (a redelivery of work still in progress) would call the model twice for one result. The p99 includes the requests a killed or paused replica held: they are delivered again after the consumer's ack wait (%v). A paused replica's connection is dropped by the servers after it misses their pings (every %v, %d missed), so the endpoint requests it would take go to the other.\n",
+	fmt.Fprintf(&b, "\nHow each figure is found: every message a runtime was told is stored (applied or already stored) is looked up by id in its session's history afterwards; a message stored twice would show as the same id or the same text twice. Results are read from `COMPACTION_EVENTS` by the result ids derived from each request id. A runtime waiting for a result also asks `compactor.result.get` every second, as the clients do: a result published while its core subscription was reconnecting reaches no subscriber. A request with both a completion and a failure stored would have two different results. A core subscriber on `compaction.>` counts every publish: JetStream's dedup keeps the stream to one event per id, and a request delivered again reads the stream first and answers nothing again, but a publish whose acknowledgement never came (the stream's leader away) may have reached core subscribers without being stored, and is sent again: a subscriber sees that result twice under one `ce-id`, which it deduplicates by. The hostile messages carry ids and text of their own: any found in a session afterwards was stored. The whole-cluster restart probes each replica's `/livez` and `/readyz` from its process's start and each stream's leader on the nodes. The full store is a node of its own at its `max_file_store`, with one replica: sessions are appended to until an append is refused, then one is deleted. Answered model calls, less those made by preparations (they say so in the `X-Compactor-Purpose` header), are compared with the `llm_calls` of the completed results: a request worked on twice (a redelivery of work still in progress) would call the model twice for one result. The p99 includes the requests a killed or paused replica held: they are delivered again after the consumer's ack wait (%v). A paused replica's connection is dropped by the servers after it misses their pings (every %v, %d missed), so the endpoint requests it would take go to the other.\n",
 		ackWait, embedded.StalePingInterval, embedded.StaleMaxPings)
 	return b.String()
 }

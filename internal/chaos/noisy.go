@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,10 +30,13 @@ import (
 
 // NoisyOptions size a noisy-neighbour run: on a nats-server started with
 // the repo's nats.conf (the compactor's account and the tenants TENANT_A
-// and TENANT_B, users tenant-a and tenant-b), one `compactor serve`
-// replica with quotas for tenant A; tenant B's runtimes compact their
-// sessions at a steady pace, alone and then while tenant A floods the
-// service with requests far over its quotas.
+// and TENANT_B, users tenant-a and tenant-b), two `compactor serve`
+// replicas with quotas for tenant A; tenant B's runtimes append to their
+// sessions and compact them at a steady pace, alone, then while tenant A
+// floods the service with compaction requests far over its quotas, then
+// while it floods it with appends; then A writes sessions and bytes as
+// fast as its quotas let it, through both replicas, to show how far the
+// stored-usage quotas overshoot.
 type NoisyOptions struct {
 	Binary string
 	// NATSConf is the nats-server configuration with the accounts
@@ -43,8 +47,9 @@ type NoisyOptions struct {
 	Phase time.Duration
 	// Quiet is how many runtimes tenant B runs (default 8); Flood how
 	// many requests per second tenant A sends (default 200, ten times its
-	// requests_per_second quota).
-	Quiet, Flood int
+	// requests_per_second quota); AppendFlood how many appends per second
+	// (default 1,000, twenty times its writes_per_second quota).
+	Quiet, Flood, AppendFlood int
 	// ModelDelay is how long the model takes to answer (default 300 ms).
 	ModelDelay time.Duration
 	Progress   io.Writer
@@ -63,6 +68,9 @@ func (o *NoisyOptions) defaults() {
 	if o.Flood <= 0 {
 		o.Flood = 200
 	}
+	if o.AppendFlood <= 0 {
+		o.AppendFlood = 1000
+	}
 	if o.ModelDelay <= 0 {
 		o.ModelDelay = 300 * time.Millisecond
 	}
@@ -71,12 +79,20 @@ func (o *NoisyOptions) defaults() {
 	}
 }
 
-// noisyLimits are tenant A's quotas in the run.
-var noisyLimits = tenant.Limits{RequestsPerSecond: 20, RequestsBurst: 20, ConcurrentCompactions: 4}
+// noisyLimits are tenant A's quotas in the run (shared by the replicas).
+var noisyLimits = tenant.Limits{RequestsPerSecond: 20, RequestsBurst: 20, ConcurrentCompactions: 4,
+	WritesPerSecond: 50, WritesBurst: 50, ConcurrentWrites: 4, Sessions: 300, BytesStored: 16 << 20}
 
 // noisyGoal: beside the flood, B's p99 is at most this much over its p99
-// alone.
-const noisyGoal = 1.2
+// alone; quotaGoal: A stores at most this share over its stored-usage
+// quotas.
+const (
+	noisyGoal = 1.2
+	quotaGoal = 0.10
+)
+
+// noisyReplicas is how many serve processes the run starts.
+const noisyReplicas = 2
 
 // NoisyReport is what a noisy-neighbour run found.
 type NoisyReport struct {
@@ -86,11 +102,18 @@ type NoisyReport struct {
 	ModelDelay time.Duration `json:"model_delay"`
 	Limits     tenant.Limits `json:"tenant_a_limits"`
 	// Alone and Beside are B's compactions (request to result) in each
-	// phase.
-	Alone  Latencies `json:"alone"`
-	Beside Latencies `json:"beside"`
-	// Ratio is Beside.P99 / Alone.P99.
-	Ratio float64 `json:"p99_ratio"`
+	// phase; AloneAppends and BesideAppends its appends.
+	Alone         Latencies `json:"alone"`
+	Beside        Latencies `json:"beside"`
+	AloneAppends  Latencies `json:"alone_appends"`
+	BesideAppends Latencies `json:"beside_appends"`
+	// Ratio is Beside.P99 / Alone.P99, AppendRatio likewise for appends.
+	Ratio       float64 `json:"p99_ratio"`
+	AppendRatio float64 `json:"append_p99_ratio"`
+	// AppendFlood is A's append flood and B beside it.
+	AppendFlood AppendFloodReport `json:"append_flood"`
+	// Quota is A writing as fast as its quotas let it.
+	Quota QuotaReport `json:"quota"`
 	// Unprotected is B beside the same flood with A's quotas lifted (the
 	// control), UnprotectedRatio its p99 over B's alone, and
 	// UnprotectedSent / UnprotectedStored A's requests then.
@@ -109,6 +132,35 @@ type NoisyReport struct {
 	FloodFailed   int64            `json:"flood_failed"`
 	QuietFailures int64            `json:"quiet_failures"`
 	Errors        []string         `json:"errors,omitempty"`
+}
+
+// AppendFloodReport is tenant B beside tenant A's flood of appends.
+type AppendFloodReport struct {
+	PerSecond int `json:"per_second"`
+	// Compactions and Appends are B's; their ratios are over B's p99
+	// alone.
+	Compactions     Latencies        `json:"compactions"`
+	Appends         Latencies        `json:"appends"`
+	CompactionRatio float64          `json:"compaction_p99_ratio"`
+	AppendRatio     float64          `json:"append_p99_ratio"`
+	Sent            int64            `json:"sent"`
+	Stored          int64            `json:"stored"`
+	Refused         map[string]int64 `json:"refused"`
+	Failed          int64            `json:"failed"`
+}
+
+// QuotaReport is how far A's stored usage went over its quotas, writing
+// through two replicas as fast as they let it (each replica counts the
+// other's writes within a heartbeat).
+type QuotaReport struct {
+	SessionsQuota int     `json:"sessions_quota"`
+	Sessions      int64   `json:"sessions"`
+	BytesQuota    int64   `json:"bytes_quota"`
+	Bytes         int64   `json:"bytes"`
+	SessionsOver  float64 `json:"sessions_over"`
+	BytesOver     float64 `json:"bytes_over"`
+	// Refused counts the writes refused, by quota.
+	Refused map[string]int64 `json:"refused"`
 }
 
 // Latencies sum up one phase's compactions.
@@ -131,7 +183,12 @@ func latencies(d []time.Duration) Latencies {
 // Pass reports whether B's p99 beside the flood is within the goal, every
 // B compaction succeeded, and the quotas refused A's excess.
 func (r NoisyReport) Pass() bool {
-	return r.Alone.N > 0 && r.Beside.N > 0 && r.Ratio <= noisyGoal && r.QuietFailures == 0 && len(r.Errors) == 0 && r.FloodRefused[tenant.QuotaRequestsPerSecond]+r.FloodRefused[tenant.QuotaConcurrentCompactions] > 0
+	af := r.AppendFlood
+	return r.Alone.N > 0 && r.Beside.N > 0 && r.Ratio <= noisyGoal && r.AppendRatio <= noisyGoal && r.QuietFailures == 0 && len(r.Errors) == 0 &&
+		r.FloodRefused[tenant.QuotaRequestsPerSecond]+r.FloodRefused[tenant.QuotaConcurrentCompactions] > 0 &&
+		af.Compactions.N > 0 && af.CompactionRatio <= noisyGoal && af.AppendRatio <= noisyGoal && af.Refused[tenant.QuotaWritesPerSecond]+af.Refused[tenant.QuotaConcurrentWrites] > 0 &&
+		r.Quota.Sessions > 0 && r.Quota.SessionsOver <= quotaGoal && r.Quota.BytesOver <= quotaGoal &&
+		r.Quota.Refused[tenant.QuotaSessions] > 0 && r.Quota.Refused[tenant.QuotaBytesStored] > 0
 }
 
 // noisy is one run.
@@ -145,6 +202,173 @@ type noisy struct {
 
 	sent, stored, failed, quietFailed atomic.Int64
 	refused                           sync.Map // quota -> *atomic.Int64
+	// aSessions and aBytes are what A was told it stored: sessions
+	// created, and the text bytes of its messages.
+	aSessions, aBytes atomic.Int64
+	counted           sync.Map // A's session ids counted in aSessions
+}
+
+// created reports whether A's session sid was counted before, counting it.
+func (n *noisy) created(sid string) bool {
+	_, loaded := n.counted.LoadOrStore(sid, true)
+	return loaded
+}
+
+// textBytes is the text size the store counts for msgs
+// (session.TextBytes of plain text messages).
+func textBytes(msgs []client.Message) int64 {
+	var b int64
+	for _, m := range msgs {
+		b += int64(len(m.Content.Text) + len(m.Name) + len(m.Role))
+	}
+	return b
+}
+
+// quotaOf names the quota an error says was exceeded ("" for another
+// error or none): an endpoint's refusal names it in the client's Error, a
+// compaction request's in its failure.
+func quotaOf(err error) string {
+	if ce := (*client.Error)(nil); errors.As(err, &ce) {
+		return ce.Quota
+	}
+	if err == nil || !strings.Contains(err.Error(), string(client.ReasonQuotaExceeded)) {
+		return ""
+	}
+	for _, q := range []string{tenant.QuotaRequestsPerSecond, tenant.QuotaConcurrentCompactions} {
+		if strings.Contains(err.Error(), q) {
+			return q
+		}
+	}
+	return "other"
+}
+
+// appendFlood counts tenant A's append flood.
+type appendFlood struct {
+	sent, stored, failed atomic.Int64
+	mu                   sync.Mutex
+	refused              map[string]int64
+}
+
+func (f *appendFlood) counts() map[string]int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.refused)
+}
+
+// paced calls send k = 0, 1, ... at perSecond, each in a goroutine of its
+// own (not waiting for one before the next, as a flooding client does),
+// until ctx ends, then waits for those under way.
+func paced(ctx context.Context, perSecond int, send func(ctx context.Context, k int)) {
+	tick := time.NewTicker(time.Second / time.Duration(perSecond))
+	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for k := 0; ; k++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			send(rctx, k)
+		}()
+	}
+}
+
+// appendFlood sends tenant A's appends (five turns each, over the flood's
+// sessions) at o.AppendFlood per second without waiting for answers.
+func (n *noisy) appendFlood(ctx context.Context, a *client.Client, f *appendFlood) {
+	paced(ctx, n.o.AppendFlood, func(rctx context.Context, k int) {
+		f.sent.Add(1)
+		sid := fmt.Sprintf("a-%02d", k%floodSessions)
+		ap, err := a.Append(rctx, sid, turns(sid, 100000+k*5, 5))
+		switch q := quotaOf(err); {
+		case q != "":
+			f.mu.Lock()
+			f.refused[q]++
+			f.mu.Unlock()
+		case err != nil:
+			f.failed.Add(1)
+			n.fail(fmt.Errorf("A %s: append: %w", sid, err))
+		default:
+			f.stored.Add(1)
+			n.aBytes.Add(int64(ap.Bytes))
+		}
+	})
+}
+
+// quotaPhase has tenant A create sessions, then append large messages, at
+// ten times its writes_per_second quota spread over both replicas, each
+// until its quota has refused writes for a few seconds; it reports how far
+// what A was told it stored went over its sessions and bytes_stored
+// quotas.
+func (n *noisy) quotaPhase(ctx context.Context, a *client.Client) (QuotaReport, error) {
+	rep := QuotaReport{SessionsQuota: noisyLimits.Sessions, BytesQuota: noisyLimits.BytesStored, Refused: map[string]int64{}}
+	var mu sync.Mutex
+	var refusedAt time.Time
+	refuse := func(q string) {
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Refused[q]++
+		if q == tenant.QuotaSessions || q == tenant.QuotaBytesStored {
+			if refusedAt.IsZero() {
+				refusedAt = time.Now()
+			}
+		}
+	}
+	until := func(send func(ctx context.Context, k int)) {
+		mu.Lock()
+		refusedAt = time.Time{}
+		mu.Unlock()
+		pctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); paced(pctx, int(10*noisyLimits.WritesPerSecond), send) }()
+		for deadline := time.Now().Add(90 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(100 * time.Millisecond) {
+			mu.Lock()
+			at := refusedAt
+			mu.Unlock()
+			if !at.IsZero() && time.Since(at) > 3*time.Second {
+				break
+			}
+		}
+		stop()
+		<-done
+	}
+	until(func(rctx context.Context, k int) {
+		sid := fmt.Sprintf("a-quota-%05d", k)
+		msgs := []client.Message{client.Text(sid+"-sys", client.System, "You are a support agent.")}
+		c, err := a.Create(rctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: noisyLimit, Messages: msgs})
+		switch q := quotaOf(err); {
+		case q != "":
+			refuse(q)
+		case err != nil:
+			n.fail(fmt.Errorf("A %s: create: %w", sid, err))
+		case c.HeadSeq == 1 && !n.created(sid):
+			n.aSessions.Add(1)
+			n.aBytes.Add(textBytes(msgs))
+		}
+	})
+	big := strings.Repeat("A tool's long output, kept whole in the session's history. ", 550) // about 32 KB
+	until(func(rctx context.Context, k int) {
+		sid := fmt.Sprintf("a-%02d", k%floodSessions)
+		ap, err := a.Append(rctx, sid, []client.Message{client.Text(fmt.Sprintf("%s-big-%05d", sid, k), client.User, big)})
+		switch q := quotaOf(err); {
+		case q != "":
+			refuse(q)
+		case err != nil:
+			n.fail(fmt.Errorf("A %s: append: %w", sid, err))
+		default:
+			n.aBytes.Add(int64(ap.Bytes))
+		}
+	})
+	rep.Sessions, rep.Bytes = n.aSessions.Load(), n.aBytes.Load()
+	rep.SessionsOver = float64(rep.Sessions)/float64(rep.SessionsQuota) - 1
+	rep.BytesOver = float64(rep.Bytes)/float64(rep.BytesQuota) - 1
+	return rep, nil
 }
 
 func (n *noisy) logf(format string, args ...any) {
@@ -233,15 +457,18 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	n.logf("tenant B alone for %s (%d runtimes)", o.Phase, o.Quiet)
 	alone := n.quiet(ctx, b, o.Phase, "alone")
 	n.logf("tenant B beside tenant A's flood of %d requests/s for %s", o.Flood, o.Phase)
-	floodCtx, stopFlood := context.WithCancel(ctx)
-	var fw sync.WaitGroup
-	fw.Add(1)
-	go func() { defer fw.Done(); n.flood(floodCtx, a) }()
-	time.Sleep(min(2*time.Second, o.Phase/2)) // the flood under way
-	beside := n.quiet(ctx, b, o.Phase, "beside")
-	stopFlood()
-	fw.Wait()
+	beside := n.beside(ctx, b, func(ctx context.Context) { n.flood(ctx, a) }, "beside")
 	sent, stored, failed, refused := n.sent.Load(), n.stored.Load(), n.failed.Load(), n.refusedCounts()
+
+	n.logf("tenant B beside tenant A's flood of %d appends/s for %s", o.AppendFlood, o.Phase)
+	af := &appendFlood{refused: map[string]int64{}}
+	besideAppends := n.beside(ctx, b, func(ctx context.Context) { n.appendFlood(ctx, a, af) }, "appends")
+
+	n.logf("tenant A writing sessions and bytes as fast as its quotas let it, through %d replicas", noisyReplicas)
+	quota, err := n.quotaPhase(ctx, a)
+	if err != nil {
+		return nil, err
+	}
 
 	// The control: the same flood with A's quotas lifted (the config
 	// reloaded on SIGHUP), to show what they keep off B.
@@ -249,26 +476,44 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	if err := reload(nil); err != nil {
 		return nil, err
 	}
-	floodCtx, stopFlood = context.WithCancel(ctx)
-	fw.Add(1)
-	go func() { defer fw.Done(); n.flood(floodCtx, a) }()
-	time.Sleep(min(2*time.Second, o.Phase/2))
-	unprotected := n.quiet(ctx, b, o.Phase, "open")
-	stopFlood()
-	fw.Wait()
+	sent2, stored2, failed2 := n.sent.Load(), n.stored.Load(), n.failed.Load()
+	unprotected := n.beside(ctx, b, func(ctx context.Context) { n.flood(ctx, a) }, "open")
 
 	rep := &NoisyReport{Quiet: o.Quiet, Flood: o.Flood, Phase: o.Phase, ModelDelay: o.ModelDelay, Limits: noisyLimits,
-		Alone: latencies(alone), Beside: latencies(beside), Unprotected: latencies(unprotected), FloodSent: sent, FloodStored: stored,
-		FloodFailed: failed, UnprotectedFailed: n.failed.Load() - failed, QuietFailures: n.quietFailed.Load(), FloodRefused: refused,
-		UnprotectedStored: n.stored.Load() - stored, UnprotectedSent: n.sent.Load() - sent}
-	if rep.Alone.P99 > 0 {
-		rep.Ratio = float64(rep.Beside.P99) / float64(rep.Alone.P99)
-		rep.UnprotectedRatio = float64(rep.Unprotected.P99) / float64(rep.Alone.P99)
+		Alone: latencies(alone.compactions), Beside: latencies(beside.compactions), AloneAppends: latencies(alone.appends), BesideAppends: latencies(beside.appends),
+		Unprotected: latencies(unprotected.compactions), FloodSent: sent, FloodStored: stored,
+		FloodFailed: failed, UnprotectedFailed: n.failed.Load() - failed2, QuietFailures: n.quietFailed.Load(), FloodRefused: refused,
+		UnprotectedStored: n.stored.Load() - stored2, UnprotectedSent: n.sent.Load() - sent2, Quota: quota,
+		AppendFlood: AppendFloodReport{PerSecond: o.AppendFlood, Compactions: latencies(besideAppends.compactions), Appends: latencies(besideAppends.appends),
+			Sent: af.sent.Load(), Stored: af.stored.Load(), Failed: af.failed.Load(), Refused: af.counts()}}
+	ratio := func(x, y Latencies) float64 {
+		if y.P99 <= 0 {
+			return 0
+		}
+		return float64(x.P99) / float64(y.P99)
 	}
+	rep.Ratio, rep.UnprotectedRatio = ratio(rep.Beside, rep.Alone), ratio(rep.Unprotected, rep.Alone)
+	rep.AppendRatio = ratio(rep.BesideAppends, rep.AloneAppends)
+	rep.AppendFlood.CompactionRatio = ratio(rep.AppendFlood.Compactions, rep.Alone)
+	rep.AppendFlood.AppendRatio = ratio(rep.AppendFlood.Appends, rep.AloneAppends)
 	n.mu.Lock()
 	rep.Errors = slices.Clone(n.errors)
 	n.mu.Unlock()
 	return rep, nil
+}
+
+// beside runs tenant B for a phase while flood runs (started a moment
+// before, so that it is under way).
+func (n *noisy) beside(ctx context.Context, b *client.Client, flood func(context.Context), phase string) phaseTimes {
+	floodCtx, stopFlood := context.WithCancel(ctx)
+	var fw sync.WaitGroup
+	fw.Add(1)
+	go func() { defer fw.Done(); flood(floodCtx) }()
+	time.Sleep(min(2*time.Second, n.o.Phase/2)) // the flood under way
+	out := n.quiet(ctx, b, n.o.Phase, phase)
+	stopFlood()
+	fw.Wait()
+	return out
 }
 
 func (n *noisy) refusedCounts() map[string]int64 {
@@ -277,8 +522,8 @@ func (n *noisy) refusedCounts() map[string]int64 {
 	return out
 }
 
-// serve starts the replica, with tenant A's quotas in its config file;
-// reload writes other limits there and has the replica read them again
+// serve starts the replicas, with tenant A's quotas in their config file;
+// reload writes other limits there and has the replicas read them again
 // (SIGHUP).
 func (n *noisy) serve(model string) (stop func(), reload func(map[string]tenant.Limits) error, err error) {
 	path := filepath.Join(n.dir, "config.json")
@@ -289,36 +534,52 @@ func (n *noisy) serve(model string) (stop func(), reload func(map[string]tenant.
 	if err := write(map[string]tenant.Limits{"TENANT_A": noisyLimits}); err != nil {
 		return nil, nil, err
 	}
-	logf, err := os.OpenFile(filepath.Join(n.dir, "replica.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, nil, err
+	type proc struct {
+		cmd  *exec.Cmd
+		done chan struct{}
 	}
-	cmd := exec.Command(n.o.Binary, "serve", "--nats-url", n.url("compactor", "compactor-secret"), "--provision=false", "--config", path,
-		"--provider", "openai", "--base-url", model, "--summary-model", "gpt-4o-mini", "--metrics-addr", "", "--log-format", "json",
-		"--log-level", "warn", "--shutdown-grace", "5s")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, nil, fmt.Errorf("start the replica: %w", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+	var procs []proc
 	stop = func() {
-		_ = cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(os.Interrupt)
 		}
+		for _, p := range procs {
+			select {
+			case <-p.done:
+			case <-time.After(15 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		}
+	}
+	for i := range noisyReplicas {
+		logf, err := os.OpenFile(filepath.Join(n.dir, fmt.Sprintf("replica-%d.log", i)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			stop()
+			return nil, nil, err
+		}
+		cmd := exec.Command(n.o.Binary, "serve", "--nats-url", n.url("compactor", "compactor-secret"), "--provision=false", "--config", path,
+			"--provider", "openai", "--base-url", model, "--summary-model", "gpt-4o-mini", "--metrics-addr", "", "--log-format", "json",
+			"--log-level", "warn", "--shutdown-grace", "5s")
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.Env = append(os.Environ(), "OPENAI_API_KEY=")
+		if err := cmd.Start(); err != nil {
+			logf.Close()
+			stop()
+			return nil, nil, fmt.Errorf("start replica %d: %w", i+1, err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
+		procs = append(procs, proc{cmd, done})
 	}
 	reload = func(limits map[string]tenant.Limits) error {
 		if err := write(limits); err != nil {
 			return err
 		}
-		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
-			return fmt.Errorf("reload the replica's config: %w", err)
+		for i, p := range procs {
+			if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				return fmt.Errorf("reload replica %d's config: %w", i+1, err)
+			}
 		}
 		time.Sleep(time.Second) // read on the signal
 		return nil
@@ -366,12 +627,16 @@ func turns(sid string, from, k int) []client.Message {
 	return out
 }
 
+// phaseTimes are tenant B's times in one phase: request to result of its
+// compactions, and its appends.
+type phaseTimes struct{ compactions, appends []time.Duration }
+
 // quiet runs tenant B's runtimes for d: each appends turns that take its
 // session over the limit, then requests a compaction and waits for its
-// result, as a runtime does; it returns the request-to-result times.
-func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, phase string) []time.Duration {
+// result, as a runtime does; it returns the times of both.
+func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, phase string) phaseTimes {
 	var mu sync.Mutex
-	var out []time.Duration
+	var out phaseTimes
 	end := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for i := range n.o.Quiet {
@@ -386,21 +651,26 @@ func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, ph
 				return
 			}
 			for turn := 0; time.Now().Before(end) && ctx.Err() == nil; turn += 24 {
+				start := time.Now()
 				if _, err := b.Append(ctx, sid, turns(sid, turn, 24)); err != nil {
 					n.fail(fmt.Errorf("B %s: append: %w", sid, err))
 					n.quietFailed.Add(1)
 					return
 				}
-				start := time.Now()
-				res, err := b.Compact(ctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
 				took := time.Since(start)
+				mu.Lock()
+				out.appends = append(out.appends, took)
+				mu.Unlock()
+				start = time.Now()
+				res, err := b.Compact(ctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
+				took = time.Since(start)
 				if err != nil {
 					n.fail(fmt.Errorf("B %s: compact: %v %+v", sid, err, res))
 					n.quietFailed.Add(1)
 					continue
 				}
 				mu.Lock()
-				out = append(out, took)
+				out.compactions = append(out.compactions, took)
 				mu.Unlock()
 			}
 		}()
@@ -412,88 +682,121 @@ func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, ph
 // flood sends tenant A's requests at o.Flood per second over many
 // sessions, each as a runtime would (a request event, then its result),
 // without waiting for one before the next.
+// floodSessions is how many sessions tenant A floods.
+const floodSessions = 32
+
 func (n *noisy) flood(ctx context.Context, a *client.Client) {
-	const sessions = 32
+	const sessions = floodSessions
 	for i := range sessions {
 		sid := fmt.Sprintf("a-%02d", i)
 		msgs := append([]client.Message{client.Text("", client.System, "You are a support agent.")}, turns(sid, 0, 40)...)
-		if _, err := a.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: noisyLimit, Messages: msgs}); err != nil && ctx.Err() == nil {
+		c, err := a.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: noisyLimit, Messages: msgs})
+		if err != nil && ctx.Err() == nil {
 			n.fail(fmt.Errorf("A %s: create: %w", sid, err))
 		}
-	}
-	tick := time.NewTicker(time.Second / time.Duration(n.o.Flood))
-	defer tick.Stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for k := 0; ; k++ {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
+		if err == nil && c.HeadSeq == int64(len(msgs)) && !n.created(sid) {
+			n.aSessions.Add(1)
+			n.aBytes.Add(textBytes(msgs))
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n.sent.Add(1)
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			// Turns first, so that a request let in compacts (a model
-			// call), as a runtime's would.
-			sid := fmt.Sprintf("a-%02d", k%sessions)
-			if _, err := a.Append(rctx, sid, turns(sid, 1000+k*5, 5)); err != nil {
-				n.failed.Add(1)
-				n.fail(fmt.Errorf("A %s: append: %w", sid, err))
-				return
-			}
-			_, err := a.Compact(rctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
-			// A failed compaction was stored and answered; a request
-			// refused at the door is an error of another kind.
-			var failed *client.FailedError
-			answered := err == nil || errors.As(err, &failed)
-			var qe string
-			for _, q := range []string{tenant.QuotaRequestsPerSecond, tenant.QuotaConcurrentCompactions} {
-				if !answered && strings.Contains(err.Error(), "quota_exceeded") && strings.Contains(err.Error(), q) {
-					qe = q
-				}
-			}
-			switch {
-			case qe != "":
-				c, _ := n.refused.LoadOrStore(qe, new(atomic.Int64))
-				c.(*atomic.Int64).Add(1)
-			case !answered:
-				n.failed.Add(1)
-			default:
-				n.stored.Add(1)
-			}
-		}()
 	}
+	paced(ctx, n.o.Flood, func(rctx context.Context, k int) {
+		n.sent.Add(1)
+		// Turns first, so that a request let in compacts (a model
+		// call), as a runtime's would.
+		sid := fmt.Sprintf("a-%02d", k%sessions)
+		ap, err := a.Append(rctx, sid, turns(sid, 1000+k*5, 5))
+		if q := quotaOf(err); q != "" {
+			c, _ := n.refused.LoadOrStore(q, new(atomic.Int64))
+			c.(*atomic.Int64).Add(1)
+			return
+		} else if err != nil {
+			n.failed.Add(1)
+			n.fail(fmt.Errorf("A %s: append: %w", sid, err))
+			return
+		}
+		n.aBytes.Add(int64(ap.Bytes))
+		_, err = a.Compact(rctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
+		// A failed compaction was stored and answered; a request
+		// refused at the door is an error of another kind.
+		var failed *client.FailedError
+		answered := err == nil || errors.As(err, &failed)
+		var qe string
+		if !answered {
+			qe = quotaOf(err)
+		}
+		switch {
+		case qe != "":
+			c, _ := n.refused.LoadOrStore(qe, new(atomic.Int64))
+			c.(*atomic.Int64).Add(1)
+		case !answered:
+			n.failed.Add(1)
+		default:
+			n.stored.Add(1)
+		}
+	})
 }
 
 // Markdown renders the report.
 func (r NoisyReport) Markdown(command string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Noisy neighbour\n\nWritten by `%s` (`make chaos`). Do not edit by hand.\n\n", command)
-	fmt.Fprintf(&b, "A nats-server with the repo's `nats.conf` (tenants on their own accounts), one `compactor serve` replica, a model answering in %s. "+
-		"Tenant B: %d runtimes, each appending turns past its %d-token limit and requesting a compaction (request event to result event), "+
-		"for %s alone, then for %s while tenant A sends %d requests per second over 32 sessions, against quotas of %g requests per second (burst %d) and %d concurrent compactions.\n\n",
-		r.ModelDelay, r.Quiet, noisyLimit, r.Phase, r.Phase, r.Flood, r.Limits.RequestsPerSecond, r.Limits.RequestsBurst, r.Limits.ConcurrentCompactions)
-	b.WriteString("| tenant B | compactions | p50 | p99 | max |\n| --- | ---: | ---: | ---: | ---: |\n")
+	verdict := "**Every goal met.**"
+	if !r.Pass() {
+		verdict = "**Goals missed** (marked below)."
+	}
+	l := r.Limits
+	fmt.Fprintf(&b, "%s A nats-server with the repo's `nats.conf` (tenants on their own accounts), %d `compactor serve` replicas, a model answering in %s. "+
+		"Tenant B: %d runtimes, each appending 24 turns at a time past its %d-token limit and requesting a compaction (request event to result event), "+
+		"for %s alone, then for %s while tenant A sends %d compaction requests per second (each after an append) over %d sessions, then for %s while A sends %d appends per second. "+
+		"A's quotas, shared by the replicas: %g requests per second (burst %d), %d concurrent compactions, %g writes per second (burst %d), %d concurrent writes, %d sessions, %d MiB stored.\n\n",
+		verdict, noisyReplicas, r.ModelDelay, r.Quiet, noisyLimit, r.Phase, r.Phase, r.Flood, floodSessions, r.Phase, r.AppendFlood.PerSecond,
+		l.RequestsPerSecond, l.RequestsBurst, l.ConcurrentCompactions, l.WritesPerSecond, l.WritesBurst, l.ConcurrentWrites, l.Sessions, l.BytesStored>>20)
+	b.WriteString("| tenant B | compactions | p50 | p99 | max | appends | p50 | p99 | max |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 	for _, row := range []struct {
 		name string
-		l    Latencies
-	}{{"alone", r.Alone}, {"beside A's flood, within A's quotas", r.Beside}, {"beside the same flood, A's quotas lifted (control)", r.Unprotected}} {
-		fmt.Fprintf(&b, "| %s | %d | %d ms | %d ms | %d ms |\n", row.name, row.l.N, row.l.P50.Milliseconds(), row.l.P99.Milliseconds(), row.l.Max.Milliseconds())
+		c, a Latencies
+	}{{"alone", r.Alone, r.AloneAppends}, {"beside A's compaction requests, within A's quotas", r.Beside, r.BesideAppends},
+		{"beside A's appends, within A's quotas", r.AppendFlood.Compactions, r.AppendFlood.Appends},
+		{"beside A's compaction requests, A's quotas lifted (control)", r.Unprotected, Latencies{}}} {
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d | %s | %s | %s |\n", row.name, row.c.N, ms(row.c.P50), ms(row.c.P99), ms(row.c.Max), row.a.N, ms(row.a.P50), ms(row.a.P99), ms(row.a.Max))
 	}
-	mark := "met"
-	if !r.Pass() {
-		mark = "**missed**"
+	mark := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**missed**"
 	}
-	fmt.Fprintf(&b, "\nGoal: B's p99 beside the flood within %.0f %% of its p99 alone: %.2fx, %s. Without A's quotas: %.2fx (of A's %d requests, %d answered, %d without a result within 30 s).\n\n",
-		(noisyGoal-1)*100, r.Ratio, mark, r.UnprotectedRatio, r.UnprotectedSent, r.UnprotectedStored, r.UnprotectedFailed)
-	fmt.Fprintf(&b, "Tenant A within its quotas: %d requests sent, %d stored and answered, refused by quota: %d (requests_per_second), %d (concurrent_compactions); %d failed otherwise. "+
-		"Tenant B: %d failures.\n", r.FloodSent, r.FloodStored, r.FloodRefused[tenant.QuotaRequestsPerSecond], r.FloodRefused[tenant.QuotaConcurrentCompactions], r.FloodFailed, r.QuietFailures)
+	b.WriteString("\n| goal | figure | |\n| --- | ---: | --- |\n")
+	fmt.Fprintf(&b, "| B's compaction p99 beside A's compaction requests within %.0f %% of alone | %.2fx | %s |\n", (noisyGoal-1)*100, r.Ratio, mark(r.Ratio <= noisyGoal))
+	fmt.Fprintf(&b, "| B's append p99 beside A's compaction requests within %.0f %% of alone | %.2fx | %s |\n", (noisyGoal-1)*100, r.AppendRatio, mark(r.AppendRatio <= noisyGoal))
+	fmt.Fprintf(&b, "| B's compaction p99 beside A's appends within %.0f %% of alone | %.2fx | %s |\n", (noisyGoal-1)*100, r.AppendFlood.CompactionRatio, mark(r.AppendFlood.CompactionRatio <= noisyGoal))
+	fmt.Fprintf(&b, "| B's append p99 beside A's appends within %.0f %% of alone | %.2fx | %s |\n", (noisyGoal-1)*100, r.AppendFlood.AppendRatio, mark(r.AppendFlood.AppendRatio <= noisyGoal))
+	q := r.Quota
+	fmt.Fprintf(&b, "| A's sessions at most %.0f %% over its quota (%d) | %d (%+.1f %%) | %s |\n", quotaGoal*100, q.SessionsQuota, q.Sessions, 100*q.SessionsOver, mark(q.SessionsOver <= quotaGoal && q.Refused[tenant.QuotaSessions] > 0))
+	fmt.Fprintf(&b, "| A's bytes stored at most %.0f %% over its quota (%d) | %d (%+.1f %%) | %s |\n", quotaGoal*100, q.BytesQuota, q.Bytes, 100*q.BytesOver, mark(q.BytesOver <= quotaGoal && q.Refused[tenant.QuotaBytesStored] > 0))
+	fmt.Fprintf(&b, "| tenant B's failures | %d | %s |\n", r.QuietFailures, mark(r.QuietFailures == 0 && len(r.Errors) == 0))
+	fmt.Fprintf(&b, "\nWithout A's quotas B's compaction p99 is %.2fx its p99 alone (of A's %d requests, %d answered, %d without a result within 30 s).\n\n",
+		r.UnprotectedRatio, r.UnprotectedSent, r.UnprotectedStored, r.UnprotectedFailed)
+	fmt.Fprintf(&b, "Tenant A's compaction requests within its quotas: %d sent, %d stored and answered; refused by quota: %s; %d failed otherwise. "+
+		"Its appends: %d sent, %d stored; refused by quota: %s; %d failed otherwise. Writing sessions and bytes as fast as it could (%g writes per second sent, ten times its quota): refused by quota: %s. "+
+		"Sessions and bytes are what A was told it stored (creates answered new, the `bytes` of the appends answered applied), against the quotas.\n",
+		r.FloodSent, r.FloodStored, refusedText(r.FloodRefused), r.FloodFailed, r.AppendFlood.Sent, r.AppendFlood.Stored, refusedText(r.AppendFlood.Refused), r.AppendFlood.Failed,
+		10*l.WritesPerSecond, refusedText(q.Refused))
 	for _, e := range r.Errors {
 		fmt.Fprintf(&b, "\n- error: %s", e)
 	}
 	return b.String()
+}
+
+func refusedText(m map[string]int64) string {
+	var out []string
+	for k, v := range m {
+		out = append(out, fmt.Sprintf("%d (%s)", v, k))
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
