@@ -40,10 +40,22 @@ type Usage struct {
 }
 
 // Shared is what a replica wrote, per tenant, since the scan that started
-// at Scan.
+// at Scan; Recent the same by the second each write was made in, so that a
+// replica holding another scan counts those made since its own (without
+// it, a replica that had read a newer scan ignored the other's writes
+// until both held the same: a tenant passed its sessions quota by 15 %).
 type Shared struct {
-	Scan  time.Time                      `json:"scan"`
-	Wrote map[string]session.TenantUsage `json:"wrote,omitempty"`
+	Scan   time.Time                      `json:"scan"`
+	Wrote  map[string]session.TenantUsage `json:"wrote,omitempty"`
+	Recent map[string][]SharedWrite       `json:"recent,omitempty"`
+}
+
+// SharedWrite is what a replica wrote for a tenant within the second that
+// starts at At.
+type SharedWrite struct {
+	At       time.Time `json:"at"`
+	Sessions int       `json:"sessions,omitempty"`
+	Bytes    int64     `json:"bytes,omitempty"`
 }
 
 // Hour is a tenant's summary model use in one clock hour.
@@ -409,7 +421,18 @@ func (q *Quotas) stored(ctx context.Context, t string) (session.TenantUsage, err
 		have.Bytes += d.bytes
 	}
 	for _, o := range q.others {
-		if o.Scan.Equal(u.At) { // counted from the same scan
+		switch {
+		case o.Recent != nil:
+			// The other's writes in the seconds that end after this
+			// scan started (a second astride its start counts whole:
+			// counted twice rather than missed).
+			for _, w := range o.Recent[t] {
+				if w.At.Add(time.Second).After(u.At) {
+					have.Sessions += w.Sessions
+					have.Bytes += w.Bytes
+				}
+			}
+		case o.Scan.Equal(u.At): // a replica of before: counted from the same scan
 			have.Sessions += o.Wrote[t].Sessions
 			have.Bytes += o.Wrote[t].Bytes
 		}
@@ -421,18 +444,27 @@ func (q *Quotas) stored(ctx context.Context, t string) (session.TenantUsage, err
 func (q *Quotas) mine() Shared {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	out := Shared{Scan: q.usage.At}
+	out := Shared{Scan: q.usage.At, Recent: map[string][]SharedWrite{}}
 	for t, ds := range q.wrote {
 		var u session.TenantUsage
+		var recent []SharedWrite
 		for _, d := range ds {
 			u.Sessions += d.sessions
 			u.Bytes += d.bytes
+			sec := d.at.Truncate(time.Second)
+			if n := len(recent); n > 0 && recent[n-1].At.Equal(sec) {
+				recent[n-1].Sessions += d.sessions
+				recent[n-1].Bytes += d.bytes
+			} else {
+				recent = append(recent, SharedWrite{At: sec, Sessions: d.sessions, Bytes: d.bytes})
+			}
 		}
 		if u.Sessions != 0 || u.Bytes != 0 {
 			if out.Wrote == nil {
 				out.Wrote = map[string]session.TenantUsage{}
 			}
 			out.Wrote[t] = u
+			out.Recent[t] = recent
 		}
 	}
 	return out

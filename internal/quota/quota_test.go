@@ -259,3 +259,52 @@ func TestReplicasShareTheirWrites(t *testing.T) {
 		t.Fatalf("replica 1 likewise: %v", err)
 	}
 }
+
+// A replica that has read a newer scan than the other counts the other's
+// writes made since its scan started: before, it counted them only once
+// both held the same scan, and a tenant writing through two replicas
+// passed its sessions quota by 15 % (make chaos --noisy).
+func TestReplicasOnDifferentScansShareTheirWrites(t *testing.T) {
+	start := time.Date(2026, 12, 5, 9, 0, 0, 0, time.UTC)
+	now := start
+	clock := func() time.Time { return now }
+	sh := &shared{hours: map[string]Hour{}, usage: Usage{At: start, Tenants: map[string]session.TenantUsage{"A": {Tenant: "A", Sessions: 2}}}}
+	bs := &beats{by: map[string]Shared{}}
+	r1, r2 := &registry{shared: sh, beats: bs, me: "r1"}, &registry{shared: sh, beats: bs, me: "r2"}
+	q1 := New(r1, nil, Options{Now: clock})
+	q2 := New(r2, nil, Options{Now: clock})
+	for _, q := range []*Quotas{q1, q2} {
+		q.Set(map[string]tenant.Limits{"A": {Sessions: 6}})
+	}
+	a := tenant.With(context.Background(), "A")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // Run does one round, then stops
+	q1.Run(ctx)
+	q2.Run(ctx) // both hold the scan of 9:00:00
+	// A new scan at 9:00:10 counts 3 sessions; replica 1 reads it, replica
+	// 2 not yet. Then replica 2 writes two sessions.
+	now = start.Add(10 * time.Second)
+	sh.mu.Lock()
+	sh.usage = Usage{At: now, Tenants: map[string]session.TenantUsage{"A": {Tenant: "A", Sessions: 3}}}
+	sh.mu.Unlock()
+	if _, err := q1.refresh(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(500 * time.Millisecond)
+	for range 2 {
+		if err := q2.Write(a, true, 0); err != nil {
+			t.Fatal(err)
+		}
+		q2.Wrote(a, 1, 0)
+	}
+	q2.Run(ctx) // shares its writes (it then reads the newer scan too)
+	q1.Run(ctx)
+	// Replica 1: 3 scanned and 2 written by replica 2 since: one more.
+	if err := q1.Write(a, true, 0); err != nil {
+		t.Fatalf("replica 1 at 5 of 6: %v", err)
+	}
+	q1.Wrote(a, 1, 0)
+	if err := q1.Write(a, true, 0); quotaOf(err) != tenant.QuotaSessions {
+		t.Fatalf("replica 1 with 3 scanned and 3 written across both since (quota 6): %v", err)
+	}
+}
