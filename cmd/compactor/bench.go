@@ -231,7 +231,8 @@ func runNATS(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	port := fs.Int("port", embedded.DefaultPort, "client `PORT` (-1: any free port)")
 	dataDir := fs.String("data-dir", "data", "JetStream store `DIR`")
 	syncFlag := fs.String("sync", "always", "sync the store to disk after every write (always), or every `DURATION`")
-	pos, err := parseFlags(fs, args, stdout, "nats [--port N] [--data-dir DIR] [--sync always|DURATION]")
+	config := fs.String("config", "", "start from this nats-server configuration `FILE` (accounts, users); --host, --port, --data-dir and --sync replace its own")
+	pos, err := parseFlags(fs, args, stdout, "nats [--port N] [--data-dir DIR] [--sync always|DURATION] [--config FILE]")
 	if err != nil {
 		return err
 	}
@@ -242,7 +243,7 @@ func runNATS(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv, err := embedded.Start(embedded.Options{Host: *host, Port: *port, DataDir: *dataDir, SyncInterval: sync})
+	srv, err := embedded.Start(embedded.Options{Host: *host, Port: *port, DataDir: *dataDir, SyncInterval: sync, ConfigFile: *config})
 	if err != nil {
 		return err
 	}

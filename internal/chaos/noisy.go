@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,7 +19,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -117,10 +117,11 @@ type NoisyReport struct {
 	// Unprotected is B beside the same flood with A's quotas lifted (the
 	// control), UnprotectedRatio its p99 over B's alone, and
 	// UnprotectedSent / UnprotectedStored A's requests then.
-	Unprotected       Latencies `json:"unprotected"`
-	UnprotectedRatio  float64   `json:"unprotected_p99_ratio"`
-	UnprotectedSent   int64     `json:"unprotected_sent"`
-	UnprotectedStored int64     `json:"unprotected_stored"`
+	Unprotected        Latencies `json:"unprotected"`
+	UnprotectedAppends Latencies `json:"unprotected_appends"`
+	UnprotectedRatio   float64   `json:"unprotected_p99_ratio"`
+	UnprotectedSent    int64     `json:"unprotected_sent"`
+	UnprotectedStored  int64     `json:"unprotected_stored"`
 	// UnprotectedFailed are A's requests then without a result within
 	// 30 s (the service behind) or failed.
 	UnprotectedFailed int64 `json:"unprotected_failed"`
@@ -229,6 +230,9 @@ func textBytes(msgs []client.Message) int64 {
 // compaction request's in its failure.
 func quotaOf(err error) string {
 	if ce := (*client.Error)(nil); errors.As(err, &ce) {
+		if ce.Quota == "" && ce.Code == 429 {
+			return "fair_share" // the endpoints' workers, shared between tenants
+		}
 		return ce.Quota
 	}
 	if err == nil || !strings.Contains(err.Error(), string(client.ReasonQuotaExceeded)) {
@@ -397,23 +401,16 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	defer os.RemoveAll(dir)
 	n := &noisy{o: o, dir: dir}
 
-	opts, err := server.ProcessConfigFile(o.NATSConf)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", o.NATSConf, err)
-	}
-	opts.Host, opts.Port, opts.StoreDir = "127.0.0.1", -1, filepath.Join(dir, "js")
-	opts.NoLog, opts.NoSigs = true, true
-	srv, err := server.NewServer(opts)
+	// The server in a process of its own (`compactor nats --config`), as
+	// a deployment runs it: in this process it shared the run's garbage
+	// collector and scheduler with the flood's clients.
+	clientURL, stopServer, err := startNATS(ctx, o.Binary, o.NATSConf, filepath.Join(dir, "js"), filepath.Join(dir, "nats.log"))
 	if err != nil {
 		return nil, err
 	}
-	srv.Start()
-	defer srv.Shutdown()
-	if !srv.ReadyForConnections(10 * time.Second) {
-		return nil, errors.New("nats-server not ready")
-	}
+	defer stopServer()
 	n.url = func(user, pass string) string {
-		return strings.Replace(srv.ClientURL(), "nats://", "nats://"+user+":"+pass+"@", 1)
+		return strings.Replace(clientURL, "nats://", "nats://"+user+":"+pass+"@", 1)
 	}
 	admin, err := nats.Connect(n.url("admin", "admin-secret"))
 	if err != nil {
@@ -481,7 +478,7 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 
 	rep := &NoisyReport{Quiet: o.Quiet, Flood: o.Flood, Phase: o.Phase, ModelDelay: o.ModelDelay, Limits: noisyLimits,
 		Alone: latencies(alone.compactions), Beside: latencies(beside.compactions), AloneAppends: latencies(alone.appends), BesideAppends: latencies(beside.appends),
-		Unprotected: latencies(unprotected.compactions), FloodSent: sent, FloodStored: stored,
+		Unprotected: latencies(unprotected.compactions), UnprotectedAppends: latencies(unprotected.appends), FloodSent: sent, FloodStored: stored,
 		FloodFailed: failed, UnprotectedFailed: n.failed.Load() - failed2, QuietFailures: n.quietFailed.Load(), FloodRefused: refused,
 		UnprotectedStored: n.stored.Load() - stored2, UnprotectedSent: n.sent.Load() - sent2, Quota: quota,
 		AppendFlood: AppendFloodReport{PerSecond: o.AppendFlood, Compactions: latencies(besideAppends.compactions), Appends: latencies(besideAppends.appends),
@@ -514,6 +511,44 @@ func (n *noisy) beside(ctx context.Context, b *client.Client, flood func(context
 	stopFlood()
 	fw.Wait()
 	return out
+}
+
+// startNATS runs `binary nats --config conf` on a free port storing under
+// dir, and waits until it accepts clients.
+func startNATS(ctx context.Context, binary, conf, dir, logPath string) (url string, stop func(), err error) {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return "", nil, err
+	}
+	cmd := exec.Command(binary, "nats", "--config", conf, "--port", "-1", "--data-dir", dir)
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return "", nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return "", nil, fmt.Errorf("start the nats-server: %w", err)
+	}
+	stop = func() { _ = cmd.Process.Signal(os.Interrupt); _ = cmd.Wait(); logf.Close() }
+	ready := make(chan string, 1)
+	go func() {
+		lines := bufio.NewScanner(out)
+		for lines.Scan() {
+			if u, ok := strings.CutPrefix(lines.Text(), "ready "); ok {
+				ready <- u
+			}
+		}
+	}()
+	select {
+	case u := <-ready:
+		return u, stop, nil
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	stop()
+	return "", nil, fmt.Errorf("the nats-server (%s nats --config %s) did not start within 30 s (log: %s)", binary, conf, logPath)
 }
 
 func (n *noisy) refusedCounts() map[string]int64 {
@@ -651,19 +686,22 @@ func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, ph
 				return
 			}
 			for turn := 0; time.Now().Before(end) && ctx.Err() == nil; turn += 24 {
-				start := time.Now()
-				if _, err := b.Append(ctx, sid, turns(sid, turn, 24)); err != nil {
-					n.fail(fmt.Errorf("B %s: append: %w", sid, err))
-					n.quietFailed.Add(1)
-					return
+				// A turn at a time (two exchanges), as a runtime appends.
+				for k := 0; k < 24; k += 2 {
+					start := time.Now()
+					if _, err := b.Append(ctx, sid, turns(sid, turn+k, 2)); err != nil {
+						n.fail(fmt.Errorf("B %s: append: %w", sid, err))
+						n.quietFailed.Add(1)
+						return
+					}
+					took := time.Since(start)
+					mu.Lock()
+					out.appends = append(out.appends, took)
+					mu.Unlock()
 				}
-				took := time.Since(start)
-				mu.Lock()
-				out.appends = append(out.appends, took)
-				mu.Unlock()
-				start = time.Now()
+				start := time.Now()
 				res, err := b.Compact(ctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
-				took = time.Since(start)
+				took := time.Since(start)
 				if err != nil {
 					n.fail(fmt.Errorf("B %s: compact: %v %+v", sid, err, res))
 					n.quietFailed.Add(1)
@@ -745,8 +783,8 @@ func (r NoisyReport) Markdown(command string) string {
 		verdict = "**Goals missed** (marked below)."
 	}
 	l := r.Limits
-	fmt.Fprintf(&b, "%s A nats-server with the repo's `nats.conf` (tenants on their own accounts), %d `compactor serve` replicas, a model answering in %s. "+
-		"Tenant B: %d runtimes, each appending 24 turns at a time past its %d-token limit and requesting a compaction (request event to result event), "+
+	fmt.Fprintf(&b, "%s A nats-server in its own process with the repo's `nats.conf` (tenants on their own accounts), %d `compactor serve` replicas, a model answering in %s. "+
+		"Tenant B: %d runtimes, each appending turns (two exchanges an append) past its %d-token limit and requesting a compaction (request event to result event), "+
 		"for %s alone, then for %s while tenant A sends %d compaction requests per second (each after an append) over %d sessions, then for %s while A sends %d appends per second. "+
 		"A's quotas, shared by the replicas: %g requests per second (burst %d), %d concurrent compactions, %g writes per second (burst %d), %d concurrent writes, %d sessions, %d MiB stored.\n\n",
 		verdict, noisyReplicas, r.ModelDelay, r.Quiet, noisyLimit, r.Phase, r.Phase, r.Flood, floodSessions, r.Phase, r.AppendFlood.PerSecond,
@@ -758,7 +796,7 @@ func (r NoisyReport) Markdown(command string) string {
 		c, a Latencies
 	}{{"alone", r.Alone, r.AloneAppends}, {"beside A's compaction requests, within A's quotas", r.Beside, r.BesideAppends},
 		{"beside A's appends, within A's quotas", r.AppendFlood.Compactions, r.AppendFlood.Appends},
-		{"beside A's compaction requests, A's quotas lifted (control)", r.Unprotected, Latencies{}}} {
+		{"beside A's compaction requests, A's quotas lifted (control)", r.Unprotected, r.UnprotectedAppends}} {
 		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %d | %s | %s | %s |\n", row.name, row.c.N, ms(row.c.P50), ms(row.c.P99), ms(row.c.Max), row.a.N, ms(row.a.P50), ms(row.a.P99), ms(row.a.Max))
 	}
 	mark := func(ok bool) string {
@@ -779,7 +817,7 @@ func (r NoisyReport) Markdown(command string) string {
 	fmt.Fprintf(&b, "\nWithout A's quotas B's compaction p99 is %.2fx its p99 alone (of A's %d requests, %d answered, %d without a result within 30 s).\n\n",
 		r.UnprotectedRatio, r.UnprotectedSent, r.UnprotectedStored, r.UnprotectedFailed)
 	fmt.Fprintf(&b, "Tenant A's compaction requests within its quotas: %d sent, %d stored and answered; refused by quota: %s; %d failed otherwise. "+
-		"Its appends: %d sent, %d stored; refused by quota: %s; %d failed otherwise. Writing sessions and bytes as fast as it could (%g writes per second sent, ten times its quota): refused by quota: %s. "+
+		"Its appends: %d sent, %d stored; refused by quota: %s; %d failed otherwise. Writing sessions and bytes as fast as it could (%g writes per second sent, ten times its quota): refused by quota: %s. (fair_share: the endpoints' workers, shared between tenants.) "+
 		"Sessions and bytes are what A was told it stored (creates answered new, the `bytes` of the appends answered applied), against the quotas.\n",
 		r.FloodSent, r.FloodStored, refusedText(r.FloodRefused), r.FloodFailed, r.AppendFlood.Sent, r.AppendFlood.Stored, refusedText(r.AppendFlood.Refused), r.AppendFlood.Failed,
 		10*l.WritesPerSecond, refusedText(q.Refused))

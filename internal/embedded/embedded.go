@@ -37,6 +37,10 @@ type Options struct {
 	// on); a duration trades the writes of that last interval, lost in a
 	// power loss or kernel panic, for throughput (make scale measures it).
 	SyncInterval time.Duration
+	// ConfigFile, when set, is a nats-server configuration (accounts,
+	// users, limits) the server starts from; Host, Port, DataDir and
+	// SyncInterval replace its listen address, store and sync.
+	ConfigFile string
 }
 
 // Start runs a JetStream server on o and waits until it accepts clients.
@@ -69,9 +73,15 @@ func Start(o Options) (*server.Server, error) {
 		}
 		l.Close()
 	}
-	s, err := server.NewServer(&server.Options{ServerName: "compactor-embedded", Host: o.Host, Port: o.Port,
-		JetStream: true, StoreDir: dir, NoSigs: true, MaxPayload: 1 << 20,
-		SyncAlways: o.SyncInterval <= 0, SyncInterval: max(o.SyncInterval, 0)})
+	opts := &server.Options{ServerName: "compactor-embedded", MaxPayload: 1 << 20}
+	if o.ConfigFile != "" {
+		if opts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("embedded nats-server: %w", err)
+		}
+	}
+	opts.Host, opts.Port, opts.JetStream, opts.StoreDir, opts.NoSigs = o.Host, o.Port, true, dir, true
+	opts.SyncAlways, opts.SyncInterval = o.SyncInterval <= 0, max(o.SyncInterval, 0)
+	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
