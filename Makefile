@@ -18,7 +18,7 @@ build:
 # the heavy replays and evaluations in full without it. No network, no keys.
 test:
 	$(GO) test $(TESTFLAGS) $(PKGS)
-	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty|TestLargeSession|TestComparePrepared|TestChaosFailsOnABrokenBuild' ./internal/pipeline ./internal/eval ./internal/kvstore ./internal/bench ./cmd/compactor
+	$(GO) test -count=1 -timeout 8m -run 'TestReplay|TestLoCoMo|TestProperty|TestLargeSession|TestComparePrepared|TestChaosFailsOnABrokenBuild|TestChaosShort|TestNoisyShort' ./internal/pipeline ./internal/eval ./internal/kvstore ./internal/bench ./cmd/compactor
 	$(MAKE) test-ts
 
 # The TypeScript client's tests (node --test) against a real compactor

@@ -19,9 +19,13 @@ import (
 // and events streams and the breakers are killed, a replica is killed and
 // the other paused; then the whole cluster restarted, and a store filled)
 // meets every goal. A missed goal is named with its figures.
+//
+// It runs in make test's second pass, without the race detector: its
+// replicas are this test binary, and built with the race detector they
+// are several times slower (the harness measures them under faults).
 func TestChaosShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a cluster and two serve processes")
+	if testing.Short() || raceEnabled {
+		t.Skip("runs a cluster and two serve processes: make test's second pass runs it")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -88,9 +92,10 @@ func TestChaosFailsOnABrokenBuild(t *testing.T) {
 // on SIGHUP); the quotas refuse A's excess, and lifted refuse none; A
 // writing sessions and bytes as fast as it can stays within 10 % of those
 // quotas. The latency goals are make chaos's (a loaded machine here).
+// Like TestChaosShort it runs in make test's second pass.
 func TestNoisyShort(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs a server and a serve process")
+	if testing.Short() || raceEnabled {
+		t.Skip("runs a server and two serve processes: make test's second pass runs it")
 	}
 	exe, err := os.Executable()
 	if err != nil {

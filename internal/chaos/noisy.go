@@ -91,6 +91,14 @@ const (
 	quotaGoal = 0.10
 )
 
+// bWait bounds the wait for one of B's results (a longer one is a
+// failure, but in the control phase, where it is the harm the quotas
+// prevent), and how long a flood goes on past B's phase.
+const bWait = 30 * time.Second
+
+// openPhase names the control phase: A's quotas lifted.
+const openPhase = "open"
+
 // noisyReplicas is how many serve processes the run starts.
 const noisyReplicas = 2
 
@@ -120,8 +128,11 @@ type NoisyReport struct {
 	Unprotected        Latencies `json:"unprotected"`
 	UnprotectedAppends Latencies `json:"unprotected_appends"`
 	UnprotectedRatio   float64   `json:"unprotected_p99_ratio"`
-	UnprotectedSent    int64     `json:"unprotected_sent"`
-	UnprotectedStored  int64     `json:"unprotected_stored"`
+	// UnprotectedUnanswered are B's requests then without a result
+	// within 30 s (counted in Unprotected at that wait).
+	UnprotectedUnanswered int64 `json:"unprotected_unanswered,omitempty"`
+	UnprotectedSent       int64 `json:"unprotected_sent"`
+	UnprotectedStored     int64 `json:"unprotected_stored"`
 	// UnprotectedFailed are A's requests then without a result within
 	// 30 s (the service behind) or failed.
 	UnprotectedFailed int64 `json:"unprotected_failed"`
@@ -202,7 +213,10 @@ type noisy struct {
 	errors []string
 
 	sent, stored, failed, quietFailed atomic.Int64
-	refused                           sync.Map // quota -> *atomic.Int64
+	// unanswered counts B's requests of the control phase without a
+	// result within bWait.
+	unanswered atomic.Int64
+	refused    sync.Map // quota -> *atomic.Int64
 	// aSessions and aBytes are what A was told it stored: sessions
 	// created, and the text bytes of its messages.
 	aSessions, aBytes atomic.Int64
@@ -474,13 +488,13 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 		return nil, err
 	}
 	sent2, stored2, failed2 := n.sent.Load(), n.stored.Load(), n.failed.Load()
-	unprotected := n.beside(ctx, b, func(ctx context.Context) { n.flood(ctx, a) }, "open")
+	unprotected := n.beside(ctx, b, func(ctx context.Context) { n.flood(ctx, a) }, openPhase)
 
 	rep := &NoisyReport{Quiet: o.Quiet, Flood: o.Flood, Phase: o.Phase, ModelDelay: o.ModelDelay, Limits: noisyLimits,
 		Alone: latencies(alone.compactions), Beside: latencies(beside.compactions), AloneAppends: latencies(alone.appends), BesideAppends: latencies(beside.appends),
 		Unprotected: latencies(unprotected.compactions), UnprotectedAppends: latencies(unprotected.appends), FloodSent: sent, FloodStored: stored,
 		FloodFailed: failed, UnprotectedFailed: n.failed.Load() - failed2, QuietFailures: n.quietFailed.Load(), FloodRefused: refused,
-		UnprotectedStored: n.stored.Load() - stored2, UnprotectedSent: n.sent.Load() - sent2, Quota: quota,
+		UnprotectedStored: n.stored.Load() - stored2, UnprotectedSent: n.sent.Load() - sent2, UnprotectedUnanswered: n.unanswered.Load(), Quota: quota,
 		AppendFlood: AppendFloodReport{PerSecond: o.AppendFlood, Compactions: latencies(besideAppends.compactions), Appends: latencies(besideAppends.appends),
 			Sent: af.sent.Load(), Stored: af.stored.Load(), Failed: af.failed.Load(), Refused: af.counts()}}
 	ratio := func(x, y Latencies) float64 {
@@ -501,12 +515,18 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 
 // beside runs tenant B for a phase while flood runs (started a moment
 // before, so that it is under way).
+//
+// The flood ends with B's phase, and at the latest a wait past it
+// (bWait): with A's quotas lifted the flood can outrun the replicas,
+// and B's last request would wait behind a backlog that grows for as
+// long as the flood goes on.
 func (n *noisy) beside(ctx context.Context, b *client.Client, flood func(context.Context), phase string) phaseTimes {
-	floodCtx, stopFlood := context.WithCancel(ctx)
+	warm := min(2*time.Second, n.o.Phase/2)
+	floodCtx, stopFlood := context.WithTimeout(ctx, warm+n.o.Phase+bWait)
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); flood(floodCtx) }()
-	time.Sleep(min(2*time.Second, n.o.Phase/2)) // the flood under way
+	time.Sleep(warm) // the flood under way
 	out := n.quiet(ctx, b, n.o.Phase, phase)
 	stopFlood()
 	fw.Wait()
@@ -700,8 +720,19 @@ func (n *noisy) quiet(ctx context.Context, b *client.Client, d time.Duration, ph
 					mu.Unlock()
 				}
 				start := time.Now()
-				res, err := b.Compact(ctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
+				cctx, cancel := context.WithTimeout(ctx, bWait)
+				res, err := b.Compact(cctx, sid, client.CompactRequest{RequestID: uuid.NewString(), Model: "gpt-4o", ContextLimit: noisyLimit})
+				cancel()
 				took := time.Since(start)
+				if errors.Is(err, client.ErrNoResult) && phase == openPhase {
+					// The control: B unanswered behind A's backlog is
+					// what the quotas prevent; counted at its wait.
+					n.unanswered.Add(1)
+					mu.Lock()
+					out.compactions = append(out.compactions, took)
+					mu.Unlock()
+					return
+				}
 				if err != nil {
 					n.fail(fmt.Errorf("B %s: compact: %v %+v", sid, err, res))
 					n.quietFailed.Add(1)
@@ -814,8 +845,8 @@ func (r NoisyReport) Markdown(command string) string {
 	fmt.Fprintf(&b, "| A's sessions at most %.0f %% over its quota (%d) | %d (%+.1f %%) | %s |\n", quotaGoal*100, q.SessionsQuota, q.Sessions, 100*q.SessionsOver, mark(q.SessionsOver <= quotaGoal && q.Refused[tenant.QuotaSessions] > 0))
 	fmt.Fprintf(&b, "| A's bytes stored at most %.0f %% over its quota (%d) | %d (%+.1f %%) | %s |\n", quotaGoal*100, q.BytesQuota, q.Bytes, 100*q.BytesOver, mark(q.BytesOver <= quotaGoal && q.Refused[tenant.QuotaBytesStored] > 0))
 	fmt.Fprintf(&b, "| tenant B's failures | %d | %s |\n", r.QuietFailures, mark(r.QuietFailures == 0 && len(r.Errors) == 0))
-	fmt.Fprintf(&b, "\nWithout A's quotas B's compaction p99 is %.2fx its p99 alone (of A's %d requests, %d answered, %d without a result within 30 s).\n\n",
-		r.UnprotectedRatio, r.UnprotectedSent, r.UnprotectedStored, r.UnprotectedFailed)
+	fmt.Fprintf(&b, "\nWithout A's quotas B's compaction p99 is %.2fx its p99 alone, %d of its requests without a result within %s (of A's %d requests, %d answered, %d without a result within 30 s).\n\n",
+		r.UnprotectedRatio, r.UnprotectedUnanswered, bWait, r.UnprotectedSent, r.UnprotectedStored, r.UnprotectedFailed)
 	fmt.Fprintf(&b, "Tenant A's compaction requests within its quotas: %d sent, %d stored and answered; refused by quota: %s; %d failed otherwise. "+
 		"Its appends: %d sent, %d stored; refused by quota: %s; %d failed otherwise. Writing sessions and bytes as fast as it could (%g writes per second sent, ten times its quota): refused by quota: %s. (fair_share: the endpoints' workers, shared between tenants.) "+
 		"Sessions and bytes are what A was told it stored (creates answered new, the `bytes` of the appends answered applied), against the quotas.\n",

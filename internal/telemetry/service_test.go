@@ -315,14 +315,18 @@ func TestEndpointSpansLastUntilTheirAnswer(t *testing.T) {
 		}
 		return nil
 	})
-	rec := httptest.NewRecorder()
-	a.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	for _, line := range []string{`compactor_endpoint_requests_total{code="404",endpoint="session_context"} 1`,
-		`compactor_endpoint_requests_total{code="400",endpoint="session_append"} 1`, `compactor_endpoint_requests_total{code="ok",endpoint="session_create"} 1`} {
-		if !strings.Contains(rec.Body.String(), line) {
-			t.Errorf("metrics lack %s", line)
+	// Counted once the answer is sent: the reply may come first.
+	natstest.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		rec := httptest.NewRecorder()
+		a.Metrics.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		for _, line := range []string{`compactor_endpoint_requests_total{code="404",endpoint="session_context"} 1`,
+			`compactor_endpoint_requests_total{code="400",endpoint="session_append"} 1`, `compactor_endpoint_requests_total{code="ok",endpoint="session_create"} 1`} {
+			if !strings.Contains(rec.Body.String(), line) {
+				return fmt.Errorf("metrics lack %s", line)
+			}
 		}
-	}
+		return nil
+	})
 	m, err := nc.Request("$SRV.STATS.compactor", nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
