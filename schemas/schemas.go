@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -195,52 +194,6 @@ func jsonType(t reflect.Type) string {
 		return jsonType(t.Elem())
 	}
 	return "object"
-}
-
-// CheckKeys refuses a JSON value with an object that names a key twice:
-// encoding/json keeps the last, and a body that says two things says
-// neither.
-func CheckKeys(data []byte) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	return walkKeys(dec, "$")
-}
-
-func walkKeys(dec *json.Decoder, at string) error {
-	tok, err := dec.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		return nil // a syntax error: the decode says it
-	}
-	switch tok {
-	case json.Delim('{'):
-		seen := map[string]bool{}
-		for dec.More() {
-			k, err := dec.Token()
-			if err != nil {
-				return nil
-			}
-			key, _ := k.(string)
-			if seen[key] {
-				return fmt.Errorf("%s: the key %q is given twice", at, cut(key))
-			}
-			seen[key] = true
-			if err := walkKeys(dec, at+"."+cut(key)); err != nil {
-				return err
-			}
-		}
-		_, _ = dec.Token() // }
-	case json.Delim('['):
-		for i := 0; dec.More(); i++ {
-			if err := walkKeys(dec, at+"["+strconv.Itoa(i)+"]"); err != nil {
-				return err
-			}
-		}
-		_, _ = dec.Token() // ]
-	}
-	return nil
 }
 
 // cut shortens a key for an error message.

@@ -41,6 +41,8 @@ type wireMessage struct {
 	IsCompaction json.RawMessage `json:"is_compaction,omitempty"`
 	Compaction   json.RawMessage `json:"compaction,omitempty"`
 	SummarisedBy json.RawMessage `json:"summarised_by,omitempty"`
+	// UploadID names an upload (alone: see checkMessages).
+	UploadID json.RawMessage `json:"upload_id,omitempty"`
 }
 
 type wireToolCall struct {
@@ -78,6 +80,9 @@ func checkMessages(raw json.RawMessage) error {
 		}
 		return nil // transcript.Parse says what is missing
 	}
+	if checkedAtOnce(raw) {
+		return nil
+	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return fmt.Errorf("%w: messages must be an array of messages: %v", errBadRequest, schemas.DescribeJSON(err))
@@ -104,6 +109,25 @@ func checkMessages(raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// checkedAtOnce reports whether the messages array raw passes
+// checkMessages, decoded whole in one pass: the usual append. When it
+// does not (an error, or an upload reference), checkMessages goes through
+// it a message at a time, to say which one is wrong and how.
+func checkedAtOnce(raw json.RawMessage) bool {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var all []wireMessage
+	if dec.Decode(&all) != nil || dec.More() {
+		return false
+	}
+	for i := range all {
+		if all[i].UploadID != nil || checkContent(all[i].Content) != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // checkContent checks a message's content parts: each of a known type, an
