@@ -89,6 +89,9 @@ type Deps struct {
 	// its head after it, the seq of the first message, the tokens it
 	// added), for the preparer; it must not block.
 	Appended func(ctx context.Context, sessionID string, head, firstSeq int64, tokens int)
+	// Created, when set, is told of every session created (its head,
+	// the tokens of its context as counted, its limit).
+	Created func(ctx context.Context, sessionID string, head int64, tokens, limit int)
 	// Quotas, when set, answers the tenants' quotas on compactor.compact
 	// (429 quota_exceeded).
 	Quotas Quotas
@@ -887,7 +890,11 @@ func (s *Server) sessionCreate(r micro.Request) {
 		if err != nil {
 			return nil, err
 		}
-		return s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+		out, err := s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
+		if err == nil && s.d.Created != nil {
+			s.d.Created(ctx, out.SessionID, out.HeadSeq, out.Tokens, out.ContextLimit)
+		}
+		return out, err
 	})
 }
 

@@ -275,7 +275,7 @@ func (a *App) startEndpoints(ctx context.Context, _ time.Time) (err error) {
 	pub := &events.Publisher{JS: a.JS, Source: cfg.Source, Stream: consumer.ResultStream}
 	if a.api, err = api.Start(a.runCtx, a.NC, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: a.breakers,
 		Logger: a.log, Version: cfg.Version, Workers: cfg.Workers, Observe: a.observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: a.stats, Appended: a.Preparer.Appended, Quotas: a.Quotas, ObserveEndpoint: a.Metrics.ObserveEndpoint}); err != nil {
+		Stats: a.stats, Appended: a.Preparer.Appended, Created: a.Preparer.Created, Quotas: a.Quotas, ObserveEndpoint: a.Metrics.ObserveEndpoint}); err != nil {
 		return err
 	}
 	srv := a.api

@@ -151,7 +151,9 @@ const (
 // tokens at head (the last count plus the appends since), its limit, and
 // whether a preparation stands for it (checked at).
 type estimate struct {
-	head    int64
+	// head is the session's head as far as the estimate goes, readHead
+	// the head its count was read at.
+	head, readHead int64
 	tokens  int
 	limit   int
 	read    time.Time // when the count was read
@@ -169,14 +171,40 @@ type estimate struct {
 	// until measured over paceWindow): what the pace goes by until this
 	// estimate has its own (see rateOf).
 	rate float64
+	// marks are the heads the appends since read left, with added after
+	// each (the last maxMarks): a read that ends after more appends came
+	// finds the estimate at its own head there (see learn).
+	marks []mark
 }
 
-// snapshot is an estimate as a preparation's read began, to calibrate
-// the estimate against what the read found.
-type snapshot struct {
-	e     *estimate
+// mark is an estimate's added once the session's head was head.
+type mark struct {
 	head  int64
 	added int
+}
+
+// maxMarks bounds an estimate's marks: a read takes a few milliseconds,
+// and a runtime appends a few hundred times a second at most.
+const maxMarks = 256
+
+// addedAt is what the appends the estimate saw added up to head (0 at
+// the head read), and whether it saw that head.
+func (e *estimate) addedAt(head int64) (int, bool) {
+	if head == e.readHead {
+		return 0, true
+	}
+	for _, m := range e.marks {
+		if m.head == head {
+			return m.added, true
+		}
+	}
+	return 0, false
+}
+
+// snapshot is the estimate as a preparation's read began: learn
+// calibrates that estimate only, not one made since.
+type snapshot struct {
+	e *estimate
 }
 
 // maxEstimates bounds the sessions the preparer remembers.
@@ -247,10 +275,29 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	t := tenant.From(ctx)
 	cause, detail := CauseUnread, ""
 	p.mu.Lock()
-	if e := p.est[tenant.Key(t, sessionID)]; e != nil && e.head > 0 && firstSeq == e.head+1 {
-		// No append unseen since the last count: the estimate holds.
+	e := p.est[tenant.Key(t, sessionID)]
+	if e != nil && e.head > 0 && head <= e.head {
+		// Counted already: a read that ended after this append (its
+		// reply and this call come after the write).
+		p.mu.Unlock()
+		p.skipped.Add(1)
+		return
+	}
+	if e != nil && e.head > 0 && firstSeq <= e.head+1 {
+		// No append unseen since the last count: the estimate holds
+		// (an append that a read counted in part errs high).
 		scaled := p.scaled(e, tokens)
 		e.head, e.added, e.biggest = head, e.added+tokens, max(e.biggest, scaled)
+		if len(e.marks) == maxMarks {
+			e.marks = slices.Delete(e.marks, 0, 1)
+		}
+		e.marks = append(e.marks, mark{head: head, added: e.added})
+		if e.limit == 0 {
+			// Not read yet: its read is queued, and keeps these.
+			p.mu.Unlock()
+			p.skipped.Add(1)
+			return
+		}
 		e.tokens = e.base + p.scaled(e, e.added)
 		now := p.opt.Now()
 		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
@@ -288,6 +335,18 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		}
 		detail = p.describe(e, now)
 	}
+	if cause == CauseUnread {
+		// Until the read ends, the appends go on an estimate without a
+		// count (limit 0), which the read takes up (learn): appends
+		// made while it ran would otherwise follow one the preparer
+		// did not know, and be read again (a new session's first
+		// appends, read five times over at a runtime's pace).
+		pending := &estimate{head: head, added: tokens, marks: []mark{{head: head, added: tokens}}}
+		if e != nil {
+			pending.scale, pending.rate = e.scale, rateOf(e, p.opt.Now())
+		}
+		p.remember(tenant.Key(t, sessionID), pending)
+	}
 	measure := cause == CauseUnread && p.pacing()
 	if measure {
 		// Read it, and pace from the next append: prepared on this
@@ -298,6 +357,24 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	}
 	p.mu.Unlock()
 	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
+}
+
+// Created is told of a session created through the service: its head,
+// the tokens of its context as the create counted them, and its limit.
+// The estimate starts from that count, so that the session's appends are
+// not read to start one. It never blocks.
+func (p *Preparer) Created(ctx context.Context, sessionID string, head int64, tokens, limit int) {
+	if p.svc.Config().PrepareAt == 0 || head <= 0 || limit <= 0 {
+		return
+	}
+	now := p.opt.Now()
+	key := tenant.Key(tenant.From(ctx), sessionID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e := p.est[key]; e != nil && e.head >= head {
+		return // (a repeated create: its appends came since)
+	}
+	p.remember(key, &estimate{head: head, readHead: head, tokens: tokens, base: tokens, limit: limit, read: now})
 }
 
 // pacing reports whether the pace decides (Unpaced is off, and a
@@ -577,7 +654,7 @@ func (p *Preparer) snapshot(key string) snapshot {
 	if e == nil {
 		return snapshot{}
 	}
-	return snapshot{e: e, head: e.head, added: e.added}
+	return snapshot{e: e}
 }
 
 // What a preparation takes to be ready (see readyIn).
@@ -616,20 +693,34 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
 		return
 	}
 	scale, rate := 0.0, 0.0
+	// at is what the appends the estimate saw added up to the head the
+	// read found, when it saw that head: the appends the runtime made
+	// while the session was read are on top of the count. (Measured
+	// only when the read found the head the preparation began at, a
+	// runtime appending as fast as the reads went was never measured:
+	// read again every few appends, a read per append.)
+	at, seen := 0, false
 	if old != nil {
 		scale, rate = old.scale, rateOf(old, p.opt.Now())
-		if old == snap.e && snap.head == out.HeadSeq {
-			scale = p.calibrate(old, out.TokensBefore-old.base, snap.added)
-		}
-	}
-	if len(p.est) >= maxEstimates {
-		for k := range p.est { // forget one at random
-			delete(p.est, k)
-			break
+		if old == snap.e {
+			// (An estimate without a count has none to calibrate on.)
+			if at, seen = old.addedAt(out.HeadSeq); seen && old.limit > 0 {
+				scale = p.calibrate(old, out.TokensBefore-old.base, at)
+			}
 		}
 	}
 	now := p.opt.Now()
-	e := &estimate{head: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate}
+	e := &estimate{head: out.HeadSeq, readHead: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate}
+	if seen && old.head > out.HeadSeq {
+		// The appends after the read's head stay on the estimate.
+		e.head, e.added, e.biggest = old.head, old.added-at, old.biggest
+		for _, m := range old.marks {
+			if m.head > out.HeadSeq {
+				e.marks = append(e.marks, mark{head: m.head, added: m.added - at})
+			}
+		}
+		e.tokens = e.base + p.scaled(e, e.added)
+	}
 	switch out.Outcome {
 	case pipeline.PrepareDone, pipeline.PrepareUnchanged, pipeline.PrepareNoModel, pipeline.PrepareNothing, pipeline.PrepareInFlight,
 		pipeline.PrepareFailed, pipeline.PrepareCancelled:
@@ -637,5 +728,17 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
 		// model may be down: not again at every append).
 		e.settled = now
 	}
-	p.est[sid] = e
+	p.remember(sid, e)
+}
+
+// remember sets the estimate of the session key, forgetting one at random
+// when the preparer holds maxEstimates. Called with p.mu held.
+func (p *Preparer) remember(key string, e *estimate) {
+	if _, ok := p.est[key]; !ok && len(p.est) >= maxEstimates {
+		for k := range p.est {
+			delete(p.est, k)
+			break
+		}
+	}
+	p.est[key] = e
 }

@@ -1,0 +1,94 @@
+package preparer
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/memstore"
+	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/tenant"
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// A read that a runtime's appends overtake (the runtime appends while the
+// preparer reads its session, as one appending hundreds of times a second
+// does) leaves the estimate at the head it had reached, the appends after
+// the read's head on top of the count, and calibrated on those before it:
+// the next append goes on from there without a read, and an append the
+// read counted already (its call came after the read) is not counted
+// twice. The estimate used to restart at the read's head: the next
+// append seemed to follow one it had not seen, and read the session
+// again, a read every few appends (make scale through the endpoint: 0.05x
+// raw KV puts at 8 runtimes).
+func TestAReadOvertakenByAppendsKeepsThem(t *testing.T) {
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := pipeline.New(memstore.New(), memstore.NewBreakers(), extractive.New(counter), pipeline.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
+	p := New(svc, Options{Now: func() time.Time { return clock }})
+	ctx := context.Background()
+	key := tenant.Key(tenant.From(ctx), "s")
+	const limit = 100_000
+	p.est[key] = &estimate{head: 10, readHead: 10, tokens: 1000, base: 1000, limit: limit, read: clock}
+	snap := p.snapshot(key)
+	for h := int64(11); h <= 20; h++ { // while the read runs
+		p.Appended(ctx, "s", h, h, 100)
+	}
+	// The read found head 15: 500 tokens more than it began with, where
+	// the appends to it said 500.
+	p.learn(key, pipeline.Preparation{HeadSeq: 15, Limit: limit, TokensBefore: 1500, Outcome: pipeline.PrepareBelow}, snap)
+	e := p.est[key]
+	if e.head != 20 || e.readHead != 15 || e.base != 1500 || e.added != 500 || e.scale != 1 || e.tokens != 2000 || len(e.marks) != 5 {
+		t.Fatalf("estimate after the read: %+v", *e)
+	}
+	queued, skipped := p.Stats().Queued, p.Stats().Skipped
+	p.Appended(ctx, "s", 21, 21, 100)
+	p.Appended(ctx, "s", 14, 14, 100) // counted by the read
+	if st := p.Stats(); st.Queued != queued || st.Skipped != skipped+2 || p.est[key].tokens != 2100 {
+		t.Fatalf("after the read: %+v, estimate %+v", st, *p.est[key])
+	}
+	// An append after one it did not see (another replica's) is read.
+	p.Appended(ctx, "s", 30, 30, 100)
+	if p.Stats().Queued != queued+1 {
+		t.Fatalf("an append after a gap was not read: %+v", p.Stats())
+	}
+
+	// A new session: its first append queues a read, and the appends made
+	// while it waits and runs go on an estimate without a count, which
+	// the read takes up: no second read.
+	key2 := tenant.Key(tenant.From(ctx), "new")
+	p.Appended(ctx, "new", 2, 2, 100)
+	snap = p.snapshot(key2)
+	if snap.e == nil || p.Stats().Queued != queued+2 {
+		t.Fatalf("the first append: %+v", p.Stats())
+	}
+	for h := int64(3); h <= 6; h++ {
+		p.Appended(ctx, "new", h, h, 100)
+	}
+	if p.Stats().Queued != queued+2 {
+		t.Fatalf("appends while the first read waits were queued: %+v", p.Stats())
+	}
+	p.learn(key2, pipeline.Preparation{HeadSeq: 4, Limit: limit, TokensBefore: 700, Outcome: pipeline.PrepareBelow}, snap)
+	if e := p.est[key2]; e.head != 6 || e.base != 700 || e.added != 200 || e.tokens != 900 || e.scale != 0 {
+		t.Fatalf("a new session's estimate after its read: %+v", *e)
+	}
+	p.Appended(ctx, "new", 7, 7, 100)
+	if p.Stats().Queued != queued+2 {
+		t.Fatalf("a new session read again: %+v", p.Stats())
+	}
+
+	// A session created through the service starts from the create's
+	// count: its appends are not read to start an estimate.
+	p.Created(ctx, "made", 3, 400, limit)
+	p.Appended(ctx, "made", 4, 4, 100)
+	if e := p.est[tenant.Key(tenant.From(ctx), "made")]; p.Stats().Queued != queued+2 || e.tokens != 500 {
+		t.Fatalf("a created session's first append: %+v, estimate %+v", p.Stats(), *e)
+	}
+}
