@@ -59,7 +59,6 @@ func walkKeys(dec *json.Decoder, at string) error {
 	return nil
 }
 
-
 // TestCheckKeysAgreesWithTheTokenWalk: the byte scanner answers as the
 // walk of encoding/json's tokens it replaced (kept here as the oracle), on
 // the repo's schemas and examples, hand-made cases (duplicates at every

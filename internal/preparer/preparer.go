@@ -154,10 +154,10 @@ type estimate struct {
 	// head is the session's head as far as the estimate goes, readHead
 	// the head its count was read at.
 	head, readHead int64
-	tokens  int
-	limit   int
-	read    time.Time // when the count was read
-	settled time.Time // a preparation stands (or none is due) since
+	tokens         int
+	limit          int
+	read           time.Time // when the count was read
+	settled        time.Time // a preparation stands (or none is due) since
 	// base is the count read, so that tokens-base were appended since
 	// read; biggest is the largest of those appends.
 	base, biggest int
