@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-ts test-race test-short bench scale chaos microbench lint fmt tidy run demo docker screenshots clean
+.PHONY: build test test-ts bench-ts test-race test-short bench scale chaos microbench lint fmt tidy run demo docker screenshots clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
@@ -41,14 +41,24 @@ test-short:
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
 
-# The store at scale (under 10 minutes on 2 cores): appends at 1/8/64
-# runtimes against raw KV puts, subjects, bytes and server memory per
+# The store at scale (under 10 minutes on 2 cores): the TypeScript client's
+# appends (bench-ts); appends at 1/8/64 through compactor.session.append
+# (below and past prepare_at, and at 10/1k/10k messages) and in process,
+# against raw KV puts; subjects, bytes and server memory per
 # message, idle sweeps of 1k/10k/100k sessions against reading records only,
 # compactions per second against the floor, three nodes against one, eval
 # through the service against in process, and a sizing model; writes
 # docs/SCALE.md and docs/scale.json. Exit 1 when a goal is missed, naming it.
-scale: build
+scale: build bench-ts
 	$(BIN) bench --scale --data ../shared/data --out docs/SCALE.md
+
+# The TypeScript client's appends against nats.js raw KV puts, 8 runtimes
+# (docs/TS-APPENDS.md; skipped, saying so, where Node is not installed).
+bench-ts: build
+	@if ! command -v node >/dev/null 2>&1; then \
+		echo "make bench-ts: Node is not installed: skipped (apt-get install nodejs npm)"; exit 0; fi; \
+	cd clients/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund; } && \
+		COMPACTOR_BIN=$(CURDIR)/$(BIN) node bench/append.js --runtimes 8 --seconds 5 --out ../../docs/TS-APPENDS.md
 
 # Faults under load (about 3 minutes on 2 cores): a three-node cluster, two
 # serve replicas, 50 runtimes for a minute; the meta leader and the

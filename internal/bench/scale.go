@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/models"
@@ -50,6 +51,9 @@ type ScaleOptions struct {
 	Runtimes []int
 	// AppendFor is how long each append measurement runs (default 4 s).
 	AppendFor time.Duration
+	// Lengths are the session lengths one runtime's appends through the
+	// endpoint are timed at (default 10, 1,000, 10,000 messages).
+	Lengths []int
 	// Fill is the messages written to measure subjects, bytes and memory
 	// per message (default 20,000).
 	Fill int
@@ -82,6 +86,9 @@ func (o *ScaleOptions) defaults() {
 	}
 	if o.Fill <= 0 {
 		o.Fill = 20000
+	}
+	if len(o.Lengths) == 0 {
+		o.Lengths = []int{10, 1000, 10000}
 	}
 	if len(o.Sweeps) == 0 {
 		o.Sweeps = []int{1000, 10000, 100000}
@@ -121,6 +128,11 @@ type ScaleReport struct {
 	Compact  *ThroughputRow `json:"compactions,omitempty"`
 	Cluster  *ClusterRow    `json:"cluster,omitempty"`
 	Eval     *EvalRow       `json:"eval,omitempty"`
+	// Endpoint is appends through compactor.session.append, on a server
+	// syncing always and one syncing every second; Lengths one
+	// runtime's at several session lengths (on the second).
+	Endpoint []EndpointRow `json:"endpoint"`
+	Lengths  []LengthRow   `json:"lengths"`
 	// Durability is appends and KV puts on one node at each way of
 	// syncing the store to disk.
 	Durability []DurabilityRow `json:"durability"`
@@ -310,8 +322,20 @@ func drive(n int, d time.Duration, do func(w, k int) error) (float64, int) {
 
 // appendPool is the messages the runtimes append: a real agent session
 // (the bundled tau-bench run), in order, its call ids unique per cycle.
+//
+// The pool is whole cycles of the run (at least n messages), so that a
+// runtime that has appended them all goes on from the first after the
+// system prompt: the last message of a cycle may come before the first.
+// (A pool that ended inside a cycle refused every append past its end:
+// make scale's one runtime appended 4,000 and then spent its time on
+// refusals.)
 func appendPool(n int) ([]session.Message, []json.RawMessage, float64, error) {
-	msgs, err := sessionOf(n)
+	src, err := transcript.Parse(demo.Trajectory)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	body := len(src) - 1
+	msgs, err := sessionOf(1 + (n-1+body-1)/body*body)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -745,6 +769,16 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 			n, row.SweepMS, row.FloorMS, row.Ratio, row.PeakGrowthMB)
 		rep.Sweeps = append(rep.Sweeps, row)
 	}
+	for i, sync := range []time.Duration{0, time.Second} {
+		rows, lengths, err := endpointRows(ctx, filepath.Join(dir, fmt.Sprint("endpoint-", i)), opt, sync, pool, raws, p)
+		if err != nil {
+			return nil, fmt.Errorf("appends through the endpoint: %w", err)
+		}
+		rep.Endpoint = append(rep.Endpoint, rows...)
+		if sync > 0 {
+			rep.Lengths = lengths
+		}
+	}
 	if rep.Durability, err = durability(ctx, dir, opt, pool, raws, p); err != nil {
 		return nil, fmt.Errorf("durability: %w", err)
 	}
@@ -991,6 +1025,20 @@ func scaleGoals(rep *ScaleReport) []Goal {
 		if a.Runtimes >= 8 {
 			add(fmt.Sprintf("appends at %d runtimes against raw KV puts", a.Runtimes), ">= 0.5x", fmt.Sprintf("%.2fx", a.Ratio), a.Ratio >= 0.5)
 		}
+	}
+	for _, e := range rep.Endpoint {
+		if e.Runtimes >= 8 && e.Sync != "always" {
+			add(fmt.Sprintf("appends through compactor.session.append at %d runtimes against raw KV puts, sessions below prepare_at (sync %s)", e.Runtimes, e.Sync), ">= 0.5x",
+				fmt.Sprintf("%.2fx (%.0f against %.0f/s)", e.BelowRatio, e.Below, e.Floor), e.BelowRatio >= 0.5)
+			add(fmt.Sprintf("the same, sessions passing prepare_at (sync %s)", e.Sync), ">= 0.3x",
+				fmt.Sprintf("%.2fx (%.0f/s, %d prepared)", e.PassingRatio, e.Passing, e.Prepared), e.PassingRatio >= 0.3)
+		}
+	}
+	if n := len(rep.Lengths); n > 1 {
+		first, last := rep.Lengths[0], rep.Lengths[n-1]
+		flat := last.MSPer / first.MSPer
+		add(fmt.Sprintf("an append's time at %d messages in the session against at %d", last.Messages, first.Messages), "<= 1.5x",
+			fmt.Sprintf("%.2fx (%.3f against %.3f ms)", flat, last.MSPer, first.MSPer), flat <= 1.5)
 	}
 	if rep.Separate && len(rep.Appends) > 0 {
 		worst := slices.MaxFunc(rep.Appends, func(a, b AppendRow) int { return cmpF(a.ServerMS, b.ServerMS) })

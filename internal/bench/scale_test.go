@@ -24,7 +24,7 @@ func TestScaleRunsShort(t *testing.T) {
 		t.Fatal(err)
 	}
 	convs := []transcript.Conversation{{Name: "tau-a", Source: "tau-bench", Messages: msgs}, {Name: "tau-b", Source: "tau-bench", Messages: msgs[:80]}}
-	rep, err := RunScale(context.Background(), ScaleOptions{Runtimes: []int{1, 8}, AppendFor: 300 * time.Millisecond,
+	rep, err := RunScale(context.Background(), ScaleOptions{Runtimes: []int{1, 8}, AppendFor: 300 * time.Millisecond, Lengths: []int{10, 600},
 		Fill: 600, Sweeps: []int{100, 300}, Shards: 2, Compactions: 8, Conversations: convs, EvalLimit: 2000})
 	if err != nil {
 		t.Fatal(err)
@@ -54,6 +54,20 @@ func TestScaleRunsShort(t *testing.T) {
 		if d.Appends <= 0 || d.Floor <= 0 {
 			t.Fatalf("durability %+v", rep.Durability)
 		}
+	}
+	// Appends through the endpoint on both servers, every runtime count,
+	// none failed (a failed append fails the run), the preparer at work
+	// on the sessions passing prepare_at; one runtime at each length.
+	if len(rep.Endpoint) != 4 || rep.Endpoint[0].Sync != "always" || rep.Endpoint[3].Sync != "1s" {
+		t.Fatalf("endpoint %+v", rep.Endpoint)
+	}
+	for _, e := range rep.Endpoint {
+		if e.Below <= 0 || e.Passing <= 0 || e.Floor <= 0 || e.InProcess <= 0 {
+			t.Fatalf("endpoint %+v", rep.Endpoint)
+		}
+	}
+	if len(rep.Lengths) != 2 || rep.Lengths[1].Messages != 600 || rep.Lengths[1].Appends <= 0 {
+		t.Fatalf("lengths %+v", rep.Lengths)
 	}
 	if len(rep.Sizing) != 3 || len(rep.Goals) < 5 {
 		t.Fatalf("sizing %+v goals %+v", rep.Sizing, rep.Goals)

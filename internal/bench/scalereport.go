@@ -44,7 +44,7 @@ func (r *ScaleReport) Markdown() string {
 		w("| %s | %s | %s | %s |", g.What, g.Want, g.Got, mark)
 	}
 	w("")
-	w("## Appends against raw KV puts")
+	w("## Appends in process against raw KV puts")
 	w("")
 	w("Each runtime appends one message at a time to its own session through the session use case (token counting, ids, the store); the floor puts the same bytes as KV values, one key each. CPU is milliseconds per operation.")
 	w("")
@@ -54,6 +54,29 @@ func (r *ScaleReport) Markdown() string {
 		w("| %d | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %v |", a.Runtimes, a.Floor, a.Appends, a.Ratio, a.FloorServerMS, a.ServerMS, a.FloorClientMS, a.ServiceMS, a.PerShardAppends)
 	}
 	w("")
+	if len(r.Endpoint) > 0 {
+		w("## Appends as a runtime makes them")
+		w("")
+		w("Each runtime appends one message at a time through `compactor.session.append` (the Go client: a request and its reply) to `compactor serve` as it runs (its endpoints, preparer and consumer, in the benchmark's process, a model that answers at once), against raw KV puts and the session use case in process, measured in the same run on the same server. *Below*: sessions far below prepare_at (a new gpt-4.1 session every %d messages: nothing to prepare). *Passing*: one gpt-4o session each (128k window), which passes prepare_at and its limit within seconds, so the preparer's work is in the figure. Process CPU is the benchmark process's (the runtimes' client and the service) per append, against its CPU per KV put (the client alone) and per append in process.", endpointSessionMessages)
+		w("")
+		w("| sync | runtimes | KV puts/s | in process/s | below/s | ratio | passing/s | ratio | prepared | process CPU, put | in process | below | passing | server CPU, below |")
+		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		for _, e := range r.Endpoint {
+			w("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.0f | %.2f | %d | %.3f | %.3f | %.3f | %.3f | %.3f |", e.Sync, e.Runtimes, e.Floor, e.InProcess, e.Below, e.BelowRatio, e.Passing, e.PassingRatio, e.Prepared,
+				e.FloorClientMS, e.InProcessMS, e.BelowProcessMS, e.PassingProcessMS, e.BelowServerMS)
+		}
+		w("")
+		if len(r.Lengths) > 0 {
+			w("One runtime appending to a session that holds some messages already (gpt-4.1, below prepare_at; the second server):")
+			w("")
+			w("| messages in the session | appends/s | ms per append | process CPU | server CPU |")
+			w("| ---: | ---: | ---: | ---: | ---: |")
+			for _, l := range r.Lengths {
+				w("| %d | %.0f | %.3f | %.3f | %.3f |", l.Messages, l.Appends, l.MSPer, l.ProcessMS, l.ServerMS)
+			}
+			w("")
+		}
+	}
 	if len(r.Durability) > 0 {
 		w("## Durability")
 		w("")
