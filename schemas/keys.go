@@ -106,18 +106,8 @@ func (s *keyScan) value(depth int) (err error, ok bool) {
 				return err, ok
 			}
 			s.path = s.path[:len(s.path)-1]
-			s.ws()
-			if s.i >= len(s.b) {
-				return nil, false
-			}
-			switch s.b[s.i] {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return nil, true
-			default:
-				return nil, false
+			if more, ok := s.after(']'); !more {
+				return nil, ok
 			}
 		}
 	case '"':
@@ -196,18 +186,26 @@ func (s *keyScan) object(depth int) (error, bool) {
 			return err, ok
 		}
 		s.path = s.path[:len(s.path)-1]
-		s.ws()
-		if s.i >= len(s.b) {
-			return nil, false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-		case '}':
-			s.i++
-			return nil, true
-		default:
-			return nil, false
+		if more, ok := s.after('}'); !more {
+			return nil, ok
 		}
 	}
+}
+
+// after scans what follows a value in an array or an object: a comma
+// (more is to come) or the closing byte; ok false is a syntax error.
+func (s *keyScan) after(closing byte) (more, ok bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, false
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return true, true
+	case closing:
+		s.i++
+		return false, true
+	}
+	return false, false
 }
