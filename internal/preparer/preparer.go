@@ -276,14 +276,16 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	cause, detail := CauseUnread, ""
 	p.mu.Lock()
 	e := p.est[tenant.Key(t, sessionID)]
-	if e != nil && e.head > 0 && head <= e.head {
+	if e != nil && e.head > 0 && head <= e.head && (e.limit == 0 || p.opt.Now().Sub(e.read) < p.opt.Recheck) {
 		// Counted already: a read that ended after this append (its
-		// reply and this call come after the write).
+		// reply and this call come after the write), or a read is
+		// queued. (Past Recheck it is read: the session may have been
+		// deleted and created again.)
 		p.mu.Unlock()
 		p.skipped.Add(1)
 		return
 	}
-	if e != nil && e.head > 0 && firstSeq <= e.head+1 {
+	if e != nil && e.head > 0 && head > e.head && firstSeq <= e.head+1 {
 		// No append unseen since the last count: the estimate holds
 		// (an append that a read counted in part errs high).
 		scaled := p.scaled(e, tokens)
@@ -371,9 +373,6 @@ func (p *Preparer) Created(ctx context.Context, sessionID string, head int64, to
 	key := tenant.Key(tenant.From(ctx), sessionID)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e := p.est[key]; e != nil && e.head >= head {
-		return // (a repeated create: its appends came since)
-	}
 	p.remember(key, &estimate{head: head, readHead: head, tokens: tokens, base: tokens, limit: limit, read: now})
 }
 
