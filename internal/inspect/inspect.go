@@ -415,15 +415,25 @@ type preparedView struct {
 	Tokens int // the context its commit would leave, when ready
 }
 
-func (h *handler) session(w http.ResponseWriter, r *http.Request) {
+// sessionScope is a session page's tenant scope and session id (the
+// path's {id}); on an error it answers 400 and returns false.
+func (h *handler) sessionScope(w http.ResponseWriter, r *http.Request) (context.Context, string, string, bool) {
 	ctx, tn, err := h.scope(r)
 	if err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
-		return
+		return nil, "", "", false
 	}
 	sid := r.PathValue("id")
 	if !events.ValidSessionID(sid) {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("session id %q: 1-200 letters, digits, '-' or '_'", sid))
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("session id %.64q: 1-200 letters, digits, '-' or '_'", sid))
+		return nil, "", "", false
+	}
+	return ctx, tn, sid, true
+}
+
+func (h *handler) session(w http.ResponseWriter, r *http.Request) {
+	ctx, tn, sid, ok := h.sessionScope(w, r)
+	if !ok {
 		return
 	}
 	hist, err := h.cfg.Sessions.History(ctx, sid)
@@ -530,14 +540,8 @@ type contextView struct {
 }
 
 func (h *handler) context(w http.ResponseWriter, r *http.Request) {
-	ctx, tn, err := h.scope(r)
-	if err != nil {
-		h.fail(w, r, http.StatusBadRequest, err)
-		return
-	}
-	sid := r.PathValue("id")
-	if !events.ValidSessionID(sid) {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("session id %.64q: 1-200 letters, digits, '-' or '_'", sid))
+	ctx, tn, sid, ok := h.sessionScope(w, r)
+	if !ok {
 		return
 	}
 	cv, err := h.cfg.Sessions.Context(ctx, sid)
