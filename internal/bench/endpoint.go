@@ -73,7 +73,6 @@ const endpointSessionMessages = 200
 
 // endpointEnv is the service serving the scale run's server.
 type endpointEnv struct {
-	svc    *app.App
 	nc     *nats.Conn
 	client *client.Client
 	stop   func()
@@ -99,13 +98,11 @@ func startEndpoints(ctx context.Context, srv *Server, shards int) (*endpointEnv,
 			if err == nil && p.Outcome == pipeline.PrepareDone {
 				e.prepares.Add(1)
 			}
-
 		}})
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	e.svc = svc
 	e.stop = func() { cancel(); _ = svc.Wait() }
 	if e.nc, err = nats.Connect(srv.URL); err != nil {
 		e.close()
@@ -123,15 +120,6 @@ func (e *endpointEnv) close() {
 		e.nc.Close()
 	}
 	e.stop()
-}
-
-// toClient is a pool message as the client sends it.
-func toClient(m session.Message) client.Message {
-	c, err := wire.Convert[client.Message](m)
-	if err != nil {
-		panic(err) // the bundled run's messages convert
-	}
-	return c
 }
 
 // endpointRun measures c runtimes appending through the endpoint: below
