@@ -14,7 +14,6 @@
 package ledger
 
 import (
-	"bytes"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -832,32 +831,6 @@ func program(c *call) string {
 
 // scan returns a tool output's error lines (a traceback answered by its
 // last line) and test summary lines, each once.
-// reportWords are what every line reErrorLine or reTestLine matches
-// holds, lower-cased: a line with none is neither (the regular
-// expressions, the costly part of reading a long output, are not run on
-// it).
-var reportWords = []string{"error", "exception", "fatal", "panic", "fail", "pass", "ok", "not found", "no such file", "segmentation", "e  ", "ran ", "test"}
-
-// mayReport reports whether line holds one of reportWords (lower is a
-// reused buffer).
-func mayReport(line string, lower *[]byte) bool {
-	b := (*lower)[:0]
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
-	}
-	*lower = b
-	for _, w := range reportWords {
-		if bytes.Contains(b, []byte(w)) {
-			return true
-		}
-	}
-	return false
-}
-
 func scan(text string) (errs, tests []string) {
 	lines := strings.Split(text, "\n")
 	inTraceback := false
@@ -871,16 +844,14 @@ func scan(text string) (errs, tests []string) {
 			inTraceback = true
 			continue
 		}
+		lower = lowerLine(t, lower)
 		if inTraceback {
-			if strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || i == len(lines)-1 && !reErrorLine.MatchString(t) {
+			if strings.HasPrefix(line, " ") || strings.HasPrefix(line, "\t") || i == len(lines)-1 && !errorLine(t, lower) {
 				continue
 			}
 			inTraceback = false
 		}
-		if !mayReport(t, &lower) {
-			continue // no word an error or a test run is told by
-		}
-		if reTestLine.MatchString(t) {
+		if testLine(t, lower) {
 			if !slices.Contains(tests, t) {
 				tests = append(tests, t)
 			}
@@ -889,7 +860,7 @@ func scan(text string) (errs, tests []string) {
 			}
 			continue
 		}
-		if reErrorLine.MatchString(t) && len(errs) < 3 && !slices.Contains(errs, t) {
+		if len(errs) < 3 && errorLine(t, lower) && !slices.Contains(errs, t) {
 			if strings.HasSuffix(t, ":") && len(t) < 12 {
 				// "ERROR:" alone: the message is on the next line.
 				for _, next := range lines[i+1:] {

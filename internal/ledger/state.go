@@ -217,12 +217,14 @@ func approval(asked, reply string, seq int64) (Approval, bool) {
 	if len(tail) > 400 {
 		tail = tail[len(tail)-400:]
 	}
-	loc := reAsk.FindStringIndex(tail)
-	if loc == nil {
-		return Approval{}, false
-	}
+	// The reply first: anchored, it is cheap where the question's
+	// expression, run at every place of the tail, is not.
 	yes, no := reYes.MatchString(reply), reNo.MatchString(reply)
 	if yes == no {
+		return Approval{}, false
+	}
+	loc := reAsk.FindStringIndex(tail)
+	if loc == nil {
 		return Approval{}, false
 	}
 	return Approval{Asked: short(oneLine(sentenceAt(tail, loc[0])), 100), Approved: yes, Answer: short(oneLine(reply), 40), Seq: seq}, true

@@ -1,0 +1,93 @@
+package ledger
+
+import (
+	"bytes"
+)
+
+// A long tool output is mostly lines that report nothing, and running
+// reErrorLine and reTestLine on each (alternatives that begin with ".*")
+// was most of a compaction's own work on a 1,000-message session (issue
+// 43). Each alternative of the two expressions begins with, or holds, a
+// fixed word; errorLine and testLine run an expression only on a line
+// that holds one where the alternative needs it, so they answer what the
+// expression alone answers.
+
+// lowerLine is line in ASCII lower case, in buf (reused).
+func lowerLine(line string, buf []byte) []byte {
+	b := buf[:0]
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// foldsOutsideASCII reports whether l holds a character that (?i) folds to
+// an ASCII letter (the long s to s, the Kelvin sign to k): the fixed words
+// below are compared in ASCII, so such a line goes to the expression.
+func foldsOutsideASCII(l []byte) bool {
+	return bytes.Contains(l, []byte("\u017f")) || bytes.Contains(l, []byte("\u212a"))
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || '0' <= c && c <= '9' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z'
+}
+
+// mayBeError reports whether the lower-cased line l could match
+// reErrorLine: it holds the fixed part of one of its alternatives where
+// that alternative has it.
+func mayBeError(l []byte) bool {
+	i := 0
+	for i < len(l) && (isWordByte(l[i]) || l[i] == '.') {
+		i++
+	}
+	// \w+(\.\w+)*(Error|Exception)\b, error(\[\w+\])?:, Error: — all in
+	// the leading run of word characters and dots.
+	if lead := l[:i]; bytes.Contains(lead, []byte("error")) || bytes.Contains(lead, []byte("exception")) {
+		return true
+	}
+	for _, p := range []string{"fatal:", "panic:", "e  ", "failed"} {
+		if bytes.HasPrefix(l, []byte(p)) {
+			return true
+		}
+	}
+	for _, w := range []string{": command not found", ": no such file or directory", ": error: ", ": fatal error: ", "segmentation fault"} {
+		if bytes.Contains(l, []byte(w)) {
+			return true
+		}
+	}
+	return foldsOutsideASCII(l)
+}
+
+// mayBeTest reports whether the lower-cased line l could match
+// reTestLine: every alternative begins with one of a few words or a
+// digit.
+func mayBeTest(l []byte) bool {
+	if len(l) == 0 {
+		return false
+	}
+	if c := l[0]; c == '=' || '0' <= c && c <= '9' {
+		return true
+	}
+	for _, p := range []string{"ok", "fail", "--- fail: ", "ran ", "test"} {
+		if bytes.HasPrefix(l, []byte(p)) {
+			return true
+		}
+	}
+	return foldsOutsideASCII(l)
+}
+
+// errorLine reports whether line (trimmed) matches reErrorLine; l is its
+// lowerLine.
+func errorLine(line string, l []byte) bool {
+	return mayBeError(l) && reErrorLine.MatchString(line)
+}
+
+// testLine reports whether line (trimmed) matches reTestLine; l is its
+// lowerLine.
+func testLine(line string, l []byte) bool {
+	return mayBeTest(l) && reTestLine.MatchString(line)
+}

@@ -1,0 +1,96 @@
+package ledger
+
+import (
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/compactor/compactor/internal/demo"
+)
+
+// The gates answer what the expressions alone answer, on real tool output
+// (the bundled run, and the trajectories of ../shared/data when there),
+// on a line for each alternative, and on lines made of their pieces.
+func TestLineGatesAnswerAsTheExpressions(t *testing.T) {
+	lines := corpusLines(t)
+	if len(lines) < 1000 {
+		t.Fatalf("corpus of %d lines", len(lines))
+	}
+	var buf []byte
+	matched := [2]int{}
+	for _, line := range lines {
+		l := strings.TrimSpace(line)
+		buf = lowerLine(l, buf)
+		if got, want := errorLine(l, buf), reErrorLine.MatchString(l); got != want {
+			t.Errorf("errorLine(%q) = %v, the expression says %v", l, got, want)
+		} else if want {
+			matched[0]++
+		}
+		if got, want := testLine(l, buf), reTestLine.MatchString(l); got != want {
+			t.Errorf("testLine(%q) = %v, the expression says %v", l, got, want)
+		} else if want {
+			matched[1]++
+		}
+	}
+	// A gate that answered false everywhere would pass the checks above
+	// only if the corpus held no reporting line.
+	if matched[0] < 20 || matched[1] < 10 {
+		t.Fatalf("only %d error and %d test lines in the corpus", matched[0], matched[1])
+	}
+}
+
+func corpusLines(t *testing.T) []string {
+	t.Helper()
+	lines := []string{
+		"ValueError: bad", "foo.bar.KeyError", "a.Error", "xError", "Error", "Error: no", "ERROR[E0308]: mismatched",
+		"error:", "error[x]:", "fatal: not a git repository", "panic: runtime error", "E   assert 1 == 2", "E  x",
+		"FAILED tests/test_a.py::test_b", "FAILEDx", "bash: foo: command not found", "cat: x: No such file or directory",
+		"main.go:12:3: error: undefined", "a.c:1: fatal error: x.h", "Segmentation fault (core dumped)", "zsh: segmentation fault  ./a",
+		"==== 3 passed in 0.1s ====", "===== 1 failed, 2 passed in 1.2s =====", "ok  	pkg/x	0.12s", "FAIL	pkg/y	1.0s",
+		"--- FAIL: TestX (0.00s)", "Ran 12 tests in 0.003s", "OK", "FAILED (failures=1)", "Tests: 3 passed, 1 failed",
+		"test result: ok. 3 passed", "12 passing (30ms)", "2 failing", "Test: passed", "okay", "failing", "ran", "testing",
+		"\u017fegmentation fault", "\u212aeyError", "o\u212a", "Te\u017ft: passed", "tests: 1 pa\u017f\u017fed",
+		"The error: was here", "x = ValueError", "Traceback (most recent call last):", "no errors", "e  ", "E  ",
+	}
+	trajectory := string(demo.Trajectory)
+	sources := []string{trajectory}
+	files, _ := filepath.Glob("../../../shared/data/agent_trajectories/*/*")
+	for _, f := range files {
+		if b, err := os.ReadFile(f); err == nil && len(b) < 8<<20 {
+			sources = append(sources, string(b))
+		}
+	}
+	for _, s := range sources {
+		// JSON-encoded outputs hold their newlines escaped.
+		for _, l := range strings.Split(strings.ReplaceAll(s, `\n`, "\n"), "\n") {
+			lines = append(lines, l)
+		}
+	}
+	// Lines made of the expressions' pieces, at random.
+	pieces := []string{"Error", "error", "Exception", "[E1]", ":", ": ", " ", "  ", "fatal", "panic", "E", "FAILED", "FAIL", "ok", "OK",
+		"passed", "failed", "errors", "passing", "failing", "=", "==", " in ", "Ran ", "3", "0.5s", "tests", "Test", "test result",
+		"command not found", "No such file or directory", "a.go", ":12", "Segmentation fault", "x", ".", "(", ")", "\t", "fatal error", "\u017f", "\u212a"}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 20000 {
+		var b strings.Builder
+		for range 1 + r.IntN(8) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		lines = append(lines, b.String())
+	}
+	return lines
+}
+
+// BenchmarkScan reads the bundled run's tool outputs as a compaction's
+// ledger does.
+func BenchmarkScan(b *testing.B) {
+	texts := strings.Split(strings.ReplaceAll(string(demo.Trajectory), `\n`, "\n"), `"content"`)
+	b.ResetTimer()
+	for b.Loop() {
+		for _, s := range texts {
+			scan(s)
+		}
+	}
+}
