@@ -343,7 +343,7 @@ func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, [][]b
 	whole := make([][]byte, len(msgs))
 	total := 0
 	for i := range msgs {
-		b, err := json.Marshal(&msgs[i])
+		b, err := marshalMessage(&msgs[i])
 		if err != nil {
 			return entry{}, nil, nil, fmt.Errorf("%w: message %s: %v", session.ErrInvalid, msgs[i].ID, err)
 		}
@@ -381,6 +381,14 @@ func (s *Sessions) encodeEntry(msgs []session.Message) (entry, [][][]byte, [][]b
 		sizes[big] = len(stub)
 	}
 	return e, chunks, whole, nil
+}
+
+// marshalMessage is m's JSON: session.AppendJSON's, else json.Marshal's.
+func marshalMessage(m *session.Message) ([]byte, error) {
+	if b, ok := session.AppendJSON(nil, m); ok {
+		return b, nil
+	}
+	return json.Marshal(m)
 }
 
 // marshalEntry is the JSON of e, whose messages without a blob are

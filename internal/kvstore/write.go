@@ -254,7 +254,7 @@ func (s *Sessions) writeAll(ctx context.Context, w where, rec *record, msgs []se
 	}
 	sizes := make([]int, len(msgs))
 	for i := range msgs {
-		b, err := json.Marshal(&msgs[i])
+		b, err := marshalMessage(&msgs[i])
 		if err != nil {
 			return fmt.Errorf("%w: message %d: %v", session.ErrInvalid, i, err)
 		}

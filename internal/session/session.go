@@ -106,6 +106,10 @@ func (c *Content) UnmarshalJSON(b []byte) error {
 		*c = Content{}
 		return nil
 	case b[0] == '"':
+		if s, ok := Unquote(b); ok {
+			*c = Content{Text: s, Empty: s == ""}
+			return nil
+		}
 		var s string
 		if err := json.Unmarshal(b, &s); err != nil {
 			return err
