@@ -73,9 +73,14 @@ var (
 // call makes one endpoint request with a JSON body and decodes the answer
 // into out.
 func (c *Client) call(ctx context.Context, subject string, body, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return fmt.Errorf("client: %s: %w", subject, err)
+	var b []byte
+	if raw, ok := body.(rawBody); ok {
+		b = raw
+	} else {
+		var err error
+		if b, err = json.Marshal(body); err != nil {
+			return fmt.Errorf("client: %s: %w", subject, err)
+		}
 	}
 	if room := c.nc.MaxPayload(); int64(len(b)) > room {
 		return fmt.Errorf("client: %s: a request of %d bytes is over the server's max_payload (%d)", subject, len(b), room)
@@ -166,6 +171,34 @@ type appendBody struct {
 	ExpectedHeadSeq *int64            `json:"expected_head_seq,omitempty"`
 }
 
+// rawBody is a request body encoded already: call sends it as it is.
+type rawBody []byte
+
+// marshal is b's JSON, as json.Marshal writes it, written around the
+// messages' own JSON: json.Marshal would scan each message again (issue
+// 43).
+func (b *appendBody) marshal() rawBody {
+	n := 64 + len(b.SessionID)
+	for _, m := range b.Messages {
+		n += len(m) + 1
+	}
+	out := make([]byte, 0, n)
+	sid, _ := json.Marshal(b.SessionID)
+	out = append(append(out, `{"session_id":`...), sid...)
+	out = append(out, `,"messages":[`...)
+	for i, m := range b.Messages {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, m...)
+	}
+	out = append(out, ']')
+	if b.ExpectedHeadSeq != nil {
+		out = strconv.AppendInt(append(out, `,"expected_head_seq":`...), *b.ExpectedHeadSeq, 10)
+	}
+	return append(out, '}')
+}
+
 // Append adds messages to a session. A message whose id is stored already
 // is not written again (the answer says so): an append is safe to repeat.
 // Messages too large for one request (over the server's max_payload) are
@@ -212,7 +245,7 @@ func (c *Client) Append(ctx context.Context, sessionID string, msgs []Message, o
 		return Appended{}, fmt.Errorf("client: %d messages do not fit one append even uploaded one by one: append fewer at once", len(msgs))
 	}
 	var out Appended
-	return out, c.call(ctx, api.SubjectAppend, b, &out)
+	return out, c.call(ctx, api.SubjectAppend, b.marshal(), &out)
 }
 
 // upload stores a message's JSON in parts and returns the reference to

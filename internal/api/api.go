@@ -440,14 +440,16 @@ func (s *Server) fail(r micro.Request, err error) {
 // decode reads a request's body into v: one JSON object, no field v does
 // not know (a misspelt "context_limt" is refused, not ignored). Errors name
 // the fields as the body does.
-func decode(r micro.Request, v any) error {
-	if len(r.Data()) == 0 {
+func decode(r micro.Request, v any) error { return decodeBody(r.Data(), v) }
+
+func decodeBody(data []byte, v any) error {
+	if len(data) == 0 {
 		return fmt.Errorf("%w: empty body, want a JSON object", errBadRequest)
 	}
-	if err := schemas.CheckKeys(r.Data()); err != nil {
+	if err := schemas.CheckKeys(data); err != nil {
 		return fmt.Errorf("%w: body: %v", errBadRequest, err)
 	}
-	dec := json.NewDecoder(bytes.NewReader(r.Data()))
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: body: %v", errBadRequest, schemas.DescribeJSON(err))
@@ -859,12 +861,15 @@ func parseMessages(raw json.RawMessage, allowEmpty bool) ([]session.Message, err
 		}
 		return nil, fmt.Errorf("%w: messages is required", errBadRequest)
 	}
-	if err := checkMessages(raw); err != nil {
-		return nil, err
-	}
-	msgs, err := transcript.Parse(raw)
-	if err != nil {
-		return nil, err
+	msgs, ok := parseAtOnce(raw)
+	if !ok {
+		if err := checkMessages(raw); err != nil {
+			return nil, err
+		}
+		var err error
+		if msgs, err = transcript.Parse(raw); err != nil {
+			return nil, err
+		}
 	}
 	if len(msgs) > sessions.MaxMessagesPerCall {
 		return nil, fmt.Errorf("%w: %d messages in one request, at most %d: send the rest with session.append", errBadRequest, len(msgs), sessions.MaxMessagesPerCall)
@@ -943,19 +948,22 @@ type AppendBody struct {
 
 func (s *Server) sessionAppend(r micro.Request) {
 	s.write(r, func(ctx context.Context) (any, error) {
-		var b AppendBody
-		if err := decodeSessionBody(r, &b, &b.SessionID); err != nil {
-			return nil, err
-		}
-		// Messages uploaded in parts ({"upload_id"}) take their places, and
-		// are removed once appended.
-		raw, ids, err := s.d.Sessions.ResolveUploads(ctx, b.SessionID, b.Messages)
-		if err != nil {
-			return nil, err
-		}
-		msgs, err := parseMessages(raw, false)
-		if err != nil {
-			return nil, err
+		b, msgs, ok := decodeAppendAtOnce(r.Data())
+		var ids []string
+		if !ok {
+			if err := decodeSessionBody(r, &b, &b.SessionID); err != nil {
+				return nil, err
+			}
+			// Messages uploaded in parts ({"upload_id"}) take their
+			// places, and are removed once appended.
+			raw, uids, err := s.d.Sessions.ResolveUploads(ctx, b.SessionID, b.Messages)
+			if err != nil {
+				return nil, err
+			}
+			if msgs, err = parseMessages(raw, false); err != nil {
+				return nil, err
+			}
+			ids = uids
 		}
 		out, err := s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
 		if err == nil {

@@ -7,7 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
+	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/internal/transcript"
 	"github.com/compactor/compactor/schemas"
 )
 
@@ -80,9 +84,6 @@ func checkMessages(raw json.RawMessage) error {
 		}
 		return nil // transcript.Parse says what is missing
 	}
-	if checkedAtOnce(raw) {
-		return nil
-	}
 	var elems []json.RawMessage
 	if err := json.Unmarshal(raw, &elems); err != nil {
 		return fmt.Errorf("%w: messages must be an array of messages: %v", errBadRequest, schemas.DescribeJSON(err))
@@ -111,23 +112,91 @@ func checkMessages(raw json.RawMessage) error {
 	return nil
 }
 
-// checkedAtOnce reports whether the messages array raw passes
-// checkMessages, decoded whole in one pass: the usual append. When it
-// does not (an error, or an upload reference), checkMessages goes through
-// it a message at a time, to say which one is wrong and how.
-func checkedAtOnce(raw json.RawMessage) bool {
+// atOnceMessage is wireMessage with the chat fields in the service's own
+// types: parseAtOnce decodes the usual append into it in one pass.
+type atOnceMessage struct {
+	ID         transcript.ID      `json:"id"`
+	Role       session.Role       `json:"role"`
+	Content    session.Content    `json:"content"`
+	Name       string             `json:"name"`
+	ToolCalls  []session.ToolCall `json:"tool_calls"`
+	ToolCallID string             `json:"tool_call_id"`
+	// Set by the service; ignored.
+	Seq          json.RawMessage `json:"seq"`
+	Tokens       json.RawMessage `json:"tokens"`
+	IsCompaction json.RawMessage `json:"is_compaction"`
+	Compaction   json.RawMessage `json:"compaction"`
+	SummarisedBy json.RawMessage `json:"summarised_by"`
+	UploadID     json.RawMessage `json:"upload_id"`
+}
+
+// parseAtOnce decodes a messages array in one pass, as checkMessages and
+// transcript.Parse together would take it, and reports whether it did:
+// the usual append (issue 43: the array was decoded twice, checked, then
+// parsed). Anything else — an error, an upload reference, content parts,
+// a message Validate refuses — answers false, and checkMessages and
+// transcript.Parse say what is wrong as before.
+func parseAtOnce(raw json.RawMessage) ([]session.Message, bool) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || raw[0] != '[' || !utf8.Valid(raw) {
+		return nil, false
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
-	var all []wireMessage
+	var all []atOnceMessage
 	if dec.Decode(&all) != nil || dec.More() {
-		return false
+		return nil, false
 	}
+	return messagesOf(all)
+}
+
+// messagesOf converts what parseAtOnce decoded, and reports whether every
+// message is one it takes.
+func messagesOf(all []atOnceMessage) ([]session.Message, bool) {
+	if len(all) == 0 {
+		return nil, false
+	}
+	out := make([]session.Message, len(all))
 	for i := range all {
-		if all[i].UploadID != nil || checkContent(all[i].Content) != nil {
-			return false
+		w := &all[i]
+		if w.UploadID != nil || len(w.Content.Parts) > 0 {
+			return nil, false
+		}
+		out[i] = session.Message{ID: string(w.ID), Role: w.Role, Content: w.Content, Name: w.Name, ToolCalls: w.ToolCalls, ToolCallID: w.ToolCallID}
+		transcript.DefaultTypes(&out[i])
+		if out[i].Validate() != nil {
+			return nil, false
 		}
 	}
-	return true
+	return out, true
+}
+
+// appendAtOnce is AppendBody with its messages decoded in the same pass.
+type appendAtOnce struct {
+	SessionID       string          `json:"session_id"`
+	Messages        []atOnceMessage `json:"messages"`
+	ExpectedHeadSeq *int64          `json:"expected_head_seq"`
+}
+
+// decodeAppendAtOnce decodes a session.append body and its messages in
+// one pass, and reports whether it did: the usual append, with no upload.
+// Anything else answers false, and the endpoint goes the long way (decode,
+// uploads, checkMessages, transcript.Parse), which says what is wrong.
+func decodeAppendAtOnce(data []byte) (AppendBody, []session.Message, bool) {
+	if bytes.Contains(data, []byte(`"upload_id"`)) || !utf8.Valid(data) || schemas.CheckKeys(data) != nil {
+		return AppendBody{}, nil, false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var b appendAtOnce
+	if dec.Decode(&b) != nil || dec.More() || checkSessionID(b.SessionID) != nil {
+		return AppendBody{}, nil, false
+	}
+	msgs, ok := messagesOf(b.Messages)
+	if !ok || len(msgs) > sessions.MaxMessagesPerCall {
+		return AppendBody{}, nil, false
+	}
+	return AppendBody{SessionID: b.SessionID, ExpectedHeadSeq: b.ExpectedHeadSeq}, msgs, true
 }
 
 // checkContent checks a message's content parts: each of a known type, an

@@ -25,7 +25,7 @@ var ErrFormat = errors.New("not a conversation")
 type wireMessage struct {
 	// ID is the runtime's own id of the message, kept: an append repeated
 	// with the same ids is applied once.
-	ID          wireID             `json:"id"`
+	ID          ID                 `json:"id"`
 	Role        session.Role       `json:"role"`
 	Content     session.Content    `json:"content"`
 	Name        string             `json:"name"`
@@ -34,26 +34,30 @@ type wireMessage struct {
 	ToolCallIDs []string           `json:"tool_call_ids"`
 }
 
-// wireID is a message id: a string, or a number taken as its decimal text.
-type wireID string
+// ID is a message id as runtimes send it: a string, or a number taken as
+// its decimal text.
+type ID string
 
-func (id *wireID) UnmarshalJSON(b []byte) error {
+// UnmarshalJSON takes a string, a number or null (no id).
+func (id *ID) UnmarshalJSON(b []byte) error {
 	b = bytes.TrimSpace(b)
 	switch {
 	case len(b) == 0 || string(b) == "null":
 		*id = ""
 	case b[0] == '"':
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
+		s, ok := session.Unquote(b)
+		if !ok {
+			if err := json.Unmarshal(b, &s); err != nil {
+				return err
+			}
 		}
-		*id = wireID(s)
+		*id = ID(s)
 	default:
 		var n json.Number
 		if err := json.Unmarshal(b, &n); err != nil {
 			return fmt.Errorf("id must be a string or a number, got %s", b)
 		}
-		*id = wireID(n.String())
+		*id = ID(n.String())
 	}
 	return nil
 }
@@ -63,12 +67,18 @@ func (w wireMessage) message() session.Message {
 	if m.ToolCallID == "" && len(w.ToolCallIDs) > 0 {
 		m.ToolCallID = w.ToolCallIDs[0]
 	}
+	DefaultTypes(&m)
+	return m
+}
+
+// DefaultTypes gives m's tool calls without a type the only one there is,
+// "function", as Parse does.
+func DefaultTypes(m *session.Message) {
 	for i := range m.ToolCalls {
 		if m.ToolCalls[i].Type == "" {
 			m.ToolCalls[i].Type = "function"
 		}
 	}
-	return m
 }
 
 // Parse reads a conversation: a JSON array of chat messages, an object with
