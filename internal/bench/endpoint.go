@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/app"
@@ -51,6 +53,13 @@ type EndpointRow struct {
 	BelowProcessMS   float64 `json:"below_process_cpu_ms"`
 	PassingServerMS  float64 `json:"passing_server_cpu_ms"`
 	PassingProcessMS float64 `json:"passing_process_cpu_ms"`
+	// Relay is the floor of any endpoint that writes an append: a NATS
+	// micro endpoint on the same server that puts each request's body as
+	// one KV value and replies (startRelay), driven by as many runtimes
+	// with the same bodies. RelayRatio is Below over it: what the
+	// service costs beyond a request, its reply and one write.
+	Relay      float64 `json:"relay_per_s"`
+	RelayRatio float64 `json:"below_over_relay"`
 	// Prepared is the preparations made during the passing run.
 	Prepared int64 `json:"prepared"`
 	Errors   int   `json:"errors"`
@@ -80,6 +89,8 @@ type endpointEnv struct {
 	prepares atomic.Int64
 	// firstErr is the first append that failed, for the error.
 	firstErr atomic.Pointer[error]
+	// relayStop stops the relay (startRelay).
+	relayStop func()
 }
 
 // startEndpoints starts the service against srv (already provisioned) as
@@ -119,7 +130,79 @@ func (e *endpointEnv) close() {
 	if e.nc != nil {
 		e.nc.Close()
 	}
+	if e.relayStop != nil {
+		e.relayStop()
+	}
 	e.stop()
+}
+
+// relaySubject is the relay's endpoint (startRelay).
+const relaySubject = "bench.relay.append"
+
+// startRelay starts the relay on srv: a micro service whose endpoint puts
+// each request's body in a KV bucket of its own (file storage, one
+// replica, as the service's) and replies once the put is acknowledged,
+// each request in its own goroutine (as the service answers). It is what
+// an append through any request/reply endpoint costs at least: the
+// request, one JetStream write and the reply.
+func (e *endpointEnv) startRelay(ctx context.Context, srv *Server) error {
+	nc, err := nats.Connect(srv.URL)
+	if err != nil {
+		return err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_relay", Storage: jetstream.FileStorage, History: 1})
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	var n atomic.Int64
+	svc, err := micro.AddService(nc, micro.Config{Name: "bench-relay", Version: "0.0.1"})
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	err = svc.AddEndpoint("append", micro.HandlerFunc(func(r micro.Request) {
+		go func() {
+			if _, err := kv.Put(ctx, fmt.Sprintf("r.%d", n.Add(1)), r.Data()); err != nil {
+				_ = r.Error("503", err.Error(), nil)
+				return
+			}
+			_ = r.Respond([]byte(`{"status":"applied"}`))
+		}()
+	}), micro.WithEndpointSubject(relaySubject))
+	if err != nil {
+		_ = svc.Stop()
+		nc.Close()
+		return err
+	}
+	e.relayStop = func() { _ = svc.Stop(); nc.Close() }
+	return nil
+}
+
+// relayRun drives c runtimes through the relay for d, each request the
+// body the client sends for one of the pool's messages.
+func (e *endpointEnv) relayRun(ctx context.Context, c int, d time.Duration, pool []client.Message) (float64, error) {
+	bodies := make([][]byte, len(pool))
+	for i := range pool {
+		b, err := json.Marshal(map[string]any{"session_id": "relay", "messages": pool[i : i+1]})
+		if err != nil {
+			return 0, err
+		}
+		bodies[i] = b
+	}
+	rate, errs := drive(c, d, func(w, k int) error {
+		_, err := e.nc.RequestWithContext(ctx, relaySubject, bodies[(w*7919+k)%len(bodies)])
+		return err
+	})
+	if errs > 0 {
+		return rate, fmt.Errorf("%d relay requests failed", errs)
+	}
+	return rate, nil
 }
 
 // endpointRun measures c runtimes appending through the endpoint: below
@@ -260,6 +343,9 @@ func endpointRows(ctx context.Context, dir string, opt ScaleOptions, sync time.D
 		return nil, nil, err
 	}
 	defer ep.close()
+	if err := ep.startRelay(ctx, srv); err != nil {
+		return nil, nil, fmt.Errorf("relay: %w", err)
+	}
 	cp, err := wire.Convert[[]client.Message](pool)
 	if err != nil {
 		return nil, nil, err
@@ -281,10 +367,13 @@ func endpointRows(ctx context.Context, dir string, opt ScaleOptions, sync time.D
 		if row.Errors > 0 {
 			return nil, nil, fmt.Errorf("endpoint x%d: %d appends failed, the first: %v", c, row.Errors, *ep.firstErr.Load())
 		}
+		if row.Relay, err = ep.relayRun(ctx, c, opt.AppendFor, cp); err != nil {
+			return nil, nil, fmt.Errorf("relay x%d: %w", c, err)
+		}
 		row.Sync, row.Floor, row.InProcess, row.FloorClientMS, row.InProcessMS = name, in.Floor, in.Appends, in.FloorClientMS, in.ServiceMS
-		row.BelowRatio, row.PassingRatio = row.Below/row.Floor, row.Passing/row.Floor
-		p("endpoint (sync %s) x%-2d: %.0f/s below prepare_at (%.2fx), %.0f/s passing it (%.2fx, %d prepared), %.0f in process, %.0f KV puts/s; process CPU %.3f ms/append (in process %.3f, KV client %.3f)",
-			name, c, row.Below, row.BelowRatio, row.Passing, row.PassingRatio, row.Prepared, row.InProcess, row.Floor, row.BelowProcessMS, row.InProcessMS, row.FloorClientMS)
+		row.BelowRatio, row.PassingRatio, row.RelayRatio = row.Below/row.Floor, row.Passing/row.Floor, row.Below/max(row.Relay, 1)
+		p("endpoint (sync %s) x%-2d: %.0f/s below prepare_at (%.2fx), %.0f/s passing it (%.2fx, %d prepared), %.0f in process, %.0f KV puts/s, %.0f through the relay (below %.2fx of it); process CPU %.3f ms/append (in process %.3f, KV client %.3f)",
+			name, c, row.Below, row.BelowRatio, row.Passing, row.PassingRatio, row.Prepared, row.InProcess, row.Floor, row.Relay, row.RelayRatio, row.BelowProcessMS, row.InProcessMS, row.FloorClientMS)
 		rows = append(rows, row)
 	}
 	var lengths []LengthRow

@@ -57,13 +57,13 @@ func (r *ScaleReport) Markdown() string {
 	if len(r.Endpoint) > 0 {
 		w("## Appends as a runtime makes them")
 		w("")
-		w("Each runtime appends one message at a time through `compactor.session.append` (the Go client: a request and its reply) to `compactor serve` as it runs (its endpoints, preparer and consumer, in the benchmark's process, a model that answers at once), against raw KV puts and the session use case in process, measured in the same run on the same server. *Below*: sessions far below prepare_at (a new gpt-4.1 session every %d messages: nothing to prepare). *Passing*: one gpt-4o session each (128k window), which passes prepare_at and its limit within seconds, so the preparer's work is in the figure. Process CPU is the benchmark process's (the runtimes' client and the service) per append, against its CPU per KV put (the client alone) and per append in process.", endpointSessionMessages)
+		w("Each runtime appends one message at a time through `compactor.session.append` (the Go client: a request and its reply) to `compactor serve` as it runs (its endpoints, preparer and consumer, in the benchmark's process, a model that answers at once), against raw KV puts and the session use case in process, measured in the same run on the same server. *Below*: sessions far below prepare_at (a new gpt-4.1 session every %d messages: nothing to prepare). *Passing*: one gpt-4o session each (128k window), which passes prepare_at and its limit within seconds, so the preparer's work is in the figure. Process CPU is the benchmark process's (the runtimes' client and the service) per append, against its CPU per KV put (the client alone) and per append in process. *Relay* is the floor of any endpoint that takes an append: a NATS micro endpoint on the same server that puts each request's body (the same bodies) as one KV value and replies, nothing else; an append through an endpoint crosses the server twice (the request and its reply, then the write and its acknowledgement) where a raw KV put crosses it once, so the relay runs at about half the raw puts' rate where the server's CPU is what limits.", endpointSessionMessages)
 		w("")
-		w("| sync | runtimes | KV puts/s | in process/s | below/s | ratio | passing/s | ratio | prepared | process CPU, put | in process | below | passing | server CPU, below |")
-		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+		w("| sync | runtimes | KV puts/s | relay/s | in process/s | below/s | ratio | ÷ relay | passing/s | ratio | prepared | process CPU, put | in process | below | passing | server CPU, below |")
+		w("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 		for _, e := range r.Endpoint {
-			w("| %s | %d | %.0f | %.0f | %.0f | %.2f | %.0f | %.2f | %d | %.3f | %.3f | %.3f | %.3f | %.3f |", e.Sync, e.Runtimes, e.Floor, e.InProcess, e.Below, e.BelowRatio, e.Passing, e.PassingRatio, e.Prepared,
-				e.FloorClientMS, e.InProcessMS, e.BelowProcessMS, e.PassingProcessMS, e.BelowServerMS)
+			w("| %s | %d | %.0f | %.0f | %.0f | %.0f | %.2f | %.2f | %.0f | %.2f | %d | %.3f | %.3f | %.3f | %.3f | %.3f |", e.Sync, e.Runtimes, e.Floor, e.Relay, e.InProcess, e.Below, e.BelowRatio, e.RelayRatio,
+				e.Passing, e.PassingRatio, e.Prepared, e.FloorClientMS, e.InProcessMS, e.BelowProcessMS, e.PassingProcessMS, e.BelowServerMS)
 		}
 		w("")
 		if len(r.Lengths) > 0 {
