@@ -62,7 +62,7 @@ func TestScaleRunsShort(t *testing.T) {
 		t.Fatalf("endpoint %+v", rep.Endpoint)
 	}
 	for _, e := range rep.Endpoint {
-		if e.Below <= 0 || e.Passing <= 0 || e.Floor <= 0 || e.InProcess <= 0 {
+		if e.Below <= 0 || e.Passing <= 0 || e.Floor <= 0 || e.InProcess <= 0 || e.Relay <= 0 || e.RelayRatio <= 0 {
 			t.Fatalf("endpoint %+v", rep.Endpoint)
 		}
 	}
