@@ -2,10 +2,12 @@ package kvstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -339,4 +341,71 @@ func TestUploadPartsExpire(t *testing.T) {
 	if got := m.Header.Get(jetstream.MsgTTLHeader); got != kvstore.UploadTTL.String() {
 		t.Fatalf("upload part's TTL %q, want %s", got, kvstore.UploadTTL)
 	}
+}
+
+// A commit tries the record it was planned on from this replica's cache:
+// when another replica committed meanwhile, the compare-and-set fails, the
+// record is read again and the commit refused; the one committed stands
+// and the history is its chain. Planned on what is stored, it commits
+// from the cache.
+func TestACommitOnAStaleCachedRecordIsRefused(t *testing.T) {
+	nc, js := jetStream(t)
+	ctx := context.Background()
+	a, _ := kvstore.NewSessions(ctx, nc, js)
+	b, _ := kvstore.NewSessions(ctx, nc, js) // another replica
+	msgs := make([]session.Message, 0, 12)
+	for i := range 6 {
+		msgs = append(msgs, session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("question %d", i))},
+			session.Message{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("answer %d", i))})
+	}
+	if _, err := a.Create(ctx, session.Record{SessionID: "r"}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	commit := func(s *kvstore.Sessions, upTo int, id string) error {
+		sess, err := s.Load(ctx, "r", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Commit(ctx, commitOf(sess, upTo, id))
+		return err
+	}
+	// a plans (its cache now holds the record); b commits first.
+	sess, _ := a.Load(ctx, "r", true)
+	if err := commit(b, 6, "by-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Commit(ctx, commitOf(sess, 4, "by-a")); !errors.Is(err, session.ErrConflict) {
+		t.Fatalf("commit on the stale record: %v, want ErrConflict", err)
+	}
+	if _, comps, err := a.History(ctx, "r"); err != nil || len(comps) != 1 || comps[0].ID != "by-b" {
+		t.Fatalf("history: %v %+v", err, comps)
+	}
+	// Planned again on what is stored, a commits.
+	if err := commit(a, 8, "by-a-2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, comps, err := b.History(ctx, "r"); err != nil || len(comps) != 2 || comps[1].ID != "by-a-2" {
+		t.Fatalf("history: %v %+v", err, comps)
+	}
+}
+
+// commitOf is a commit of sess (loaded with its history) summarising
+// messages 2..upTo-1, planned on its record.
+func commitOf(sess *session.Session, upTo int, id string) session.Commit {
+	prev := sess.Record.CompactionID
+	var seqs []int64
+	var tail session.Message
+	for _, m := range sess.Messages {
+		if m.Seq >= 2 && m.Seq < int64(upTo) {
+			seqs = append(seqs, m.Seq)
+		}
+		if m.Seq == int64(upTo) {
+			tail = m
+		}
+	}
+	base := sess.Record
+	return session.Commit{SessionID: "r", PrevCompactionID: prev, Pinned: []int64{1}, Summarised: seqs, TailStartID: tail.ID, TailStartSeq: tail.Seq,
+		Now: time.Now().UTC(), Base: &base,
+		Compaction: session.Message{ID: id, Role: session.RoleUser, Content: session.TextContent("summary"), IsCompaction: true,
+			Compaction: &session.CompactionMeta{SummaryText: "summary", FromSeq: 2, ToSeq: tail.Seq - 1, TailStartSeq: tail.Seq, Previous: prev}}}
 }

@@ -571,14 +571,29 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 	}
 	id := c.Compaction.ID
 	var at uint64 // the compaction message's stream sequence
+	var atEpoch string
+	// The record the compaction was planned on, when this replica's cache
+	// still holds it (the same revision): the compare-and-set below is
+	// tried on it without reading the record and the log again, and a
+	// stale one costs a retry (issue 43: two of a commit's four round
+	// trips).
+	rec, hit := s.cached(w)
+	hit = hit && c.Base != nil && rec.Visible() && rec.Revision == c.Base.Revision && rec.Epoch == c.Base.Epoch
 	for attempt := 0; attempt < casRetries; attempt++ {
-		rec, err := s.current(ctx, w)
-		if err != nil {
-			if at > 0 && errors.Is(err, session.ErrNotFound) {
-				// Deleted meanwhile: the delete purged, or purges, it.
-				_ = s.purgeSubject(context.WithoutCancel(ctx), w.dataStream(), w.subject("c"))
+		if !hit {
+			if rec, err = s.current(ctx, w); err != nil {
+				if at > 0 && errors.Is(err, session.ErrNotFound) {
+					// Deleted meanwhile: the delete purged, or purges, it.
+					_ = s.purgeSubject(context.WithoutCancel(ctx), w.dataStream(), w.subject("c"))
+				}
+				return existed, err
 			}
-			return existed, err
+		}
+		hit = false
+		if c.Base != nil && c.Base.Epoch != "" && rec.Epoch != c.Base.Epoch {
+			// Deleted and created again since it was planned: this
+			// compaction is of the session before.
+			return existed, fmt.Errorf("session %s was created again: %w", c.SessionID, session.ErrConflict)
 		}
 		if rec.CompactionID != c.PrevCompactionID {
 			return existed, fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, rec.CompactionID, session.ErrConflict)
@@ -586,7 +601,7 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 		if c.TailStartSeq < 1 || c.TailStartSeq > rec.HeadSeq+1 {
 			return existed, fmt.Errorf("%w: tail start seq %d outside 1..%d", session.ErrInvalid, c.TailStartSeq, rec.HeadSeq+1)
 		}
-		if at == 0 {
+		if at == 0 || atEpoch != rec.Epoch {
 			// A repeat of the same message within the stream's duplicate
 			// window (an interrupted commit resumed, another writer of the
 			// same key) is answered with the first one's sequence.
@@ -595,7 +610,7 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 			if err != nil {
 				return false, fmt.Errorf("write compaction %s: %w", id, err)
 			}
-			at, existed = seq, dup
+			at, atEpoch, existed = seq, rec.Epoch, dup
 		}
 		base := rec.Revision
 		rec.PinnedSeqs = slices.Clone(c.Pinned)

@@ -244,6 +244,9 @@ func (s *Store) Commit(ctx context.Context, c session.Commit) (existed bool, err
 	}
 	id := c.Compaction.ID
 	_, existed = e.compactions[id]
+	if c.Base != nil && c.Base.Epoch != "" && e.rec.Epoch != c.Base.Epoch {
+		return existed, fmt.Errorf("session %s was created again: %w", c.SessionID, session.ErrConflict)
+	}
 	if e.rec.CompactionID != c.PrevCompactionID {
 		return existed, fmt.Errorf("session %s moved from compaction %q to %q: %w", c.SessionID, c.PrevCompactionID, e.rec.CompactionID, session.ErrConflict)
 	}

@@ -100,6 +100,7 @@ var SessionCases = []StoreCase{
 	{"not found and invalid", caseStoreNotFoundAndInvalid},
 	{"commit moves the tail and keeps history", caseStoreCommitMovesTheTailAndKeepsHistory},
 	{"commit conflicts", caseStoreCommitConflicts},
+	{"a commit planned before the session was created again is refused", caseStoreCommitOfAnEarlierIncarnation},
 	{"concurrent appenders get distinct seqs", caseStoreConcurrentAppendersGetDistinctSeqs},
 	{"appends racing a commit are kept", caseStoreAppendsRacingACommitAreKept},
 	{"a repeated create succeeds, another is refused", caseStoreARepeatedCreateSucceedsAnotherIsRefused},
@@ -250,6 +251,45 @@ func caseStoreCommitConflicts(t *testing.T, _ Features, newStore func(t *testing
 	}
 	if _, comps, _ := s.History(ctx, "d"); len(comps) != 1 {
 		t.Fatalf("%d compactions after conflicts, want 1", len(comps))
+	}
+}
+
+// caseStoreCommitOfAnEarlierIncarnation: a compaction planned on a
+// session (its record the commit's Base) is refused once the session was
+// deleted and created again under its id, though the new one has no
+// compaction either.
+func caseStoreCommitOfAnEarlierIncarnation(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
+	ctx := context.Background()
+	s := newStore(t)
+	if _, err := s.Create(ctx, session.Record{SessionID: "e"}, conversation(5)); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := s.Load(ctx, "e", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := compactionFor(sess.Record, sess.Messages, 5, "")
+	base := sess.Record
+	c.Base = &base
+	if err := s.Delete(ctx, "e"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, session.Record{SessionID: "e"}, conversation(6)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, c); !errors.Is(err, session.ErrConflict) {
+		t.Fatalf("commit planned on the session before: %v, want ErrConflict", err)
+	}
+	if _, comps, _ := s.History(ctx, "e"); len(comps) != 0 {
+		t.Fatalf("%d compactions in the new session, want none", len(comps))
+	}
+	// Planned on the new one, it commits.
+	sess, _ = s.Load(ctx, "e", false)
+	c = compactionFor(sess.Record, sess.Messages, 5, "")
+	base = sess.Record
+	c.Base = &base
+	if _, err := s.Commit(ctx, c); err != nil {
+		t.Fatal(err)
 	}
 }
 
