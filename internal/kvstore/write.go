@@ -589,7 +589,11 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 				return existed, err
 			}
 		}
+		cached := hit
 		hit = false
+		if cached && (rec.CompactionID != c.PrevCompactionID || c.TailStartSeq < 1 || c.TailStartSeq > rec.HeadSeq+1) {
+			continue // refused on what is stored, not on this replica's cache
+		}
 		if c.Base != nil && c.Base.Epoch != "" && rec.Epoch != c.Base.Epoch {
 			// Deleted and created again since it was planned: this
 			// compaction is of the session before.
