@@ -47,53 +47,65 @@ func Unquote(b []byte) (s string, ok bool) {
 			i = j
 			continue
 		}
-		if i+1 >= len(b) {
+		n, ok := unescape(&sb, b[i:])
+		if !ok {
 			return "", false
 		}
-		switch e := b[i+1]; e {
-		case '"', '\\', '/':
-			sb.WriteByte(e)
-		case 'b':
-			sb.WriteByte('\b')
-		case 'f':
-			sb.WriteByte('\f')
-		case 'n':
-			sb.WriteByte('\n')
-		case 'r':
-			sb.WriteByte('\r')
-		case 't':
-			sb.WriteByte('\t')
-		case 'u':
-			r, ok := hex4(b[i+2:])
-			if !ok {
-				return "", false
-			}
-			if utf16.IsSurrogate(r) {
-				// Only a high surrogate followed by a low one is a rune.
-				if i+12 > len(b) || b[i+6] != '\\' || b[i+7] != 'u' {
-					return "", false
-				}
-				r2, ok := hex4(b[i+8:])
-				if !ok {
-					return "", false
-				}
-				if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
-					return "", false
-				}
-				i += 6
-			}
-			sb.WriteRune(r)
-			i += 4
-		default:
-			return "", false
-		}
-		i += 2
+		i += n
 	}
 	out := sb.String()
 	if !utf8.ValidString(out) {
 		return "", false
 	}
 	return out, true
+}
+
+// unescape writes the escape at the start of b (its backslash first) to
+// sb and returns its length; ok is false for one Unquote leaves to
+// encoding/json.
+func unescape(sb *strings.Builder, b []byte) (n int, ok bool) {
+	if len(b) < 2 {
+		return 0, false
+	}
+	switch e := b[1]; e {
+	case '"', '\\', '/':
+		sb.WriteByte(e)
+	case 'b':
+		sb.WriteByte('\b')
+	case 'f':
+		sb.WriteByte('\f')
+	case 'n':
+		sb.WriteByte('\n')
+	case 'r':
+		sb.WriteByte('\r')
+	case 't':
+		sb.WriteByte('\t')
+	case 'u':
+		r, ok := hex4(b[2:])
+		if !ok {
+			return 0, false
+		}
+		if !utf16.IsSurrogate(r) {
+			sb.WriteRune(r)
+			return 6, true
+		}
+		// Only a high surrogate followed by a low one is a rune.
+		if len(b) < 12 || b[6] != '\\' || b[7] != 'u' {
+			return 0, false
+		}
+		r2, ok := hex4(b[8:])
+		if !ok {
+			return 0, false
+		}
+		if r = utf16.DecodeRune(r, r2); r == utf8.RuneError {
+			return 0, false
+		}
+		sb.WriteRune(r)
+		return 12, true
+	default:
+		return 0, false
+	}
+	return 2, true
 }
 
 // hex4 reads four hex digits.
