@@ -39,6 +39,12 @@ type wireMessage struct {
 	Name       string          `json:"name,omitempty"`
 	ToolCalls  []wireToolCall  `json:"tool_calls,omitempty"`
 	ToolCallID string          `json:"tool_call_id,omitempty"`
+	wireExtra
+}
+
+// wireExtra are the fields of a message as the endpoints take it besides
+// the chat fields.
+type wireExtra struct {
 	// Set by the service; ignored.
 	Seq          json.RawMessage `json:"seq,omitempty"`
 	Tokens       json.RawMessage `json:"tokens,omitempty"`
@@ -121,13 +127,7 @@ type atOnceMessage struct {
 	Name       string             `json:"name"`
 	ToolCalls  []session.ToolCall `json:"tool_calls"`
 	ToolCallID string             `json:"tool_call_id"`
-	// Set by the service; ignored.
-	Seq          json.RawMessage `json:"seq"`
-	Tokens       json.RawMessage `json:"tokens"`
-	IsCompaction json.RawMessage `json:"is_compaction"`
-	Compaction   json.RawMessage `json:"compaction"`
-	SummarisedBy json.RawMessage `json:"summarised_by"`
-	UploadID     json.RawMessage `json:"upload_id"`
+	wireExtra
 }
 
 // parseAtOnce decodes a messages array in one pass, as checkMessages and

@@ -424,8 +424,8 @@ func (h *handler) sessionScope(w http.ResponseWriter, r *http.Request) (context.
 		return nil, "", "", false
 	}
 	sid := r.PathValue("id")
-	if !events.ValidSessionID(sid) {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("session id %.64q: 1-200 letters, digits, '-' or '_'", sid))
+	if err := events.CheckSessionID(sid); err != nil {
+		h.fail(w, r, http.StatusBadRequest, err)
 		return nil, "", "", false
 	}
 	return ctx, tn, sid, true

@@ -66,7 +66,7 @@ func TestAReadOvertakenByAppendsKeepsThem(t *testing.T) {
 	key2 := tenant.Key(tenant.From(ctx), "new")
 	p.Appended(ctx, "new", 2, 2, 100)
 	snap = p.snapshot(key2)
-	if snap.e == nil || p.Stats().Queued != queued+2 {
+	if snap == nil || p.Stats().Queued != queued+2 {
 		t.Fatalf("the first append: %+v", p.Stats())
 	}
 	for h := int64(3); h <= 6; h++ {

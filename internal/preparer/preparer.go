@@ -201,12 +201,6 @@ func (e *estimate) addedAt(head int64) (int, bool) {
 	return 0, false
 }
 
-// snapshot is the estimate as a preparation's read began: learn
-// calibrates that estimate only, not one made since.
-type snapshot struct {
-	e *estimate
-}
-
 // maxEstimates bounds the sessions the preparer remembers.
 const maxEstimates = 100_000
 
@@ -645,15 +639,12 @@ func (p *Preparer) scaled(e *estimate, tokens int) int {
 	return int(math.Ceil(s * float64(tokens)))
 }
 
-// snapshot is the session's (its key's) estimate as a preparation begins.
-func (p *Preparer) snapshot(key string) snapshot {
+// snapshot is the session's (its key's) estimate as a preparation begins:
+// learn calibrates that estimate only, not one made since.
+func (p *Preparer) snapshot(key string) *estimate {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.est[key]
-	if e == nil {
-		return snapshot{}
-	}
-	return snapshot{e: e}
+	return p.est[key]
 }
 
 // What a preparation takes to be ready (see readyIn).
@@ -681,7 +672,7 @@ func (p *Preparer) readyIn(d time.Duration) {
 
 // learn updates the session's (its key's) estimate from what a
 // preparation read, snap being the estimate as it began.
-func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
+func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	old := p.est[sid]
@@ -701,7 +692,7 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap snapshot) {
 	at, seen := 0, false
 	if old != nil {
 		scale, rate = old.scale, rateOf(old, p.opt.Now())
-		if old == snap.e {
+		if old == snap {
 			// (An estimate without a count has none to calibrate on.)
 			if at, seen = old.addedAt(out.HeadSeq); seen && old.limit > 0 {
 				scale = p.calibrate(old, out.TokensBefore-old.base, at)
