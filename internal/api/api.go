@@ -108,12 +108,16 @@ type Quotas interface {
 	Writes(t string) (release func(), err error)
 }
 
+// workerIdle is how long a worker waits for its next operation.
+const workerIdle = 30 * time.Second
+
 // Server answers the endpoints.
 type Server struct {
 	d          Deps
 	log        *slog.Logger
 	sem        chan struct{}
 	ops        *slots         // session and breaker operations running
+	run        *workers       // the goroutines operations and compactions run on
 	opsWG      sync.WaitGroup // them
 	counts     counts         // answers by endpoint and code
 	nc         *nats.Conn
@@ -150,7 +154,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: newSlots(maxOps), ctx: context.WithoutCancel(ctx)}
+	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: newSlots(maxOps), run: newWorkers(workerIdle), ctx: context.WithoutCancel(ctx)}
 	s.work, s.cancelWork = context.WithCancel(s.ctx)
 	cfg := micro.Config{Name: Name, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
@@ -506,7 +510,7 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 	// answer.
 	sctx, _ := keepSpan(r)
 	s.opsWG.Add(1)
-	go func() {
+	s.run.run(func() {
 		defer func() { s.ops.give(t); s.opsWG.Done() }()
 		ctx, cancel := context.WithTimeout(oteltrace.ContextWithSpan(tenant.With(s.work, t), oteltrace.SpanFromContext(sctx)), opTimeout) // cancelled past the shutdown grace
 		defer cancel()
@@ -525,7 +529,7 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 			}
 		}
 		s.replyTo(r, "", "", body)
-	}()
+	})
 }
 
 // withSession answers f for the body {"session_id"}.
@@ -587,7 +591,7 @@ func (s *Server) compact(r micro.Request) {
 	// caller's trace (traceparent and tracestate headers, as on any NATS
 	// request), and its result events carry that trace onward.
 	sctx, span := keepSpan(r)
-	go func() {
+	s.run.run(func() {
 		defer func() { <-s.sem; done(); s.wg.Done() }()
 		ctx, cancel := context.WithTimeout(oteltrace.ContextWithSpan(tenant.With(s.work, tenantOf(r)), oteltrace.SpanFromContext(sctx)), s.d.Timeout)
 		defer cancel()
@@ -628,7 +632,7 @@ func (s *Server) compact(r micro.Request) {
 			desc = "the result could not be published: retry with the same request_id"
 		}
 		s.replyTo(r, code, events.HeaderValue(desc), body)
-	}()
+	})
 }
 
 // failedCode is the status a failed compaction is answered with.

@@ -88,6 +88,53 @@ func TestDecodeAppendAtOnceAnswersAsTheLongWay(t *testing.T) {
 	}
 }
 
+// The fast decode of an append body never takes one the long way answers
+// otherwise, whatever its bytes.
+func FuzzDecodeAppendAtOnce(f *testing.F) {
+	f.Add(`{"session_id":"s-1","messages":[{"role":"user","content":"hi"}],"expected_head_seq":4}`)
+	f.Add(`{"session_id":"s-1","messages":[{"id":"a","role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function","function":{"name":"ls","arguments":"{}"}}]}]}`)
+	f.Add(`{"session_id":"s-1","messages":[{"role":"tool","tool_call_id":"c1","content":"a\u0000b \ud83d\ude00 \ud800"}]}`)
+	f.Add(`{"session_id":"s-1","messages":[{"role":"user","content":"hi","seq":1,"tokens":2,"is_compaction":false}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		b, got, ok := decodeAppendAtOnce([]byte(body))
+		if !ok {
+			return
+		}
+		var want AppendBody
+		err := decodeBody([]byte(body), &want)
+		if err == nil {
+			err = checkSessionID(want.SessionID)
+		}
+		var msgs []session.Message
+		if err == nil {
+			msgs, err = parseMessages(want.Messages, false)
+		}
+		if err != nil {
+			t.Fatalf("decodeAppendAtOnce took %q, which the long way refuses: %v", body, err)
+		}
+		if b.SessionID != want.SessionID || !reflect.DeepEqual(b.ExpectedHeadSeq, want.ExpectedHeadSeq) || !reflect.DeepEqual(got, msgs) {
+			t.Fatalf("decodeAppendAtOnce(%q) = %+v %+v, the long way %+v %+v", body, b, got, want, msgs)
+		}
+	})
+}
+
+// BenchmarkDecodeAppend is an append's body, one agent message a request,
+// as the endpoint decodes it.
+func BenchmarkDecodeAppend(b *testing.B) {
+	msgs, _ := transcript.Parse(demo.Trajectory)
+	bodies := make([][]byte, len(msgs))
+	for i := range msgs {
+		bodies[i], _ = json.Marshal(map[string]any{"session_id": "s-1", "messages": msgs[i : i+1]})
+	}
+	for b.Loop() {
+		for _, raw := range bodies {
+			if _, _, ok := decodeAppendAtOnce(raw); !ok {
+				b.Fatalf("not decoded at once: %.200s", raw)
+			}
+		}
+	}
+}
+
 func checkAndParse(raw json.RawMessage) ([]session.Message, error) {
 	if err := checkMessages(raw); err != nil {
 		return nil, err

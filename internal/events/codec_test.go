@@ -3,6 +3,7 @@ package events_test
 import (
 	"encoding/json"
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -180,9 +181,17 @@ func TestSubjects(t *testing.T) {
 	if events.Subject("Nope", "s") != "" {
 		t.Error("unknown type has a subject")
 	}
-	for id, want := range map[string]bool{"s-1_A": true, "": false, "a.b": false, "a b": false, strings.Repeat("x", 201): false, "é": false} {
+	for id, want := range map[string]bool{"s-1_A": true, "": false, "a.b": false, "a b": false, strings.Repeat("x", 201): false, strings.Repeat("x", 200): true, "é": false, "Zz09-_": true, "a*": false, "a>": false, "a\x00": false} {
 		if events.ValidSessionID(id) != want {
 			t.Errorf("ValidSessionID(%q) != %v", id, want)
+		}
+	}
+	// The rule as its expression says it, on every byte.
+	rule := regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
+	for c := range 256 {
+		id := "a" + string([]byte{byte(c)})
+		if events.ValidSessionID(id) != rule.MatchString(id) {
+			t.Errorf("ValidSessionID(%q) = %v, the expression %v", id, !rule.MatchString(id), rule.MatchString(id))
 		}
 	}
 }

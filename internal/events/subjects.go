@@ -3,7 +3,6 @@ package events
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
@@ -105,11 +104,21 @@ func Subject(typ, sessionID string) string {
 	return r.Prefix + sessionID
 }
 
-var token = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
-
 // ValidSessionID reports whether id can be a session id: one subject token
-// and one key token (letters, digits, '_' and '-', at most 200).
-func ValidSessionID(id string) bool { return token.MatchString(id) }
+// and one key token (letters, digits, '_' and '-', at most 200). Every
+// request checks one: a loop, not an expression (1 % of an append's CPU).
+func ValidSessionID(id string) bool {
+	if len(id) == 0 || len(id) > 200 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
 
 // ErrSessionID is the error of a session id that is not one.
 var ErrSessionID = errors.New("session_id must be 1-200 letters, digits, '-' or '_'")
@@ -117,7 +126,7 @@ var ErrSessionID = errors.New("session_id must be 1-200 letters, digits, '-' or 
 // CheckSessionID says why id is not a session id (nil when it is), quoting
 // at most 64 bytes of it.
 func CheckSessionID(id string) error {
-	if token.MatchString(id) {
+	if ValidSessionID(id) {
 		return nil
 	}
 	q := strconv.Quote(id)
