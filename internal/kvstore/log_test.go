@@ -3,10 +3,13 @@ package kvstore
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/compactor/compactor/internal/demo"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/transcript"
 )
 
 // An entry written from its messages' JSON is the entry's JSON, with and
@@ -29,6 +32,63 @@ func TestMarshalEntryIsTheEntrysJSON(t *testing.T) {
 		want, _ := json.Marshal(e)
 		if got := marshalEntry(e, whole); !bytes.Equal(got, want) {
 			t.Fatalf("%d messages:\n got %s\nwant %s", n, got, want)
+		}
+	}
+}
+
+// entriesOf is the bundled run as log entries of four messages, as the
+// store writes them.
+func entriesOf(t testing.TB) [][]byte {
+	msgs, err := transcript.Parse(demo.Trajectory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for i := 0; i+4 <= len(msgs); i += 4 {
+		e := entry{First: int64(i + 1)}
+		for j := range 4 {
+			m := msgs[i+j]
+			m.Seq, m.Tokens = int64(i+j+1), 17+j
+			e.Msgs = append(e.Msgs, storedMsg{Message: m})
+		}
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b)
+	}
+	return out
+}
+
+// unmarshal answers what encoding/json answers for what the store writes
+// (the bundled run's entries, and a message stored in chunks) and for what
+// only encoding/json takes (a name twice, invalid UTF-8, a name in other
+// case).
+func TestUnmarshalAnswersAsEncodingJSON(t *testing.T) {
+	inputs := entriesOf(t)
+	stub, _ := json.Marshal(entry{First: 3, Msgs: []storedMsg{{Message: session.Message{ID: "a", Seq: 3, Role: session.RoleTool, ToolCallID: "c", Tokens: 9}, Blob: &blobRef{Seqs: []uint64{4, 5}, Bytes: 70000, SHA256: "ab"}}}})
+	inputs = append(inputs, stub,
+		[]byte(`{"first":1,"msgs":[{"id":"a","seq":1,"role":"user","content":"x","content":"y"}]}`),
+		[]byte("{\"first\":1,\"msgs\":[{\"id\":\"a\",\"seq\":1,\"role\":\"user\",\"content\":\"bad \xff byte\"}]}"),
+		[]byte(`{"First":1,"MSGS":[{"ID":"a","seq":1,"role":"user"}]}`),
+		[]byte(`{"first":1,"msgs":[{"id":"a","seq":1.5}]}`))
+	for _, in := range inputs {
+		var got, want entry
+		gerr, werr := unmarshal(in, &got), json.Unmarshal(in, &want)
+		if (gerr == nil) != (werr == nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("unmarshal(%.100s) = %+v, %v; encoding/json %+v, %v", in, got, gerr, want, werr)
+		}
+	}
+}
+
+// BenchmarkDecodeEntry is a load's decoding: the bundled run's entries.
+func BenchmarkDecodeEntry(b *testing.B) {
+	entries := entriesOf(b)
+	for b.Loop() {
+		for _, d := range entries {
+			if _, err := decodeEntry(raw{data: d}); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

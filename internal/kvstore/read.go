@@ -180,7 +180,7 @@ func (s *Sessions) compactionAt(ctx context.Context, w where, rec *record) (*ses
 
 func decodeCompaction(sid string, data []byte) (*session.Message, error) {
 	var m session.Message
-	if err := json.Unmarshal(data, &m); err != nil || m.ID == "" {
+	if err := unmarshal(data, &m); err != nil || m.ID == "" {
 		return nil, fmt.Errorf("session %s: %w: a compaction message does not decode", sid, session.ErrCorrupt)
 	}
 	return &m, nil

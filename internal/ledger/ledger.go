@@ -630,7 +630,29 @@ var (
 	reRefKey = regexp.MustCompile(`(?i)(^id$|_id$|_ids?$|_number$|^ticket|^issue|^order|^reservation|^booking|^commit|^sha$|^branch$|^pr$|^url$)`)
 )
 
-func isRefKey(k string) bool { return reRefKey.MatchString(k) }
+// isRefKey reports whether argument name k matches reRefKey, comparing
+// its ASCII lower case (every argument of every call is asked: the
+// expression was a tenth of the ledger's work); a name holding a character
+// (?i) folds into ASCII goes to the expression.
+func isRefKey(k string) bool {
+	if strings.ContainsAny(k, "\u017f\u212a") {
+		return reRefKey.MatchString(k)
+	}
+	l := string(lowerLine(k, nil))
+	switch l {
+	case "id", "sha", "branch", "pr", "url":
+		return true
+	}
+	if strings.HasSuffix(l, "_id") || strings.HasSuffix(l, "_ids") || strings.HasSuffix(l, "_number") {
+		return true
+	}
+	for _, p := range []string{"ticket", "issue", "order", "reservation", "booking", "commit"} {
+		if strings.HasPrefix(l, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // textAction reads a SWE-agent text command ("open path", "edit 1:5",
 // "create path", or a shell command).

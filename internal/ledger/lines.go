@@ -91,3 +91,20 @@ func errorLine(line string, l []byte) bool {
 func testLine(line string, l []byte) bool {
 	return mayBeTest(l) && reTestLine.MatchString(line)
 }
+
+// askWords are the fixed words of reAsk: each of its alternatives holds
+// one ("ok(ay)? to proceed" holds "proceed", "is that ok" "is that ").
+var askWords = []string{"proceed", "go ahead", "continue", "shall i", "confirm", "(yes/no)", "y/n", "is that ", "is this ",
+	"permission", "approval", "go-ahead"}
+
+// mayAsk reports whether the lower-cased text l could match reAsk: an
+// assistant's message is looked for a question only when it holds one of
+// the words a question needs.
+func mayAsk(l []byte) bool {
+	for _, w := range askWords {
+		if bytes.Contains(l, []byte(w)) {
+			return true
+		}
+	}
+	return foldsOutsideASCII(l)
+}

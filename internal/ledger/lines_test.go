@@ -94,3 +94,67 @@ func BenchmarkScan(b *testing.B) {
 		}
 	}
 }
+
+// mayAsk lets through every text reAsk matches: on real messages, on a
+// question for each alternative, and on texts made of their pieces.
+func TestAskGateAnswersAsTheExpression(t *testing.T) {
+	texts := corpusLines(t)
+	texts = append(texts, "Would you like me to proceed?", "Shall I?", "should i go ahead", "Do you want us to continue?",
+		"Please confirm.", "Can you CONFIRM the order", "confirm whether it works", "Delete it (yes/no)", "[Y/n]",
+		"Is this okay?", "is that Alright", "OK to proceed?", "Okay to proceed", "may I go ahead", "Can I proceed", "Ready to proceed",
+		"Do I have your go-ahead?", "do i have your permission", "Do I have your approval", "\u017fhall i", "o\u212a to proceed", "is that o\u212a")
+	pieces := []string{"would you like", " me", " us", " to ", "proceed", "go ahead", "continue", "shall", " i", "should", "do you want",
+		"please", "can you", "could you", "confirm", " that", " if", "(yes/no)", "y/n", "is", "this", "ok", "okay", "correct", "alright",
+		"may", "can", "ready", "do i have your", "permission", "approval", "go-ahead", "?", " ", "\u017f", "\u212a", "Y", "N", "/"}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		var b strings.Builder
+		for range 1 + r.IntN(10) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		texts = append(texts, b.String())
+	}
+	matched := 0
+	for _, s := range texts {
+		want := reAsk.MatchString(s)
+		if want && !mayAsk(lowerLine(s, nil)) {
+			t.Errorf("mayAsk(%q) = false, but reAsk matches", s)
+		}
+		if want {
+			matched++
+		}
+	}
+	if matched < 1000 {
+		t.Fatalf("only %d questions among the texts", matched)
+	}
+}
+
+// isRefKey answers what reRefKey answers.
+func TestRefKeyAnswersAsTheExpression(t *testing.T) {
+	keys := []string{"id", "ID", "Id", "user_id", "USER_ID", "order_ids", "x_number", "ticket", "TicketNo", "issue_url", "orders",
+		"reservation_id", "booking", "commit_sha", "sha", "SHA", "branch", "pr", "PR", "url", "URL", "urls", "pr_x", "ids", "idx",
+		"s\u017fha", "\u017fha", "boo\u212aing", "", "_id", "_ids", "a_idss", "path", "command", "İD", "ıd"}
+	pieces := []string{"id", "ID", "_", "s", "number", "ticket", "issue", "order", "reservation", "booking", "commit", "sha", "branch",
+		"pr", "url", "x", "Y", "\u017f", "\u212a", "İ", "ı"}
+	r := rand.New(rand.NewPCG(5, 6))
+	for range 20000 {
+		var b strings.Builder
+		for range 1 + r.IntN(4) {
+			b.WriteString(pieces[r.IntN(len(pieces))])
+		}
+		keys = append(keys, b.String())
+	}
+	matched := 0
+	for _, k := range keys {
+		want := reRefKey.MatchString(k)
+		if got := isRefKey(k); got != want {
+			t.Errorf("isRefKey(%q) = %v, the expression says %v", k, got, want)
+		}
+		if want {
+			matched++
+		}
+	}
+	if matched < 1000 {
+		t.Fatalf("only %d keys matched", matched)
+	}
+}

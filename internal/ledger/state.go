@@ -223,6 +223,9 @@ func approval(asked, reply string, seq int64) (Approval, bool) {
 	if yes == no {
 		return Approval{}, false
 	}
+	if !mayAsk(lowerLine(tail, nil)) {
+		return Approval{}, false
+	}
 	loc := reAsk.FindStringIndex(tail)
 	if loc == nil {
 		return Approval{}, false
