@@ -223,14 +223,15 @@ func approval(asked, reply string, seq int64) (Approval, bool) {
 	if yes == no {
 		return Approval{}, false
 	}
-	if !mayAsk(lowerLine(tail, nil)) {
+	from := askFrom(tail, lowerLine(tail, nil))
+	if from < 0 {
 		return Approval{}, false
 	}
-	loc := reAsk.FindStringIndex(tail)
+	loc := reAsk.FindStringIndex(tail[from:])
 	if loc == nil {
 		return Approval{}, false
 	}
-	return Approval{Asked: short(oneLine(sentenceAt(tail, loc[0])), 100), Approved: yes, Answer: short(oneLine(reply), 40), Seq: seq}, true
+	return Approval{Asked: short(oneLine(sentenceAt(tail, from+loc[0])), 100), Approved: yes, Answer: short(oneLine(reply), 40), Seq: seq}, true
 }
 
 // sentenceAt is the sentence of s that holds byte i.
