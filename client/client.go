@@ -28,7 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/contract"
 )
 
 // DefaultSource is the CloudEvents source of a client's requests.
@@ -98,7 +98,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 
 // checkSession validates a session id before anything is sent.
 func checkSession(sid string) error {
-	if err := events.CheckSessionID(sid); err != nil {
+	if err := contract.CheckSessionID(sid); err != nil {
 		return fmt.Errorf("client: %w", err)
 	}
 	return nil

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/embedded"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 )
@@ -220,7 +220,7 @@ func TestCircuitEvents(t *testing.T) {
 	}
 	select {
 	case e := <-got:
-		if e.Type != events.TypeCompactionCircuitOpened || e.SessionID != "s1" || e.Opened == nil || e.Opened.Failures != 1 {
+		if e.Type != contract.TypeCompactionCircuitOpened || e.SessionID != "s1" || e.Opened == nil || e.Opened.Failures != 1 {
 			t.Fatalf("circuit event %+v", e)
 		}
 	case <-ctx.Done():

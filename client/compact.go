@@ -14,9 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/api"
-	"github.com/compactor/compactor/internal/events"
-	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/contract"
 )
 
 // CompactRequest is what a runtime knows of its model and context when it
@@ -54,12 +52,12 @@ type CompactRequest struct {
 }
 
 // data is the request's event data for session sid.
-func (req *CompactRequest) data(sid string) events.RequestData {
-	d := events.RequestData{SessionID: sid, Model: req.Model, ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens,
+func (req *CompactRequest) data(sid string) contract.RequestData {
+	d := contract.RequestData{SessionID: sid, Model: req.Model, ContextLimit: req.ContextLimit, RequestedTokens: req.RequestedTokens,
 		MessageCount: req.MessageCount, Provider: req.Provider, ErrorCode: req.ErrorCode, ErrorMessage: req.ErrorMessage,
 		SummaryModel: req.SummaryModel, SummaryContextLimit: req.SummaryContextLimit, Focus: req.Focus}
 	if req.Cache != nil {
-		d.Cache = &events.CacheData{LastRequestTime: req.Cache.LastRequestTime, TTLSeconds: req.Cache.TTLSeconds}
+		d.Cache = &contract.CacheData{LastRequestTime: req.Cache.LastRequestTime, TTLSeconds: req.Cache.TTLSeconds}
 	}
 	return d
 }
@@ -126,7 +124,7 @@ func (c *Client) NearBudget(ctx context.Context, sessionID string, req CompactRe
 	if err := req.check(sessionID, NearBudget); err != nil {
 		return err
 	}
-	route, _ := events.RequestRoute(pipeline.TriggerNearBudget)
+	route, _ := contract.RequestRoute(contract.TriggerNearBudget)
 	fctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	_, err := c.publish(fctx, route, sessionID, req)
@@ -136,22 +134,18 @@ func (c *Client) NearBudget(ctx context.Context, sessionID string, req CompactRe
 // publish publishes req as a request event of route's type, in binary
 // mode, with its trace context, and returns the stream's ack (Duplicate:
 // the request was stored before).
-func (c *Client) publish(ctx context.Context, route events.Route, sid string, req CompactRequest) (*jetstream.PubAck, error) {
-	ev, err := events.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.data(sid))
+func (c *Client) publish(ctx context.Context, route contract.Route, sid string, req CompactRequest) (*jetstream.PubAck, error) {
+	ev, err := contract.NewEvent(req.RequestID, route.Type, c.source, sid, time.Now(), req.data(sid))
 	if err != nil {
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	if req.TraceParent != "" {
-		if err := ev.Context.SetExtension("traceparent", req.TraceParent); err != nil {
-			return nil, fmt.Errorf("client: traceparent: %w", err)
-		}
+		ev.Extensions = map[string]string{"traceparent": req.TraceParent}
 		if req.TraceState != "" {
-			if err := ev.Context.SetExtension("tracestate", req.TraceState); err != nil {
-				return nil, fmt.Errorf("client: tracestate: %w", err)
-			}
+			ev.Extensions["tracestate"] = req.TraceState
 		}
 	}
-	h, body := events.EncodeBinary(ev)
+	h, body := contract.EncodeBinary(ev)
 	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: route.Prefix + sid, Header: h, Data: body})
 	if errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders) {
 		// No stream takes the request's subject: no service was ever
@@ -169,14 +163,14 @@ func (c *Client) publish(ctx context.Context, route events.Route, sid string, re
 // compactor.result.get endpoint: its CompactionCompleted data, or a
 // *FailedError; done false when none is stored yet.
 func (c *Client) storedResult(ctx context.Context, sid, requestID string) (res *Completed, done bool, err error) {
-	var stored api.StoredResult
-	err = c.call(ctx, api.SubjectResult, api.ResultRequest{SessionID: sid, RequestID: requestID}, &stored)
+	var stored contract.StoredResult
+	err = c.call(ctx, contract.SubjectResult, contract.ResultRequest{SessionID: sid, RequestID: requestID}, &stored)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return nil, false, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("client: read the stored result: %w", err)
-	case stored.Type == events.TypeCompactionFailed:
+	case stored.Type == contract.TypeCompactionFailed:
 		var f Failed
 		if err := json.Unmarshal(stored.Data, &f); err != nil {
 			return nil, false, fmt.Errorf("client: read the stored result: %w", err)
@@ -207,8 +201,8 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 	if err := req.check(sessionID, OverBudget, Overflow); err != nil {
 		return nil, err
 	}
-	route, _ := events.RequestRoute(pipeline.Trigger(req.Trigger))
-	completed, failed := events.RequestResultID(req.RequestID), events.FailedResultID(req.RequestID)
+	route, _ := contract.RequestRoute(contract.Trigger(req.Trigger))
+	completed, failed := contract.RequestResultID(req.RequestID), contract.FailedResultID(req.RequestID)
 	ch := make(chan *nats.Msg, 16)
 	var subs []*nats.Subscription
 	defer func() {
@@ -216,8 +210,8 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 			_ = s.Unsubscribe()
 		}
 	}()
-	for _, typ := range []string{events.TypeCompactionCompleted, events.TypeCompactionFailed} {
-		sub, err := c.nc.ChanSubscribe(events.Subject(typ, sessionID), ch)
+	for _, typ := range []string{contract.TypeCompactionCompleted, contract.TypeCompactionFailed} {
+		sub, err := c.nc.ChanSubscribe(contract.Subject(typ, sessionID), ch)
 		if err != nil {
 			return nil, fmt.Errorf("client: subscribe to results: %w", err)
 		}
@@ -266,25 +260,25 @@ func (c *Client) Compact(ctx context.Context, sessionID string, req CompactReque
 // decodeResult reads a result event by the CloudEvents NATS binding: its
 // id, and its data as Compact returns it.
 func decodeResult(m *nats.Msg) (string, *Completed, error) {
-	ev, err := events.DecodeEvent(m.Header, m.Data)
+	ev, err := contract.DecodeEvent(m.Header, m.Data)
 	if err != nil {
 		return "", nil, err
 	}
-	switch ev.Type() {
-	case events.TypeCompactionCompleted:
+	switch ev.Type {
+	case contract.TypeCompactionCompleted:
 		var done Completed
-		if err := json.Unmarshal(ev.Data(), &done); err != nil {
+		if err := json.Unmarshal(ev.Data, &done); err != nil {
 			return "", nil, err
 		}
-		return ev.ID(), &done, nil
-	case events.TypeCompactionFailed:
+		return ev.ID, &done, nil
+	case contract.TypeCompactionFailed:
 		var f Failed
-		if err := json.Unmarshal(ev.Data(), &f); err != nil {
+		if err := json.Unmarshal(ev.Data, &f); err != nil {
 			return "", nil, err
 		}
-		return ev.ID(), nil, &FailedError{Failed: f}
+		return ev.ID, nil, &FailedError{Failed: f}
 	}
-	return "", nil, fmt.Errorf("type %q is not a result", ev.Type())
+	return "", nil, fmt.Errorf("type %q is not a result", ev.Type)
 }
 
 // CompactSync asks for a compaction of the session through the
@@ -297,11 +291,11 @@ func (c *Client) CompactSync(ctx context.Context, sessionID string, req CompactR
 	if err := req.check(sessionID, OverBudget, Overflow, Manual); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(api.CompactRequest{RequestData: req.data(sessionID), RequestID: req.RequestID, Trigger: pipeline.Trigger(req.Trigger)})
+	body, err := json.Marshal(contract.CompactBody{RequestData: req.data(sessionID), RequestID: req.RequestID, Trigger: contract.Trigger(req.Trigger)})
 	if err != nil {
 		return nil, err
 	}
-	msg := nats.NewMsg(api.SubjectCompact)
+	msg := nats.NewMsg(contract.SubjectCompact)
 	msg.Data = body
 	if req.TraceParent != "" {
 		msg.Header.Set("traceparent", req.TraceParent)
@@ -316,27 +310,27 @@ func (c *Client) CompactSync(ctx context.Context, sessionID string, req CompactR
 	}
 	m, err := c.nc.RequestMsgWithContext(ctx, msg)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("client: %s: %w", api.SubjectCompact, ErrNoService)
+		return nil, fmt.Errorf("client: %s: %w", contract.SubjectCompact, ErrNoService)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("client: %s: %w", api.SubjectCompact, err)
+		return nil, fmt.Errorf("client: %s: %w", contract.SubjectCompact, err)
 	}
-	code := m.Header.Get("Nats-Service-Error-Code")
+	code := m.Header.Get(contract.HeaderErrorCode)
 	if code == "" {
 		var done Completed
 		if err := json.Unmarshal(m.Data, &done); err != nil {
-			return nil, fmt.Errorf("client: %s answered %.200q: %w", api.SubjectCompact, m.Data, err)
+			return nil, fmt.Errorf("client: %s answered %.200q: %w", contract.SubjectCompact, m.Data, err)
 		}
 		return &done, nil
 	}
 	n, _ := strconv.Atoi(code)
 	var f Failed
 	if json.Unmarshal(m.Data, &f) != nil || f.Reason == "" {
-		return nil, &Error{Subject: api.SubjectCompact, Code: n, Message: m.Header.Get("Nats-Service-Error")}
+		return nil, &Error{Subject: contract.SubjectCompact, Code: n, Message: m.Header.Get(contract.HeaderError)}
 	}
 	if n == 503 && f.Reason != ReasonSummaryFailed && f.Reason != ReasonCircuitOpen {
 		// Not answered yet (a storage failure, a shutdown): no result.
-		return nil, &Error{Subject: api.SubjectCompact, Code: n, Status: api.StatusRetry, Message: m.Header.Get("Nats-Service-Error")}
+		return nil, &Error{Subject: contract.SubjectCompact, Code: n, Status: string(contract.StatusRetry), Message: m.Header.Get(contract.HeaderError)}
 	}
 	return nil, &FailedError{Failed: f}
 }
@@ -418,18 +412,18 @@ func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (*Subs
 		return nil, errors.New("client: SubscribeCircuit needs a function")
 	}
 	handle := func(m *nats.Msg) {
-		ev, err := events.DecodeEvent(m.Header, m.Data)
+		ev, err := contract.DecodeEvent(m.Header, m.Data)
 		if err != nil {
 			return
 		}
-		ce := CircuitEvent{Type: ev.Type(), SessionID: ev.Subject()}
-		switch ev.Type() {
-		case events.TypeCompactionCircuitOpened:
+		ce := CircuitEvent{Type: ev.Type, SessionID: ev.Subject}
+		switch ev.Type {
+		case contract.TypeCompactionCircuitOpened:
 			ce.Opened = new(CircuitOpened)
-			err = json.Unmarshal(ev.Data(), ce.Opened)
-		case events.TypeCompactionCircuitClosed:
+			err = json.Unmarshal(ev.Data, ce.Opened)
+		case contract.TypeCompactionCircuitClosed:
 			ce.Closed = new(CircuitClosed)
-			err = json.Unmarshal(ev.Data(), ce.Closed)
+			err = json.Unmarshal(ev.Data, ce.Closed)
 		default:
 			return
 		}
@@ -439,8 +433,8 @@ func (c *Client) SubscribeCircuit(sessionID string, f func(CircuitEvent)) (*Subs
 	}
 	// One channel, one goroutine: opened and closed stay in order.
 	sub := &Subscription{ch: make(chan *nats.Msg, 64), done: make(chan struct{}), stopped: make(chan struct{})}
-	for _, typ := range []string{events.TypeCompactionCircuitOpened, events.TypeCompactionCircuitClosed} {
-		s, err := c.nc.ChanSubscribe(events.Subject(typ, tok), sub.ch)
+	for _, typ := range []string{contract.TypeCompactionCircuitOpened, contract.TypeCompactionCircuitClosed} {
+		s, err := c.nc.ChanSubscribe(contract.Subject(typ, tok), sub.ch)
 		if err != nil {
 			sub.unsubscribe()
 			return nil, fmt.Errorf("client: subscribe: %w", err)

@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -120,21 +120,21 @@ func TestContractTypesReadTheService(t *testing.T) {
 		published := subscribeAll(t, nc)
 		sid := fmt.Sprintf("contract-%v", broken)
 		msgs := append([]client.Message{client.Text("sys", client.System, "You are a booking agent.")}, turns(0, 30)...)
-		covers(t, "create", raw(api.SubjectCreate, map[string]any{"session_id": sid, "context_limit": 1500, "messages": msgs}), &client.Created{})
-		covers(t, "append", raw(api.SubjectAppend, map[string]any{"session_id": sid, "messages": turns(30, 2)}), &client.Appended{})
+		covers(t, "create", raw(contract.SubjectCreate, map[string]any{"session_id": sid, "context_limit": 1500, "messages": msgs}), &client.Created{})
+		covers(t, "append", raw(contract.SubjectAppend, map[string]any{"session_id": sid, "messages": turns(30, 2)}), &client.Appended{})
 		if broken {
 			if _, err := c.Compact(ctx, sid, client.CompactRequest{RequestID: "r-fail"}); err == nil {
 				t.Fatal("the broken model compacted")
 			}
-			covers(t, "CompactionFailed", published.data(t, events.TypeCompactionFailed), &client.Failed{})
-			covers(t, "CompactionCircuitOpened", published.data(t, events.TypeCompactionCircuitOpened), &client.CircuitOpened{})
-			covers(t, "breaker", raw(api.SubjectBreaker, map[string]any{"session_id": sid}), &client.Breaker{})
+			covers(t, "CompactionFailed", published.data(t, contract.TypeCompactionFailed), &client.Failed{})
+			covers(t, "CompactionCircuitOpened", published.data(t, contract.TypeCompactionCircuitOpened), &client.CircuitOpened{})
+			covers(t, "breaker", raw(contract.SubjectBreaker, map[string]any{"session_id": sid}), &client.Breaker{})
 			continue
 		}
-		covers(t, "compactor.compact", raw(api.SubjectCompact, map[string]any{"session_id": sid, "request_id": "r-sync"}), &client.Completed{})
-		covers(t, "CompactionCompleted", published.data(t, events.TypeCompactionCompleted), &client.Completed{})
-		covers(t, "context", raw(api.SubjectContext, map[string]any{"session_id": sid}), &client.ContextView{})
-		covers(t, "history", raw(api.SubjectHistory, map[string]any{"session_id": sid}), &client.History{})
+		covers(t, "compactor.compact", raw(contract.SubjectCompact, map[string]any{"session_id": sid, "request_id": "r-sync"}), &client.Completed{})
+		covers(t, "CompactionCompleted", published.data(t, contract.TypeCompactionCompleted), &client.Completed{})
+		covers(t, "context", raw(contract.SubjectContext, map[string]any{"session_id": sid}), &client.ContextView{})
+		covers(t, "history", raw(contract.SubjectHistory, map[string]any{"session_id": sid}), &client.History{})
 		// A session at 80 % of its limit and a near-budget event: a
 		// prepared compaction, which the history shows.
 		long := append(msgs[:1:1], turns(0, 100)...)
@@ -155,9 +155,9 @@ func TestContractTypesReadTheService(t *testing.T) {
 			}
 			return nil
 		})
-		covers(t, "history with a prepared compaction", raw(api.SubjectHistory, map[string]any{"session_id": "prep"}), &client.History{})
-		covers(t, "breaker", raw(api.SubjectBreaker, map[string]any{"session_id": sid}), &client.Breaker{})
-		covers(t, "delete", raw(api.SubjectDelete, map[string]any{"session_id": sid}), &client.Deleted{})
+		covers(t, "history with a prepared compaction", raw(contract.SubjectHistory, map[string]any{"session_id": "prep"}), &client.History{})
+		covers(t, "breaker", raw(contract.SubjectBreaker, map[string]any{"session_id": sid}), &client.Breaker{})
+		covers(t, "delete", raw(contract.SubjectDelete, map[string]any{"session_id": sid}), &client.Deleted{})
 	}
 }
 
@@ -219,6 +219,33 @@ func TestGoDocShowsTheContract(t *testing.T) {
 		if err != nil || !regexp.MustCompile(`(?m)^\s+`+field+`\s`).Match(out) {
 			t.Errorf("go doc client.%s does not show its field %s: %v\n%s", typ, field, err, out)
 		}
+	}
+}
+
+// Issue 44: the client carries the contract and nats.go, nothing of the
+// service: no internal package, at most 8 modules (nats.go's own, uuid,
+// the compactor's).
+func TestClientCarriesTheContractOnly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(gobin, "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}} {{with .Module}}{{.Path}}{{end}}{{end}}", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	modules := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		pkg, mod, _ := strings.Cut(line, " ")
+		if strings.Contains(pkg, "/internal/") && strings.HasPrefix(pkg, "github.com/compactor/compactor/") {
+			t.Errorf("the client imports %s", pkg)
+		}
+		if mod != "" {
+			modules[mod] = true
+		}
+	}
+	if len(modules) > 8 {
+		t.Fatalf("the client carries %d modules, want at most 8: %v", len(modules), modules)
 	}
 }
 

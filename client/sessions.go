@@ -13,8 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/compactor/compactor/internal/api"
-	"github.com/compactor/compactor/internal/sessions"
+	"github.com/compactor/compactor/contract"
 )
 
 // Error is an endpoint's error answer.
@@ -45,7 +44,7 @@ func (e *Error) Error() string {
 }
 
 // Retryable reports whether the same request may succeed when repeated.
-func (e *Error) Retryable() bool { return e.Status == api.StatusRetry || e.Code == 503 }
+func (e *Error) Retryable() bool { return e.Status == string(contract.StatusRetry) || e.Code == 503 }
 
 // Is makes errors.Is(err, ErrNotFound), errors.Is(err, ErrConflict),
 // errors.Is(err, ErrStorageFull) and errors.Is(err, ErrQuotaExceeded) work
@@ -97,12 +96,12 @@ func (c *Client) call(ctx context.Context, subject string, body, out any) error 
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", subject, err)
 	}
-	if code := m.Header.Get("Nats-Service-Error-Code"); code != "" {
-		e := &Error{Subject: subject, Message: m.Header.Get("Nats-Service-Error")}
+	if code := m.Header.Get(contract.HeaderErrorCode); code != "" {
+		e := &Error{Subject: subject, Message: m.Header.Get(contract.HeaderError)}
 		e.Code, _ = strconv.Atoi(code)
-		var eb api.ErrorBody
+		var eb contract.ErrorBody
 		if json.Unmarshal(m.Data, &eb) == nil {
-			e.Status, e.HeadSeq = eb.Status, eb.HeadSeq
+			e.Status, e.HeadSeq = string(eb.Status), eb.HeadSeq
 			e.Quota, e.RetryAfter = eb.Quota, time.Duration(eb.RetryAfterMS)*time.Millisecond
 			if eb.Error != "" {
 				e.Message = eb.Error
@@ -153,7 +152,7 @@ func (c *Client) Create(ctx context.Context, sessionID string, s NewSession) (Cr
 		s.Messages = []Message{}
 	}
 	var out Created
-	return out, c.call(ctx, api.SubjectCreate, createBody{SessionID: sessionID, NewSession: s}, &out)
+	return out, c.call(ctx, contract.SubjectCreate, createBody{SessionID: sessionID, NewSession: s}, &out)
 }
 
 // AppendOption configures one Append.
@@ -245,7 +244,7 @@ func (c *Client) Append(ctx context.Context, sessionID string, msgs []Message, o
 		return Appended{}, fmt.Errorf("client: %d messages do not fit one append even uploaded one by one: append fewer at once", len(msgs))
 	}
 	var out Appended
-	return out, c.call(ctx, api.SubjectAppend, b.marshal(), &out)
+	return out, c.call(ctx, contract.SubjectAppend, b.marshal(), &out)
 }
 
 // upload stores a message's JSON in parts and returns the reference to
@@ -255,15 +254,15 @@ func (c *Client) upload(ctx context.Context, sid string, raw []byte) (json.RawMe
 	sum := sha256.Sum256(raw)
 	id := "c-" + hex.EncodeToString(sum[:16])
 	// A part is base64 in a JSON body: it must fit max_payload.
-	part := min(sessions.MaxUploadPartBytes, (int(c.nc.MaxPayload())-1024)*3/4)
+	part := min(contract.MaxUploadPartBytes, (int(c.nc.MaxPayload())-1024)*3/4)
 	parts := (len(raw) + part - 1) / part
-	if parts > sessions.MaxUploadParts {
-		return nil, fmt.Errorf("client: a message of %d bytes is over what the service stores (%d parts of %d bytes)", len(raw), sessions.MaxUploadParts, part)
+	if parts > contract.MaxUploadParts {
+		return nil, fmt.Errorf("client: a message of %d bytes is over what the service stores (%d parts of %d bytes)", len(raw), contract.MaxUploadParts, part)
 	}
 	for p := range parts {
 		data := raw[p*part : min(len(raw), (p+1)*part)]
-		body := api.UploadBody{SessionID: sid, UploadID: id, Part: p, Parts: parts, Data: data}
-		if err := c.call(ctx, api.SubjectUpload, body, nil); err != nil {
+		body := contract.UploadBody{SessionID: sid, UploadID: id, Part: p, Parts: parts, Data: data}
+		if err := c.call(ctx, contract.SubjectUpload, body, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -279,7 +278,7 @@ type sessionRef struct {
 // long logs) is read in parts and assembled.
 func (c *Client) Context(ctx context.Context, sessionID string) (ContextView, error) {
 	var out ContextView
-	return out, c.read(ctx, api.SubjectContext, sessionID, &out)
+	return out, c.read(ctx, contract.SubjectContext, sessionID, &out)
 }
 
 // History returns a session's record, every message (summarised ones
@@ -287,7 +286,7 @@ func (c *Client) Context(ctx context.Context, sessionID string) (ContextView, er
 // message.
 func (c *Client) History(ctx context.Context, sessionID string) (History, error) {
 	var out History
-	return out, c.read(ctx, api.SubjectHistory, sessionID, &out)
+	return out, c.read(ctx, contract.SubjectHistory, sessionID, &out)
 }
 
 // read asks a read endpoint that may answer in parts (session.context,
@@ -325,14 +324,14 @@ func (c *Client) readParts(ctx context.Context, subject, sessionID string) ([]by
 	var whole []byte
 	digest := ""
 	for p, parts := 0, 1; p < parts; p++ {
-		var ap sessions.AnswerPart
-		if err := c.call(ctx, subject, api.PagedBody{SessionID: sessionID, Part: &p, Digest: digest}, &ap); err != nil {
+		var ap contract.AnswerPart
+		if err := c.call(ctx, subject, contract.PagedBody{SessionID: sessionID, Part: &p, Digest: digest}, &ap); err != nil {
 			return nil, err
 		}
 		parts, digest = ap.Parts, ap.Digest
 		whole = append(whole, ap.Data...)
 	}
-	if sessions.Digest(whole) != digest {
+	if contract.Digest(whole) != digest {
 		return nil, fmt.Errorf("client: %s of %s: the parts do not match their digest", subject, sessionID)
 	}
 	return whole, nil
@@ -354,15 +353,15 @@ func (c *Client) Message(ctx context.Context, sessionID string, seq int64) (Mess
 		Part      *int   `json:"part,omitempty"`
 	}
 	var m Message
-	err := c.call(ctx, api.SubjectMessage, ref{sessionID, seq, nil}, &m)
+	err := c.call(ctx, contract.SubjectMessage, ref{sessionID, seq, nil}, &m)
 	var e *Error
 	if !errors.As(err, &e) || e.Code != 413 {
 		return m, err
 	}
 	var whole []byte
 	for p, parts := 0, 1; p < parts; p++ {
-		var mp sessions.MessagePart
-		if err := c.call(ctx, api.SubjectMessage, ref{sessionID, seq, &p}, &mp); err != nil {
+		var mp contract.MessagePart
+		if err := c.call(ctx, contract.SubjectMessage, ref{sessionID, seq, &p}, &mp); err != nil {
 			return Message{}, err
 		}
 		parts = mp.Parts
@@ -381,7 +380,7 @@ func (c *Client) Delete(ctx context.Context, sessionID string) (Deleted, error) 
 		return Deleted{}, err
 	}
 	var out Deleted
-	return out, c.call(ctx, api.SubjectDelete, sessionRef{sessionID}, &out)
+	return out, c.call(ctx, contract.SubjectDelete, sessionRef{sessionID}, &out)
 }
 
 // Breaker returns a session's circuit breaker (closed with no failures when
@@ -391,5 +390,5 @@ func (c *Client) Breaker(ctx context.Context, sessionID string) (Breaker, error)
 		return Breaker{}, err
 	}
 	var out Breaker
-	return out, c.call(ctx, api.SubjectBreaker, sessionRef{sessionID}, &out)
+	return out, c.call(ctx, contract.SubjectBreaker, sessionRef{sessionID}, &out)
 }

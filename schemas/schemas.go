@@ -18,6 +18,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6/kind"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
+
+	"github.com/compactor/compactor/contract"
 )
 
 //go:embed *.json
@@ -25,11 +27,11 @@ var files embed.FS
 
 // Names of the schemas, by file.
 const (
-	ContextRequest          = "context_request.json"
-	CompactionCompleted     = "compaction_completed.json"
-	CompactionFailed        = "compaction_failed.json"
-	CompactionCircuitOpened = "compaction_circuit_opened.json"
-	CompactionCircuitClosed = "compaction_circuit_closed.json"
+	ContextRequest          = contract.SchemaContextRequest
+	CompactionCompleted     = contract.SchemaCompactionCompleted
+	CompactionFailed        = contract.SchemaCompactionFailed
+	CompactionCircuitOpened = contract.SchemaCompactionCircuitOpened
+	CompactionCircuitClosed = contract.SchemaCompactionCircuitClosed
 	Message                 = "message.json"
 	SessionRecord           = "session_record.json"
 )

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/memstore"
@@ -104,4 +106,46 @@ type failing struct{}
 
 func (failing) Summarize(context.Context, pipeline.SummaryRequest) (pipeline.SummaryResponse, error) {
 	return pipeline.SummaryResponse{}, errors.New("upstream 503")
+}
+
+// The schemas' session-id pattern is the contract's, wherever a schema
+// declares session_id.
+func TestSessionIDPatternIsTheContracts(t *testing.T) {
+	for _, name := range []string{schemas.ContextRequest, schemas.SessionRecord} {
+		raw, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc any
+		if err := json.Unmarshal(raw, &doc); err != nil {
+			t.Fatal(err)
+		}
+		var patterns []string
+		var walk func(v any)
+		walk = func(v any) {
+			switch v := v.(type) {
+			case map[string]any:
+				if sid, ok := v["session_id"].(map[string]any); ok {
+					p, _ := sid["pattern"].(string)
+					patterns = append(patterns, p)
+				}
+				for _, e := range v {
+					walk(e)
+				}
+			case []any:
+				for _, e := range v {
+					walk(e)
+				}
+			}
+		}
+		walk(doc)
+		if len(patterns) == 0 {
+			t.Errorf("%s declares no session_id", name)
+		}
+		for _, got := range patterns {
+			if got != contract.SessionIDPattern {
+				t.Errorf("%s: session_id pattern %q, the contract's %q", name, got, contract.SessionIDPattern)
+			}
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/session"
@@ -97,8 +98,8 @@ func breakerReset(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: give a session ID or --all, not both", errUsage)
 	case !*all && len(pos) != 1:
 		return fmt.Errorf("%w: want one session ID, or --all", errUsage)
-	case !*all && !events.ValidSessionID(pos[0]):
-		return fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, pos[0])
+	case !*all && contract.CheckSessionID(pos[0]) != nil:
+		return fmt.Errorf("%w: %v", errUsage, contract.CheckSessionID(pos[0]))
 	}
 	return withStores(ctx, nf, func(ctx context.Context, st stores) error {
 		svc := sessions.New(st.kv, st.breakers, nil)

@@ -15,8 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
-	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
@@ -126,11 +125,11 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 // its result event's data: exit 0 when completed, 1 when failed.
 func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait time.Duration, req client.CompactRequest, stdout io.Writer) error {
 	t := pipeline.Trigger(trigger)
-	if _, ok := events.RequestRoute(t); !ok {
+	if _, ok := contract.RequestRoute(t); !ok {
 		return fmt.Errorf("%w: --trigger %q: a stored session takes over_budget or overflow", errUsage, trigger)
 	}
-	if !events.ValidSessionID(sid) {
-		return fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, sid)
+	if err := contract.CheckSessionID(sid); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if wait <= 0 {
 		wait = 2 * time.Minute
@@ -175,7 +174,7 @@ func compactStored(ctx context.Context, nf *natsFlags, sid, trigger string, wait
 // whyNoResult says why a request may have gone unanswered: no service
 // runs against this server, or one does and is slow to answer.
 func whyNoResult(nc *nats.Conn) string {
-	if _, err := nc.Request("$SRV.PING."+api.Name, nil, 2*time.Second); err != nil {
+	if _, err := nc.Request("$SRV.PING."+contract.ServiceName, nil, 2*time.Second); err != nil {
 		return "no compactor service answers on this NATS server: is `compactor serve` running against it? The request is stored and will be answered when one runs"
 	}
 	return "a compactor service runs but has not answered yet (busy, or its summary model is slow): the request is stored and will still be answered; raise --timeout to wait longer"

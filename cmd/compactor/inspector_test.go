@@ -20,7 +20,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
@@ -82,7 +82,7 @@ func TestInspectorInChromium(t *testing.T) {
 			map[string]any{"role": "assistant", "content": fmt.Sprintf("Flights for May %d listed; checking the next day.", 10+i)})
 	}
 	body, _ := json.Marshal(map[string]any{"session_id": "tau2", "messages": turns})
-	if m, err := admin.nc.Request(api.SubjectAppend, body, 30*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+	if m, err := admin.nc.Request(contract.SubjectAppend, body, 30*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
 		t.Fatalf("append: %v %v", err, m)
 	}
 	if code, _, stderr := runCLI(t, "compact", "tau2", "--nats-url", as("admin"), "--timeout", "60s"); code != 0 {

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/sessions"
 )
@@ -98,11 +98,11 @@ func TestLargeSessionReadsBack(t *testing.T) {
 	same("client.History", hist.Messages)
 
 	// The endpoint itself: a 413 naming the parts, then the parts.
-	m, err := nc.Request(api.SubjectContext, []byte(`{"session_id":"shots"}`), 20*time.Second)
+	m, err := nc.Request(contract.SubjectContext, []byte(`{"session_id":"shots"}`), 20*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var eb api.ErrorBody
+	var eb contract.ErrorBody
 	json.Unmarshal(m.Data, &eb)
 	if m.Header.Get("Nats-Service-Error-Code") != "413" || eb.Parts < 4 {
 		t.Fatalf("the whole context: %v %s", m.Header, m.Data)
@@ -110,12 +110,12 @@ func TestLargeSessionReadsBack(t *testing.T) {
 	var whole []byte
 	digest := ""
 	for p := range eb.Parts {
-		b, _ := json.Marshal(api.PagedBody{SessionID: "shots", Part: &p, Digest: digest})
-		m, err := nc.Request(api.SubjectContext, b, 20*time.Second)
+		b, _ := json.Marshal(contract.PagedBody{SessionID: "shots", Part: &p, Digest: digest})
+		m, err := nc.Request(contract.SubjectContext, b, 20*time.Second)
 		if err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
 			t.Fatalf("part %d: %v %v %.200s", p, err, m.Header, m.Data)
 		}
-		var ap sessions.AnswerPart
+		var ap contract.AnswerPart
 		if err := json.Unmarshal(m.Data, &ap); err != nil || ap.Parts != eb.Parts || ap.Part != p {
 			t.Fatalf("part %d: %+v %v", p, ap.Parts, err)
 		}
@@ -123,7 +123,7 @@ func TestLargeSessionReadsBack(t *testing.T) {
 		whole = append(whole, ap.Data...)
 	}
 	var byParts client.ContextView
-	if err := json.Unmarshal(whole, &byParts); err != nil || sessions.Digest(whole) != digest {
+	if err := json.Unmarshal(whole, &byParts); err != nil || contract.Digest(whole) != digest {
 		t.Fatalf("the parts joined: %v", err)
 	}
 	same("session.context in parts", byParts.Messages)
@@ -137,8 +137,8 @@ func TestLargeSessionReadsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	one := 1
-	b, _ := json.Marshal(api.PagedBody{SessionID: "shots", Part: &one, Digest: digest})
-	if m, err := nc.Request(api.SubjectContext, b, 20*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "409" {
+	b, _ := json.Marshal(contract.PagedBody{SessionID: "shots", Part: &one, Digest: digest})
+	if m, err := nc.Request(contract.SubjectContext, b, 20*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "409" {
 		t.Fatalf("a part of a changed answer: %v %v", err, m.Header)
 	}
 

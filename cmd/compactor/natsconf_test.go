@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
@@ -143,10 +143,10 @@ func TestNATSConfRoles(t *testing.T) {
 		t.Fatal(err)
 	}
 	create := fmt.Sprintf(`{"session_id":"r1","context_limit":6000,"messages":%s}`, msgs)
-	if m, err := runtime.nc.Request(api.SubjectCreate, []byte(create), 10*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+	if m, err := runtime.nc.Request(contract.SubjectCreate, []byte(create), 10*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
 		t.Fatalf("runtime session.create: %v %s", err, m.Data)
 	}
-	if m, err := runtime.nc.Request(api.SubjectAppend, []byte(`{"session_id":"r1","messages":[{"id":"u-late","role":"user","content":"and the baggage?"}]}`), 10*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
+	if m, err := runtime.nc.Request(contract.SubjectAppend, []byte(`{"session_id":"r1","messages":[{"id":"u-late","role":"user","content":"and the baggage?"}]}`), 10*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" {
 		t.Fatalf("runtime session.append: %v %s", err, m.Data)
 	}
 	observer := connectAs(t, as("observer"))
@@ -165,16 +165,16 @@ func TestNATSConfRoles(t *testing.T) {
 	sdkRequest(t, runtime.nc, "r1", "sdk-1")
 
 	var view sessions.ContextView
-	if m, err := runtime.nc.Request(api.SubjectContext, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" ||
+	if m, err := runtime.nc.Request(contract.SubjectContext, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil || m.Header.Get("Nats-Service-Error") != "" ||
 		json.Unmarshal(m.Data, &view) != nil || !view.Messages[1].IsCompaction {
 		t.Fatalf("runtime session.context: %v", err)
 	}
 	var hist sessions.History
-	if m, err := runtime.nc.Request(api.SubjectHistory, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil ||
+	if m, err := runtime.nc.Request(contract.SubjectHistory, []byte(`{"session_id":"r1"}`), 5*time.Second); err != nil ||
 		json.Unmarshal(m.Data, &hist) != nil || len(hist.Compactions) != 1 || len(hist.Messages) != 63 {
 		t.Fatalf("runtime session.history: %v (%d compactions)", err, len(hist.Compactions))
 	}
-	runtime.deniedPublish(t, api.SubjectReset)
+	runtime.deniedPublish(t, contract.SubjectReset)
 	runtime.deniedPublish(t, "$KV.sessions_0._.r1") // issue 11: no direct writes of any session's record or data
 	runtime.deniedPublish(t, "sessions.0._.other.log")
 	runtime.deniedPublish(t, "$JS.API.DIRECT.GET.SESSIONS_0")
@@ -198,17 +198,17 @@ func TestNATSConfRoles(t *testing.T) {
 
 	// The observer saw the result and can list services, and nothing else.
 	m, err := seen.NextMsg(5 * time.Second)
-	if err != nil || m.Header.Get("ce-type") != events.TypeCompactionCompleted {
+	if err != nil || m.Header.Get("ce-type") != contract.TypeCompactionCompleted {
 		t.Fatalf("observer did not see the result: %v", err)
 	}
-	if _, err := observer.nc.Request("$SRV.PING."+api.Name, nil, 2*time.Second); err != nil {
+	if _, err := observer.nc.Request("$SRV.PING."+contract.ServiceName, nil, 2*time.Second); err != nil {
 		t.Fatalf("observer cannot ping the service: %v", err)
 	}
 	// A session's latest event, by a direct get on its subject.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if m, err := observer.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+consumer.ResultStream+".compaction.completed.r1", nil); err != nil ||
-		m.Header.Get("ce-type") != events.TypeCompactionCompleted {
+		m.Header.Get("ce-type") != contract.TypeCompactionCompleted {
 		t.Fatalf("observer reading the session's latest result: %v %v", err, m)
 	}
 	// Issue 42: the runtime and observer roles pulled from, acked, read
@@ -236,18 +236,18 @@ func TestNATSConfRoles(t *testing.T) {
 	start := time.Now()
 	code, _, stderr := runCLI(t, "compact", "r1", "--timeout", "60s", "--nats-url", as("observer"))
 	if code != 1 || time.Since(start) > 10*time.Second || !strings.Contains(stderr, `NATS user "observer"`) ||
-		!strings.Contains(stderr, events.OverBudgetPrefix+"r1") {
+		!strings.Contains(stderr, contract.OverBudgetPrefix+"r1") {
 		t.Fatalf("compact as the observer: exit %d after %v: %s", code, time.Since(start), stderr)
 	}
 	code, _, stderr = runCLI(t, "breaker", "list", "--nats-url", as("runtime"))
 	if code != 1 || !strings.Contains(stderr, `NATS user "runtime"`) || !strings.Contains(stderr, "compactor or admin") {
 		t.Fatalf("breaker list as a runtime: exit %d: %s", code, stderr)
 	}
-	runtime.deniedPublish(t, api.SubjectList)
-	observer.deniedPublish(t, events.OverBudgetPrefix+"r1")
+	runtime.deniedPublish(t, contract.SubjectList)
+	observer.deniedPublish(t, contract.OverBudgetPrefix+"r1")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.KV_sessions_0.$KV.sessions_0._.r1")
 	observer.deniedPublish(t, "$JS.API.DIRECT.GET.SESSIONS_0")
-	observer.deniedPublish(t, api.SubjectCompact)
+	observer.deniedPublish(t, contract.SubjectCompact)
 	observer.deniedSubscribe(t, "compactor.>")
 }
 
@@ -260,7 +260,7 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	sub, err := nc.SubscribeSync(events.CompletedPrefix + sid)
+	sub, err := nc.SubscribeSync(contract.CompletedPrefix + sid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	snd, err := cejs.NewSenderFromConn(nc, consumer.RequestStream, events.OverBudgetPrefix+sid, nil)
+	snd, err := cejs.NewSenderFromConn(nc, consumer.RequestStream, contract.OverBudgetPrefix+sid, nil)
 	if err != nil {
 		t.Fatalf("the SDK's sender: %v", err)
 	}
@@ -279,14 +279,14 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 	ev := cloudevents.NewEvent()
 	ev.SetID(id)
 	ev.SetSource("urn:runtime")
-	ev.SetType(events.TypeContextOverBudget)
-	if err := ev.SetData(cloudevents.ApplicationJSON, events.RequestData{SessionID: sid}); err != nil {
+	ev.SetType(contract.TypeContextOverBudget)
+	if err := ev.SetData(cloudevents.ApplicationJSON, contract.RequestData{SessionID: sid}); err != nil {
 		t.Fatal(err)
 	}
 	if res := sc.Send(ctx, ev); cloudevents.IsUndelivered(res) {
 		t.Fatalf("the SDK's send: %v", res)
 	}
-	want := events.RequestResultID(id)
+	want := contract.RequestResultID(id)
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
@@ -297,7 +297,7 @@ func sdkRequest(t *testing.T, nc *nats.Conn, sid, id string) {
 			t.Fatal(err)
 		}
 		if got.ID() == want {
-			if got.Type() != events.TypeCompactionCompleted {
+			if got.Type() != contract.TypeCompactionCompleted {
 				t.Fatalf("the result is %s", got)
 			}
 			return
@@ -333,10 +333,10 @@ func TestNATSConfTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	// One session id, two tenants: A's from the fixture, B's one message.
-	if _, code := call(a, api.SubjectCreate, fmt.Sprintf(`{"session_id":"same","context_limit":6000,"messages":%s}`, msgs)); code != "" {
+	if _, code := call(a, contract.SubjectCreate, fmt.Sprintf(`{"session_id":"same","context_limit":6000,"messages":%s}`, msgs)); code != "" {
 		t.Fatalf("A's create: %s", code)
 	}
-	if _, code := call(b, api.SubjectCreate, `{"session_id":"same","model":"gpt-4o","messages":[{"role":"user","content":"B's only message"}]}`); code != "" {
+	if _, code := call(b, contract.SubjectCreate, `{"session_id":"same","model":"gpt-4o","messages":[{"role":"user","content":"B's only message"}]}`); code != "" {
 		t.Fatalf("B's create: %s", code)
 	}
 	resB, err := b.nc.SubscribeSync("compaction.>")
@@ -359,7 +359,7 @@ func TestNATSConfTenants(t *testing.T) {
 	if code := cli(t, as("tenant-a"), &res, "compact", "same", "--timeout", "30s"); code != 0 || res["outcome"] != "compacted" {
 		t.Fatalf("A's compact: exit %d %v", code, res)
 	}
-	if m, err := resA.NextMsg(10 * time.Second); err != nil || m.Subject != events.CompletedPrefix+"same" {
+	if m, err := resA.NextMsg(10 * time.Second); err != nil || m.Subject != contract.CompletedPrefix+"same" {
 		t.Fatalf("A's observer: %v %v", m, err)
 	}
 	for _, sub := range []*nats.Subscription{resB, stolen} {
@@ -368,16 +368,16 @@ func TestNATSConfTenants(t *testing.T) {
 		}
 	}
 	// B reads, lists and deletes its own session only.
-	view, _ := call(b, api.SubjectContext, `{"session_id":"same"}`)
+	view, _ := call(b, contract.SubjectContext, `{"session_id":"same"}`)
 	if view["compaction_id"] != nil || len(view["messages"].([]any)) != 1 {
 		t.Fatalf("B reads %v", view)
 	}
-	list, _ := call(b, api.SubjectList, `{}`)
+	list, _ := call(b, contract.SubjectList, `{}`)
 	if got := list["sessions"].([]any); len(got) != 1 || got[0].(map[string]any)["messages"].(float64) != 1 {
 		t.Fatalf("B lists %v", list)
 	}
 	// A's subjects are not in B's account: nothing answers, nothing stores.
-	for _, subject := range []string{"tenant.TENANT_A." + api.SubjectContext, "tenant.TENANT_A." + api.SubjectDelete, "tenant.TENANT_A." + events.OverBudgetPrefix + "same"} {
+	for _, subject := range []string{"tenant.TENANT_A." + contract.SubjectContext, "tenant.TENANT_A." + contract.SubjectDelete, "tenant.TENANT_A." + contract.OverBudgetPrefix + "same"} {
 		if _, err := b.nc.Request(subject, []byte(`{"session_id":"same"}`), time.Second); err == nil {
 			t.Fatalf("B reached %s", subject)
 		}
@@ -404,11 +404,11 @@ func TestNATSConfTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, body := range []string{`{"session_id":"same"}`, `{"all":true}`} {
-		if _, code := call(b, api.SubjectReset, body); code != "" {
+		if _, code := call(b, contract.SubjectReset, body); code != "" {
 			t.Fatalf("B's reset %s: %s", body, code)
 		}
 	}
-	if br, _ := call(a, api.SubjectBreaker, `{"session_id":"same"}`); br["state"] != "open" {
+	if br, _ := call(a, contract.SubjectBreaker, `{"session_id":"same"}`); br["state"] != "open" {
 		t.Fatalf("B's resets reached A's breaker: %v", br)
 	}
 	// The operator's view: each tenant's sessions, and A's open breaker.
@@ -429,19 +429,19 @@ func TestNATSConfTenants(t *testing.T) {
 		t.Fatalf("a bad --tenant: exit %d", code)
 	}
 	// B deletes its session; A's stays, and the operator reaches it.
-	if _, code := call(b, api.SubjectDelete, `{"session_id":"same"}`); code != "" {
+	if _, code := call(b, contract.SubjectDelete, `{"session_id":"same"}`); code != "" {
 		t.Fatalf("B's delete: %s", code)
 	}
-	if _, code := call(b, api.SubjectContext, `{"session_id":"same"}`); code != "404" {
+	if _, code := call(b, contract.SubjectContext, `{"session_id":"same"}`); code != "404" {
 		t.Fatalf("B's session after its delete: %s", code)
 	}
-	if view, code := call(admin, "tenant.TENANT_A."+api.SubjectContext, `{"session_id":"same"}`); code != "" || view["compaction_id"] == nil {
+	if view, code := call(admin, "tenant.TENANT_A."+contract.SubjectContext, `{"session_id":"same"}`); code != "" || view["compaction_id"] == nil {
 		t.Fatalf("the operator reads A's session: %s %v", code, view)
 	}
-	if view, code := call(a, api.SubjectContext, `{"session_id":"same"}`); code != "" || view["compaction_id"] == nil {
+	if view, code := call(a, contract.SubjectContext, `{"session_id":"same"}`); code != "" || view["compaction_id"] == nil {
 		t.Fatalf("A's session after B's delete: %s %v", code, view)
 	}
 	// A tenant's observer reads results and nothing else.
-	aObserver.deniedPublish(t, api.SubjectCompact)
-	aObserver.deniedPublish(t, events.OverBudgetPrefix+"same")
+	aObserver.deniedPublish(t, contract.SubjectCompact)
+	aObserver.deniedPublish(t, contract.OverBudgetPrefix+"same")
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
@@ -70,7 +70,7 @@ func startProcess(t *testing.T, url string, args ...string) *process {
 		if !strings.Contains(p.logs.String(), `msg=serving`) {
 			return fmt.Errorf("compactor serve not serving:\n%s", p.logs.String())
 		}
-		_, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond)
+		_, err := nc.Request("$SRV.PING."+contract.ServiceName, nil, 200*time.Millisecond)
 		return err
 	})
 	return p
@@ -94,12 +94,12 @@ func (p *process) signal(t *testing.T, sig os.Signal, within time.Duration) int 
 // Nats-Msg-Id.
 func publishRequest(t *testing.T, js jetstream.JetStream, id, sid string) {
 	t.Helper()
-	ev, err := events.NewEvent(id, events.TypeContextOverBudget, "urn:test-runtime", sid, time.Now(), events.RequestData{SessionID: sid, Model: "gpt-4o"})
+	ev, err := events.NewEvent(id, contract.TypeContextOverBudget, "urn:test-runtime", sid, time.Now(), contract.RequestData{SessionID: sid, Model: "gpt-4o"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	h, body := events.EncodeBinary(ev)
-	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: events.Subject(events.TypeContextOverBudget, sid), Header: h, Data: body}); err != nil {
+	if _, err := js.PublishMsg(context.Background(), &nats.Msg{Subject: contract.Subject(contract.TypeContextOverBudget, sid), Header: h, Data: body}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -112,7 +112,7 @@ func waitResults(t *testing.T, js jetstream.JetStream, id string, n int, within 
 		var out []map[string]any
 		types, data := streamData(t, js, consumer.ResultStream)
 		for i := range types {
-			if data[i]["request_id"] == id && (types[i] == events.TypeCompactionCompleted || types[i] == events.TypeCompactionFailed) {
+			if data[i]["request_id"] == id && (types[i] == contract.TypeCompactionCompleted || types[i] == contract.TypeCompactionFailed) {
 				out = append(out, data[i])
 			}
 		}

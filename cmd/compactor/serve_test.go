@@ -19,9 +19,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/consumer"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/session"
@@ -66,7 +66,7 @@ func startServeAt(t *testing.T, url string, args ...string) *served {
 			t.Fatalf("serve exited %d before serving:\n%s", code, s.logs.String())
 		default:
 		}
-		if _, err := nc.Request("$SRV.PING."+api.Name, nil, 200*time.Millisecond); err != nil {
+		if _, err := nc.Request("$SRV.PING."+contract.ServiceName, nil, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("serve does not answer pings: %w\n%s", err, s.logs.String())
 		}
 		return nil
@@ -234,7 +234,7 @@ func TestServeWalkthrough(t *testing.T) {
 			Name, Subject string
 		} `json:"endpoints"`
 	}
-	m, err := nc.Request("$SRV.INFO."+api.Name, nil, 2*time.Second)
+	m, err := nc.Request("$SRV.INFO."+contract.ServiceName, nil, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,13 +243,13 @@ func TestServeWalkthrough(t *testing.T) {
 	for _, e := range info.Endpoints {
 		subjects[e.Subject] = true
 	}
-	for _, want := range []string{api.SubjectCompact, api.SubjectBreaker, api.SubjectReset, api.SubjectCreate, api.SubjectAppend, api.SubjectContext} {
+	for _, want := range []string{contract.SubjectCompact, contract.SubjectBreaker, contract.SubjectReset, contract.SubjectCreate, contract.SubjectAppend, contract.SubjectContext} {
 		if !subjects[want] {
 			t.Errorf("micro info lacks endpoint %s: %s", want, m.Data)
 		}
 	}
 	// nats micro stats: the service-wide counters once, under compact.
-	m, err = nc.Request("$SRV.STATS."+api.Name, nil, 2*time.Second)
+	m, err = nc.Request("$SRV.STATS."+contract.ServiceName, nil, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,43 +293,43 @@ func TestServeWalkthrough(t *testing.T) {
 		chat = append(chat, map[string]any{"role": "user", "content": fmt.Sprintf("Question %d: what is the fare code for flight HAT%03d on 2024-05-%02d?", i, i, 1+i%28)},
 			map[string]any{"role": "assistant", "content": fmt.Sprintf("Flight HAT%03d uses fare code Y%02d and costs $%d.", i, i, 100+i)})
 	}
-	m = request(api.SubjectCreate, map[string]any{"session_id": "m1", "context_limit": 1200, "messages": chat[:41]})
+	m = request(contract.SubjectCreate, map[string]any{"session_id": "m1", "context_limit": 1200, "messages": chat[:41]})
 	if m.Header.Get(micro.ErrorHeader) != "" || !strings.Contains(string(m.Data), `"messages":41`) {
 		t.Fatalf("session.create: %v %s", m.Header, m.Data)
 	}
-	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[41:]})
+	m = request(contract.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[41:]})
 	var app sessions.Appended
 	json.Unmarshal(m.Data, &app)
 	if app.FirstSeq != 42 || app.LastSeq != 61 || len(app.IDs) != 20 || app.Bytes == 0 {
 		t.Fatalf("session.append: %s", m.Data)
 	}
-	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": []map[string]any{{"role": "robot", "content": "x"}}})
+	m = request(contract.SubjectAppend, map[string]any{"session_id": "m1", "messages": []map[string]any{{"role": "robot", "content": "x"}}})
 	if m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(m.Header.Get(micro.ErrorHeader), "robot") {
 		t.Fatalf("a bad message: %v %s", m.Header, m.Data)
 	}
 	// Misspelt and mistyped fields are refused, named as the body names them.
-	m = request(api.SubjectCompact, map[string]any{"session_id": "m1", "context_limt": 800})
+	m = request(contract.SubjectCompact, map[string]any{"session_id": "m1", "context_limt": 800})
 	if m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(string(m.Data), `unknown field \"context_limt\"`) {
 		t.Fatalf("a misspelt field: %v %s", m.Header, m.Data)
 	}
-	m = request(api.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[:1], "expected_head_seq": "61"})
+	m = request(contract.SubjectAppend, map[string]any{"session_id": "m1", "messages": chat[:1], "expected_head_seq": "61"})
 	if m.Header.Get(micro.ErrorCodeHeader) != "400" || !strings.Contains(string(m.Data), "expected_head_seq: got string, want integer") || strings.Contains(string(m.Data), "Go struct") {
 		t.Fatalf("a mistyped field: %v %s", m.Header, m.Data)
 	}
-	m = request(api.SubjectCompact, map[string]any{"session_id": "m1", "request_id": "sync-1"})
+	m = request(contract.SubjectCompact, map[string]any{"session_id": "m1", "request_id": "sync-1"})
 	if err := schemas.Validate(schemas.CompactionCompleted, m.Data); err != nil || !strings.Contains(string(m.Data), `"outcome":"compacted"`) {
 		t.Fatalf("compact: %v %s", err, m.Data)
 	}
-	m = request(api.SubjectCompact, map[string]any{"session_id": "missing"})
+	m = request(contract.SubjectCompact, map[string]any{"session_id": "missing"})
 	if m.Header.Get(micro.ErrorCodeHeader) != "404" || schemas.Validate(schemas.CompactionFailed, m.Data) != nil {
 		t.Fatalf("compact of a missing session: %v %s", m.Header, m.Data)
 	}
-	m = request(api.SubjectContext, map[string]any{"session_id": "m1"})
+	m = request(contract.SubjectContext, map[string]any{"session_id": "m1"})
 	json.Unmarshal(m.Data, &view)
 	if view.Tokens > 1200 || !view.Messages[1].IsCompaction {
 		t.Fatalf("context after the synchronous compaction: %d tokens", view.Tokens)
 	}
-	m = request(api.SubjectBreaker, map[string]any{"session_id": "m1"})
+	m = request(contract.SubjectBreaker, map[string]any{"session_id": "m1"})
 	if !strings.Contains(string(m.Data), `"state":"closed"`) || strings.Contains(string(m.Data), "0001-01-01") {
 		t.Fatalf("breaker.get: %s", m.Data)
 	}
@@ -495,12 +495,12 @@ func TestServeBreakerOverCLI(t *testing.T) {
 		for _, typ := range types {
 			count[typ]++
 		}
-		if count[events.TypeCompactionCompleted] > 0 || time.Now().After(deadline) {
+		if count[contract.TypeCompactionCompleted] > 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	if count[events.TypeCompactionCircuitOpened] != 1 || count[events.TypeCompactionCircuitClosed] != 1 ||
-		count[events.TypeCompactionFailed] != 4 || count[events.TypeCompactionCompleted] != 1 {
+	if count[contract.TypeCompactionCircuitOpened] != 1 || count[contract.TypeCompactionCircuitClosed] != 1 ||
+		count[contract.TypeCompactionFailed] != 4 || count[contract.TypeCompactionCompleted] != 1 {
 		t.Fatalf("events: %v", count)
 	}
 }
@@ -530,7 +530,7 @@ func TestServeStopCancelsStuckSynchronousCompaction(t *testing.T) {
 	nc, _ := natstest.Connect(t, srv)
 	reply := make(chan *nats.Msg, 1)
 	go func() {
-		m, err := nc.Request(api.SubjectCompact, []byte(`{"session_id":"sync1","request_id":"stuck-1"}`), 30*time.Second)
+		m, err := nc.Request(contract.SubjectCompact, []byte(`{"session_id":"sync1","request_id":"stuck-1"}`), 30*time.Second)
 		if err != nil {
 			t.Errorf("request: %v", err)
 		}

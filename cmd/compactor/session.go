@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/config"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
@@ -71,8 +71,10 @@ func sessionImport(ctx context.Context, args []string, stdout io.Writer) error {
 	if *limit < 0 {
 		return fmt.Errorf("%w: --context-limit must be >= 0", errUsage)
 	}
-	if *id != "" && !events.ValidSessionID(*id) {
-		return fmt.Errorf("%w: --session-id %q must be 1-200 letters, digits, '-' or '_'", errUsage, *id)
+	if *id != "" {
+		if err := contract.CheckSessionID(*id); err != nil {
+			return fmt.Errorf("%w: --session-id: %v", errUsage, err)
+		}
 	}
 	conf, err := config.Load(*cfgPath)
 	if err != nil {
@@ -134,8 +136,8 @@ func sessionArgs(name, more string, n int, args []string, stdout io.Writer) (*na
 		}
 		return nil, nil, fmt.Errorf("%w: want a session ID and%s", errUsage, more)
 	}
-	if !events.ValidSessionID(pos[0]) {
-		return nil, nil, fmt.Errorf("%w: session ID %q must be 1-200 letters, digits, '-' or '_'", errUsage, pos[0])
+	if err := contract.CheckSessionID(pos[0]); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	return nf, pos, nil
 }

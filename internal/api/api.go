@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	oteltrace "go.opentelemetry.io/otel/trace"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
@@ -34,25 +34,9 @@ import (
 	"github.com/compactor/compactor/schemas"
 )
 
-// Service name and subjects of the endpoints (SPEC §8; the session and
-// breaker.list endpoints are additions).
 const (
-	Name            = "compactor"
-	SubjectCompact  = "compactor.compact"
-	SubjectBreaker  = "compactor.breaker.get"
-	SubjectReset    = "compactor.breaker.reset"
-	SubjectBreakers = "compactor.breaker.list"
-	SubjectCreate   = "compactor.session.create"
-	SubjectAppend   = "compactor.session.append"
-	SubjectContext  = "compactor.session.context"
-	SubjectMessage  = "compactor.session.message"
-	SubjectHistory  = "compactor.session.history"
-	SubjectDelete   = "compactor.session.delete"
-	SubjectUpload   = "compactor.session.upload"
-	SubjectList     = "compactor.session.list"
-	SubjectResult   = "compactor.result.get"
-	defaultTimeout  = 5 * time.Minute
-	defaultWorkers  = 64
+	defaultTimeout = 5 * time.Minute
+	defaultWorkers = 64
 )
 
 // BreakerLister lists the stored breakers.
@@ -156,7 +140,7 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	}
 	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: newSlots(maxOps), run: newWorkers(workerIdle), ctx: context.WithoutCancel(ctx)}
 	s.work, s.cancelWork = context.WithCancel(s.ctx)
-	cfg := micro.Config{Name: Name, Version: d.Version,
+	cfg := micro.Config{Name: contract.ServiceName, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
 		Metadata:    map[string]string{"requests": consumer.RequestStream, "results": consumer.ResultStream},
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
@@ -185,19 +169,19 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		name, subject, desc string
 		h                   micro.HandlerFunc
 	}{
-		{"compact", SubjectCompact, "compact a session now and answer its result (the data of CompactionCompleted, or an error carrying CompactionFailed's); the result event is published too", s.compact},
-		{"breaker_get", SubjectBreaker, "a session's circuit breaker: {\"session_id\"}", s.breakerGet},
-		{"breaker_reset", SubjectReset, "close a session's breaker ({\"session_id\"}) or every open one ({\"all\": true}); publishes CompactionCircuitClosed for each that was open", s.breakerReset},
-		{"breaker_list", SubjectBreakers, "every stored breaker, ordered by session id; with {\"limit\", \"after\"}, one page of them: {\"breakers\", \"next\"}", s.breakerList},
-		{"session_create", SubjectCreate, "store a new session, all or nothing: {\"session_id\", \"model\", \"context_limit\", \"messages\"}; the same create again succeeds", s.sessionCreate},
-		{"session_append", SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\", \"expected_head_seq\"}; a message whose id is stored already is not appended again", s.sessionAppend},
-		{"session_context", SubjectContext, "what the model sees now: pinned + summary + raw tail, with tokens", s.sessionContext},
-		{"session_message", SubjectMessage, "one stored message, summarised or not: {\"session_id\", \"seq\"}; with \"part\", that part of its JSON (base64), for a message over one answer", s.sessionMessage},
-		{"session_history", SubjectHistory, "the record, every message and every compaction", s.sessionHistory},
-		{"session_upload", SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
-		{"session_list", SubjectList, "a page of the stored sessions: {\"limit\" (default 100, at most 1000), \"after\" (the previous page's \"next\"), \"prefix\", \"model\", \"idle_for\" (a duration, e.g. \"24h\"), \"compacted\" (true or false)}; answers {\"sessions\", \"next\"}", s.sessionList},
-		{"result_get", SubjectResult, "the result event stored for a request sent within the requests' deduplication window: {\"session_id\", \"request_id\"}; answers {\"type\", \"id\", \"data\"} (CompactionCompleted or CompactionFailed), 404 when none is stored yet", s.resultGet},
-		{"session_delete", SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
+		{"compact", contract.SubjectCompact, "compact a session now and answer its result (the data of CompactionCompleted, or an error carrying CompactionFailed's); the result event is published too", s.compact},
+		{"breaker_get", contract.SubjectBreaker, "a session's circuit breaker: {\"session_id\"}", s.breakerGet},
+		{"breaker_reset", contract.SubjectReset, "close a session's breaker ({\"session_id\"}) or every open one ({\"all\": true}); publishes CompactionCircuitClosed for each that was open", s.breakerReset},
+		{"breaker_list", contract.SubjectBreakers, "every stored breaker, ordered by session id; with {\"limit\", \"after\"}, one page of them: {\"breakers\", \"next\"}", s.breakerList},
+		{"session_create", contract.SubjectCreate, "store a new session, all or nothing: {\"session_id\", \"model\", \"context_limit\", \"messages\"}; the same create again succeeds", s.sessionCreate},
+		{"session_append", contract.SubjectAppend, "append messages at a session's head: {\"session_id\", \"messages\", \"expected_head_seq\"}; a message whose id is stored already is not appended again", s.sessionAppend},
+		{"session_context", contract.SubjectContext, "what the model sees now: pinned + summary + raw tail, with tokens", s.sessionContext},
+		{"session_message", contract.SubjectMessage, "one stored message, summarised or not: {\"session_id\", \"seq\"}; with \"part\", that part of its JSON (base64), for a message over one answer", s.sessionMessage},
+		{"session_history", contract.SubjectHistory, "the record, every message and every compaction", s.sessionHistory},
+		{"session_upload", contract.SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
+		{"session_list", contract.SubjectList, "a page of the stored sessions: {\"limit\" (default 100, at most 1000), \"after\" (the previous page's \"next\"), \"prefix\", \"model\", \"idle_for\" (a duration, e.g. \"24h\"), \"compacted\" (true or false)}; answers {\"sessions\", \"next\"}", s.sessionList},
+		{"result_get", contract.SubjectResult, "the result event stored for a request sent within the requests' deduplication window: {\"session_id\", \"request_id\"}; answers {\"type\", \"id\", \"data\"} (CompactionCompleted or CompactionFailed), 404 when none is stored yet", s.resultGet},
+		{"session_delete", contract.SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	}
 	for _, e := range endpoints {
 		// Each endpoint twice: the default tenant's subject, and every
@@ -301,7 +285,7 @@ func (s *Server) replyTo(r micro.Request, code, desc string, body []byte) {
 		// An answer over max_payload cannot be sent: say so instead of
 		// leaving the caller to time out.
 		msg := fmt.Sprintf("the answer is %d bytes, over what one NATS message carries here (%d): read a large message in parts (compactor.session.message with \"part\"), or raise the server's max_payload", len(body), room)
-		body, _ = json.Marshal(ErrorBody{Status: StatusFailed, Code: 413, Error: msg})
+		body, _ = json.Marshal(contract.ErrorBody{Status: contract.StatusFailed, Code: 413, Error: msg})
 		code, desc = "413", msg
 	}
 	m := nats.NewMsg(reply)
@@ -315,49 +299,11 @@ func (s *Server) replyTo(r micro.Request, code, desc string, body []byte) {
 	}
 }
 
-// CompactRequest is the body of a compact request: the data of a request
-// event, plus the request's id (default: a new UUID; reuse one to make a
-// retry idempotent) and its trigger (default over_budget).
-type CompactRequest struct {
-	events.RequestData
-	RequestID string           `json:"request_id,omitempty"`
-	Trigger   pipeline.Trigger `json:"trigger,omitempty"`
-}
+// CompactRequest is the body of compactor.compact.
+type CompactRequest = contract.CompactBody
 
 type sessionRef struct {
 	SessionID string `json:"session_id"`
-}
-
-// Statuses of an error answer: what happened to the request.
-const (
-	// StatusNotApplied: nothing was written, and the same request will be
-	// refused again (bad input, unknown session, a taken id, a moved head).
-	StatusNotApplied = "not_applied"
-	// StatusRetry: nothing was written, or the outcome is unknown, because
-	// the store was unavailable for longer than the service retries (a
-	// failover): send the same request again, it is safe.
-	StatusRetry = "retry"
-	// StatusFailed: an error the service cannot classify.
-	StatusFailed = "failed"
-)
-
-// ErrorBody is the body of an error answer of the session and breaker
-// endpoints (beside micro's Nats-Service-Error headers).
-type ErrorBody struct {
-	Status string `json:"status"`
-	Code   int    `json:"code"`
-	Error  string `json:"error"`
-	// HeadSeq is the session's head when an append's expected_head_seq did
-	// not hold.
-	HeadSeq *int64 `json:"head_seq,omitempty"`
-	// Parts, on a 413 of a read that can answer in parts (context,
-	// history), is how many: send the same request with "part" 0 to
-	// Parts-1 (and the first part's "digest").
-	Parts int `json:"parts,omitempty"`
-	// Quota, on a 429 (quota_exceeded), is the tenant's quota the request
-	// is over; RetryAfterMS, when it has room again.
-	Quota        string `json:"quota,omitempty"`
-	RetryAfterMS int64  `json:"retry_after_ms,omitempty"`
 }
 
 // tooLarge is the error of a read whose answer is over one NATS message:
@@ -375,37 +321,37 @@ func (e *tooLarge) Error() string {
 // request, 404 for an unknown session, 409 for a taken id or a moved head,
 // 507 for a store with no room, 503 for what a retry may fix, 500
 // otherwise.
-func errorCode(err error) (int, string) {
+func errorCode(err error) (contract.Code, contract.Status) {
 	switch {
 	case errors.Is(err, errBadRequest), errors.Is(err, session.ErrInvalid), errors.Is(err, pipeline.ErrInvalidRequest), errors.Is(err, transcript.ErrFormat):
-		return 400, StatusNotApplied
+		return contract.CodeBadRequest, contract.StatusNotApplied
 	case errors.Is(err, errForbidden):
-		return 403, StatusNotApplied
+		return contract.CodeForbidden, contract.StatusNotApplied
 	case errors.As(err, new(*tenant.QuotaError)):
 		var q *tenant.QuotaError
 		if errors.As(err, &q) && q.RetryAfter <= 0 {
-			return 429, StatusNotApplied // a quota of what is stored: room comes with deletes
+			return contract.CodeTooMany, contract.StatusNotApplied // a quota of what is stored: room comes with deletes
 		}
-		return 429, StatusRetry
+		return contract.CodeTooMany, contract.StatusRetry
 	case errors.Is(err, session.ErrNotFound):
-		return 404, StatusNotApplied
+		return contract.CodeNotFound, contract.StatusNotApplied
 	case errors.Is(err, session.ErrExists), errors.Is(err, session.ErrHeadMoved):
-		return 409, StatusNotApplied
+		return contract.CodeConflict, contract.StatusNotApplied
 	case errors.Is(err, sessions.ErrChanged):
-		return 409, StatusRetry
+		return contract.CodeConflict, contract.StatusRetry
 	case errors.Is(err, errBusy):
-		return 429, StatusRetry
+		return contract.CodeTooMany, contract.StatusRetry
 	case errors.As(err, new(*tooLarge)):
-		return 413, StatusFailed
+		return contract.CodeTooLarge, contract.StatusFailed
 	case errors.Is(err, session.ErrStorageFull):
 		// Nothing written; the same request passes once space is freed.
-		return 507, StatusNotApplied
+		return contract.CodeStorageFull, contract.StatusNotApplied
 	case errors.Is(err, session.ErrUnavailable), errors.Is(err, session.ErrConflict), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return 503, StatusRetry
+		return contract.CodeUnavailable, contract.StatusRetry
 	case errors.Is(err, session.ErrCorrupt):
-		return 500, StatusNotApplied
+		return contract.CodeInternal, contract.StatusNotApplied
 	}
-	return 500, StatusFailed
+	return contract.CodeInternal, contract.StatusFailed
 }
 
 var errBadRequest = errors.New("bad request")
@@ -415,9 +361,9 @@ var errBadRequest = errors.New("bad request")
 var errForbidden = errors.New("forbidden")
 
 // errorAnswer is the code and body of an error answer.
-func errorAnswer(err error) (int, []byte) {
+func errorAnswer(err error) (contract.Code, []byte) {
 	code, status := errorCode(err)
-	body := ErrorBody{Status: status, Code: code, Error: err.Error()}
+	body := contract.ErrorBody{Status: status, Code: code, Error: err.Error()}
 	if moved := (*session.HeadMovedError)(nil); errors.As(err, &moved) {
 		body.HeadSeq = &moved.Head
 	}
@@ -436,7 +382,7 @@ func errorAnswer(err error) (int, []byte) {
 
 func (s *Server) fail(r micro.Request, err error) {
 	code, data := errorAnswer(err)
-	if rerr := r.Error(strconv.Itoa(code), events.HeaderValue(err.Error()), data); rerr != nil {
+	if rerr := r.Error(code.String(), events.HeaderValue(err.Error()), data); rerr != nil {
 		s.log.Warn("respond", slog.String("subject", r.Subject()), slog.String("error", rerr.Error()))
 	}
 }
@@ -483,7 +429,7 @@ func decodeSessionBody(r micro.Request, v any, sid *string) error {
 }
 
 func checkSessionID(sid string) error {
-	if err := events.CheckSessionID(sid); err != nil {
+	if err := contract.CheckSessionID(sid); err != nil {
 		return fmt.Errorf("%w: %v", errBadRequest, err)
 	}
 	return nil
@@ -517,14 +463,14 @@ func (s *Server) answer(r micro.Request, f func(context.Context) (any, error)) {
 		v, err := f(ctx)
 		if err != nil {
 			code, body := errorAnswer(err)
-			s.replyTo(r, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
+			s.replyTo(r, code.String(), events.HeaderValue(err.Error()), body)
 			return
 		}
 		body, ok := v.(json.RawMessage) // encoded already (paged): not scanned again
 		if !ok {
 			if body, err = json.Marshal(v); err != nil {
 				code, body := errorAnswer(err)
-				s.replyTo(r, strconv.Itoa(code), events.HeaderValue(err.Error()), body)
+				s.replyTo(r, code.String(), events.HeaderValue(err.Error()), body)
 				return
 			}
 		}
@@ -598,7 +544,7 @@ func (s *Server) compact(r micro.Request) {
 		if repeatable && s.answeredBefore(ctx, r, req) {
 			return
 		}
-		res, cerr := s.d.Pipeline.Compact(ctx, req.Request(req.RequestID, req.Trigger, time.Time{}))
+		res, cerr := s.d.Pipeline.Compact(ctx, events.Request(req.RequestData, req.RequestID, req.Trigger, time.Time{}))
 		telemetry.Fail(span, cerr)
 		interrupted := cerr != nil && s.work.Err() != nil
 		disp := events.Dispose(res, interrupted, false)
@@ -677,23 +623,6 @@ func (s *Server) answeredBefore(ctx context.Context, r micro.Request, req Compac
 	return true
 }
 
-// ResultRequest asks for the result event stored for a request.
-type ResultRequest struct {
-	SessionID string `json:"session_id"`
-	RequestID string `json:"request_id"`
-}
-
-// StoredResult is a request's result event as the result stream keeps
-// it: its type (CompactionCompleted or CompactionFailed), id and data.
-type StoredResult struct {
-	Type string          `json:"type"`
-	ID   string          `json:"id"`
-	Data json.RawMessage `json:"data"`
-}
-
-// maxRequestID bounds a request id (a CloudEvent's id).
-const maxRequestID = 256
-
 // errNoResult: no result of the request is stored (yet).
 var errNoResult = fmt.Errorf("no result stored: %w", session.ErrNotFound)
 
@@ -702,12 +631,12 @@ var errNoResult = fmt.Errorf("no result stored: %w", session.ErrNotFound)
 // duplicate reads, instead of a consumer on the result stream, which the
 // runtime role may not make).
 func (s *Server) resultGet(r micro.Request) {
-	var req ResultRequest
+	var req contract.ResultRequest
 	if !s.decodeSession(r, &req, &req.SessionID) {
 		return
 	}
-	if req.RequestID == "" || len(req.RequestID) > maxRequestID {
-		s.fail(r, fmt.Errorf("%w: request_id must be 1-%d characters", errBadRequest, maxRequestID))
+	if req.RequestID == "" || len(req.RequestID) > contract.MaxRequestIDBytes {
+		s.fail(r, fmt.Errorf("%w: request_id must be 1-%d characters", errBadRequest, contract.MaxRequestIDBytes))
 		return
 	}
 	s.answer(r, func(ctx context.Context) (any, error) {
@@ -718,9 +647,9 @@ func (s *Server) resultGet(r micro.Request) {
 		case stored == nil:
 			return nil, fmt.Errorf("request %s of session %s: %w", req.RequestID, req.SessionID, errNoResult)
 		case stored.Failed:
-			return StoredResult{Type: events.TypeCompactionFailed, ID: events.FailedResultID(req.RequestID), Data: stored.Data}, nil
+			return contract.StoredResult{Type: contract.TypeCompactionFailed, ID: contract.FailedResultID(req.RequestID), Data: stored.Data}, nil
 		}
-		return StoredResult{Type: events.TypeCompactionCompleted, ID: events.RequestResultID(req.RequestID), Data: stored.Data}, nil
+		return contract.StoredResult{Type: contract.TypeCompactionCompleted, ID: contract.RequestResultID(req.RequestID), Data: stored.Data}, nil
 	})
 }
 
@@ -875,8 +804,8 @@ func parseMessages(raw json.RawMessage, allowEmpty bool) ([]session.Message, err
 			return nil, err
 		}
 	}
-	if len(msgs) > sessions.MaxMessagesPerCall {
-		return nil, fmt.Errorf("%w: %d messages in one request, at most %d: send the rest with session.append", errBadRequest, len(msgs), sessions.MaxMessagesPerCall)
+	if len(msgs) > contract.MaxMessagesPerCall {
+		return nil, fmt.Errorf("%w: %d messages in one request, at most %d: send the rest with session.append", errBadRequest, len(msgs), contract.MaxMessagesPerCall)
 	}
 	return msgs, nil
 }
@@ -980,19 +909,9 @@ func (s *Server) sessionAppend(r micro.Request) {
 	})
 }
 
-// UploadBody is the body of session.upload.
-type UploadBody struct {
-	SessionID string `json:"session_id"`
-	UploadID  string `json:"upload_id"`
-	Part      int    `json:"part"`
-	Parts     int    `json:"parts"`
-	// Data is a piece of the message's JSON, base64-encoded.
-	Data []byte `json:"data"`
-}
-
 func (s *Server) sessionUpload(r micro.Request) {
 	s.write(r, func(ctx context.Context) (any, error) {
-		var b UploadBody
+		var b contract.UploadBody
 		if err := decodeSessionBody(r, &b, &b.SessionID); err != nil {
 			return nil, err
 		}
@@ -1008,24 +927,10 @@ func (s *Server) sessionHistory(r micro.Request) {
 	s.paged(r, func(ctx context.Context, sid string) (any, error) { return s.d.Sessions.History(ctx, sid) })
 }
 
-// PagedBody is the body of a read that answers in parts when its answer
-// is over one NATS message (session.context, session.history).
-type PagedBody struct {
-	SessionID string `json:"session_id"`
-	// Part, when set, asks for that part of the answer's JSON
-	// (sessions.AnswerPart); without it the whole answer comes, or a 413
-	// saying how many parts there are.
-	Part *int `json:"part,omitempty"`
-	// Digest, with Part, names the answer whose part is wanted (the
-	// digest of part 0): if the session changed since, the answer is a
-	// 409 and the caller reads again from part 0.
-	Digest string `json:"digest,omitempty"`
-}
-
-// paged answers f's value for a PagedBody: whole when it fits one
+// paged answers f's value for a contract.PagedBody: whole when it fits one
 // message, else a 413 with the number of parts, or the part asked for.
 func (s *Server) paged(r micro.Request, f func(context.Context, string) (any, error)) {
-	var b PagedBody
+	var b contract.PagedBody
 	if !s.decodeSession(r, &b, &b.SessionID) {
 		return
 	}

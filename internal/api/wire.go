@@ -10,8 +10,8 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/session"
-	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
 	"github.com/compactor/compactor/schemas"
 )
@@ -201,7 +201,7 @@ func decodeAppendAtOnce(data []byte) (AppendBody, []session.Message, bool) {
 		return AppendBody{}, nil, false
 	}
 	msgs, ok := messagesOf(b.Messages)
-	if !ok || len(msgs) > sessions.MaxMessagesPerCall {
+	if !ok || len(msgs) > contract.MaxMessagesPerCall {
 		return AppendBody{}, nil, false
 	}
 	return AppendBody{SessionID: b.SessionID, ExpectedHeadSeq: b.ExpectedHeadSeq}, msgs, true

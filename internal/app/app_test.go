@@ -16,10 +16,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/consumer"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/kvstore"
@@ -94,43 +93,43 @@ func TestSessionWritesAreIdempotent(t *testing.T) {
 	nc, _ := natstest.Connect(t, srv)
 	create := map[string]any{"session_id": "s1", "context_limit": 3000, "messages": chatJSON(3)}
 	var c1, c2 sessions.Created
-	if code := call(t, nc, api.SubjectCreate, create, &c1); code != "" || c1.HeadSeq != 7 {
+	if code := call(t, nc, contract.SubjectCreate, create, &c1); code != "" || c1.HeadSeq != 7 {
 		t.Fatalf("create: %s %+v", code, c1)
 	}
-	if code := call(t, nc, api.SubjectCreate, create, &c2); code != "" || c2 != c1 {
+	if code := call(t, nc, contract.SubjectCreate, create, &c2); code != "" || c2 != c1 {
 		t.Fatalf("the same create again: %s %+v, want %+v", code, c2, c1)
 	}
 	other := map[string]any{"session_id": "s1", "messages": chatJSON(1)}
-	var eb api.ErrorBody
-	if code := call(t, nc, api.SubjectCreate, other, &eb); code != "409" || eb.Status != api.StatusNotApplied {
+	var eb contract.ErrorBody
+	if code := call(t, nc, contract.SubjectCreate, other, &eb); code != "409" || eb.Status != contract.StatusNotApplied {
 		t.Fatalf("another create on the id: %s %+v", code, eb)
 	}
 	app1 := map[string]any{"session_id": "s1", "messages": []map[string]any{{"id": "u-x", "role": "user", "content": "and my other bag?"}}}
 	var a1, a2 sessions.Appended
-	if code := call(t, nc, api.SubjectAppend, app1, &a1); code != "" || a1.Status != sessions.StatusApplied || a1.HeadSeq != 8 {
+	if code := call(t, nc, contract.SubjectAppend, app1, &a1); code != "" || a1.Status != sessions.StatusApplied || a1.HeadSeq != 8 {
 		t.Fatalf("append: %s %+v", code, a1)
 	}
-	if code := call(t, nc, api.SubjectAppend, app1, &a2); code != "" || a2.Status != sessions.StatusAlreadyApplied || a2.HeadSeq != 8 || a2.Messages[0].Seq != 8 {
+	if code := call(t, nc, contract.SubjectAppend, app1, &a2); code != "" || a2.Status != sessions.StatusAlreadyApplied || a2.HeadSeq != 8 || a2.Messages[0].Seq != 8 {
 		t.Fatalf("the same append again: %s %+v", code, a2)
 	}
 	stale := map[string]any{"session_id": "s1", "expected_head_seq": 5, "messages": []map[string]any{{"id": "u-y", "role": "user", "content": "hello?"}}}
-	eb = api.ErrorBody{}
-	if code := call(t, nc, api.SubjectAppend, stale, &eb); code != "409" || eb.Status != api.StatusNotApplied || eb.HeadSeq == nil || *eb.HeadSeq != 8 {
+	eb = contract.ErrorBody{}
+	if code := call(t, nc, contract.SubjectAppend, stale, &eb); code != "409" || eb.Status != contract.StatusNotApplied || eb.HeadSeq == nil || *eb.HeadSeq != 8 {
 		t.Fatalf("append at a stale head: %s %+v", code, eb)
 	}
-	eb = api.ErrorBody{}
-	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "nope", "messages": chatJSON(1)}, &eb); code != "404" || eb.Status != api.StatusNotApplied {
+	eb = contract.ErrorBody{}
+	if code := call(t, nc, contract.SubjectAppend, map[string]any{"session_id": "nope", "messages": chatJSON(1)}, &eb); code != "404" || eb.Status != contract.StatusNotApplied {
 		t.Fatalf("append to no session: %s %+v", code, eb)
 	}
 	var h sessions.History
-	if code := call(t, nc, api.SubjectHistory, map[string]any{"session_id": "s1"}, &h); code != "" || len(h.Messages) != 8 {
+	if code := call(t, nc, contract.SubjectHistory, map[string]any{"session_id": "s1"}, &h); code != "" || len(h.Messages) != 8 {
 		t.Fatalf("history: %s, %d messages", code, len(h.Messages))
 	}
 	var d1, d2 sessions.Deleted
-	if call(t, nc, api.SubjectDelete, map[string]any{"session_id": "s1"}, &d1) != "" || call(t, nc, api.SubjectDelete, map[string]any{"session_id": "s1"}, &d2) != "" || d1 != d2 || !d1.Deleted {
+	if call(t, nc, contract.SubjectDelete, map[string]any{"session_id": "s1"}, &d1) != "" || call(t, nc, contract.SubjectDelete, map[string]any{"session_id": "s1"}, &d2) != "" || d1 != d2 || !d1.Deleted {
 		t.Fatalf("delete twice: %+v %+v", d1, d2)
 	}
-	if code := call(t, nc, api.SubjectContext, map[string]any{"session_id": "s1"}, nil); code != "404" {
+	if code := call(t, nc, contract.SubjectContext, map[string]any{"session_id": "s1"}, nil); code != "404" {
 		t.Fatalf("context after delete: %s", code)
 	}
 }
@@ -144,13 +143,13 @@ func TestInterruptedSyncCompactionPublishesNothing(t *testing.T) {
 	srv := natstest.Server(t, t.TempDir(), -1)
 	first, fp := service(t, srv.ClientURL(), func(string) fakeprovider.Action { return fakeprovider.Action{Hang: true} }, nil)
 	nc, js := natstest.Connect(t, srv)
-	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 1500, "messages": chatJSON(60)}, nil); code != "" {
+	if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 1500, "messages": chatJSON(60)}, nil); code != "" {
 		t.Fatalf("create: %s", code)
 	}
 	req, _ := json.Marshal(map[string]any{"session_id": "s1", "request_id": "sync-1"})
 	reply := make(chan *nats.Msg, 1)
 	go func() {
-		m, err := nc.Request(api.SubjectCompact, req, 30*time.Second)
+		m, err := nc.Request(contract.SubjectCompact, req, 30*time.Second)
 		if err != nil {
 			t.Error(err)
 		}
@@ -173,11 +172,11 @@ func TestInterruptedSyncCompactionPublishesNothing(t *testing.T) {
 	}
 	service(t, srv.ClientURL(), nil, nil)
 	var res map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &res); code != "" || res["outcome"] != "compacted" {
 		t.Fatalf("the retry: %s %v", code, res)
 	}
 	msgs := streamResults(t, js, "s1")
-	if len(msgs) != 1 || msgs[0].Header.Get("ce-type") != events.TypeCompactionCompleted || msgs[0].Header.Get("ce-id") != events.RequestResultID("sync-1") {
+	if len(msgs) != 1 || msgs[0].Header.Get("ce-type") != contract.TypeCompactionCompleted || msgs[0].Header.Get("ce-id") != contract.RequestResultID("sync-1") {
 		t.Fatalf("stored results %v", msgs)
 	}
 }
@@ -197,17 +196,17 @@ func TestRepeatedSyncCompactionAnswersItsOneResult(t *testing.T) {
 		return fakeprovider.Action{}
 	}, nil)
 	nc, js := natstest.Connect(t, srv)
-	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 1500, "messages": chatJSON(60)}, nil); code != "" {
+	if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 1500, "messages": chatJSON(60)}, nil); code != "" {
 		t.Fatalf("create: %s", code)
 	}
 	var failed map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &failed); code != "503" ||
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &failed); code != "503" ||
 		failed["reason"] != "summary_failed" || failed["retryable"] != true {
 		t.Fatalf("the first attempt: %s %v", code, failed)
 	}
 	before := calls.Load()
 	var again map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &again); code != "503" ||
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, &again); code != "503" ||
 		again["reason"] != "summary_failed" || again["error"] != failed["error"] {
 		t.Fatalf("the same request again: %s %v, want its failure", code, again)
 	}
@@ -215,16 +214,16 @@ func TestRepeatedSyncCompactionAnswersItsOneResult(t *testing.T) {
 		t.Fatalf("the repeat called the model %d times", calls.Load()-before)
 	}
 	msgs := streamResults(t, js, "s1")
-	if len(msgs) != 1 || msgs[0].Header.Get("ce-type") != events.TypeCompactionFailed || msgs[0].Header.Get("ce-id") != events.FailedResultID("sync-1") {
+	if len(msgs) != 1 || msgs[0].Header.Get("ce-type") != contract.TypeCompactionFailed || msgs[0].Header.Get("ce-id") != contract.FailedResultID("sync-1") {
 		t.Fatalf("stored results: %d %v, want the failure alone", len(msgs), msgs)
 	}
 	var res map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-2"}, &res); code != "" || res["outcome"] != "compacted" {
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-2"}, &res); code != "" || res["outcome"] != "compacted" {
 		t.Fatalf("a new request: %s %v", code, res)
 	}
 	// A repeat of the completed one answers it, and publishes nothing more.
 	var repeat map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-2"}, &repeat); code != "" ||
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-2"}, &repeat); code != "" ||
 		repeat["outcome"] != "compacted" || repeat["compaction_message_id"] != res["compaction_message_id"] {
 		t.Fatalf("the repeat: %s %v", code, repeat)
 	}
@@ -281,7 +280,7 @@ func TestAppendsThroughLeaderFailover(t *testing.T) {
 		return nil
 	})
 	nc, _ := natstest.ConnectURL(t, c.URL((leader+1)%3))
-	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "f1", "messages": chatJSON(1)}, nil); code != "" {
+	if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": "f1", "messages": chatJSON(1)}, nil); code != "" {
 		t.Fatalf("create: %s", code)
 	}
 	const n = 120
@@ -293,12 +292,12 @@ func TestAppendsThroughLeaderFailover(t *testing.T) {
 		for i := range n {
 			body, _ := json.Marshal(map[string]any{"session_id": "f1", "messages": []map[string]any{{"id": fmt.Sprintf("m%03d", i), "role": "user", "content": fmt.Sprintf("message %d", i)}}})
 			for try := 0; ; try++ {
-				m, err := nc.Request(api.SubjectAppend, body, 10*time.Second)
+				m, err := nc.Request(contract.SubjectAppend, body, 10*time.Second)
 				code := "timeout"
 				if err == nil {
 					code = m.Header.Get("Nats-Service-Error-Code")
-					var eb api.ErrorBody
-					if code != "" && (json.Unmarshal(m.Data, &eb) != nil || eb.Status != api.StatusRetry) {
+					var eb contract.ErrorBody
+					if code != "" && (json.Unmarshal(m.Data, &eb) != nil || eb.Status != contract.StatusRetry) {
 						t.Errorf("message %d: answered %s %q, want applied or a retry", i, code, m.Data)
 						return
 					}
@@ -329,7 +328,7 @@ func TestAppendsThroughLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h sessions.History
-	if code := call(t, nc, api.SubjectHistory, map[string]any{"session_id": "f1"}, &h); code != "" {
+	if code := call(t, nc, contract.SubjectHistory, map[string]any{"session_id": "f1"}, &h); code != "" {
 		t.Fatalf("history: %s", code)
 	}
 	var got []string
@@ -358,7 +357,7 @@ func TestIdleSessionsExpire(t *testing.T) {
 	service(t, srv.ClientURL(), nil, func(c *app.Config) { c.SessionTTL, c.SweepEvery = 2*time.Second, 200*time.Millisecond })
 	nc, _ := natstest.Connect(t, srv)
 	for _, sid := range []string{"idle", "busy"} {
-		if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": sid, "messages": chatJSON(1)}, nil); code != "" {
+		if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": sid, "messages": chatJSON(1)}, nil); code != "" {
 			t.Fatalf("create %s: %s", sid, code)
 		}
 	}
@@ -375,10 +374,10 @@ func TestIdleSessionsExpire(t *testing.T) {
 	natstest.Eventually(t, 10*time.Second, 300*time.Millisecond, func() error {
 		turn++
 		body := map[string]any{"session_id": "busy", "messages": []map[string]any{{"id": fmt.Sprint("t", turn), "role": "user", "content": "still here"}}}
-		if code := call(t, nc, api.SubjectAppend, body, nil); code != "" {
+		if code := call(t, nc, contract.SubjectAppend, body, nil); code != "" {
 			t.Fatalf("busy was swept while in use: %s", code)
 		}
-		if call(t, nc, api.SubjectContext, map[string]any{"session_id": "idle"}, nil) != "404" {
+		if call(t, nc, contract.SubjectContext, map[string]any{"session_id": "idle"}, nil) != "404" {
 			return errors.New("an idle session was not swept")
 		}
 		return nil
@@ -410,27 +409,27 @@ func TestLargeMessagesThroughTheEndpoints(t *testing.T) {
 	}
 	big := logOf(600_000)
 	msgs := append(chatJSON(30), toolCall("c1"), map[string]any{"id": "log-1", "role": "tool", "tool_call_id": "c1", "content": big})
-	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "big", "context_limit": 8000, "messages": msgs}, nil); code != "" {
+	if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": "big", "context_limit": 8000, "messages": msgs}, nil); code != "" {
 		t.Fatalf("create: %s", code)
 	}
-	var eb api.ErrorBody
+	var eb contract.ErrorBody
 	more := []map[string]any{toolCall("c2"), {"id": "log-2", "role": "tool", "tool_call_id": "c2", "content": logOf(500_000)}}
-	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "big", "messages": more}, &eb); code != "" {
+	if code := call(t, nc, contract.SubjectAppend, map[string]any{"session_id": "big", "messages": more}, &eb); code != "" {
 		t.Fatalf("append: %s %+v", code, eb)
 	}
-	eb = api.ErrorBody{}
-	if code := call(t, nc, api.SubjectContext, map[string]any{"session_id": "big"}, &eb); code != "413" || eb.Parts != 2 || !strings.Contains(eb.Error, "in 2 parts") {
+	eb = contract.ErrorBody{}
+	if code := call(t, nc, contract.SubjectContext, map[string]any{"session_id": "big"}, &eb); code != "413" || eb.Parts != 2 || !strings.Contains(eb.Error, "in 2 parts") {
 		t.Fatalf("a 1.1 MB context: %s %+v", code, eb)
 	}
 	var res map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "big", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "big", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {
 		t.Fatalf("compact: %s %v", code, res)
 	}
 	var m struct {
 		ID      string `json:"id"`
 		Content string `json:"content"`
 	}
-	if code := call(t, nc, api.SubjectMessage, map[string]any{"session_id": "big", "seq": 63}, &m); code != "" || m.ID != "log-1" || m.Content != big {
+	if code := call(t, nc, contract.SubjectMessage, map[string]any{"session_id": "big", "seq": 63}, &m); code != "" || m.ID != "log-1" || m.Content != big {
 		t.Fatalf("the stored log: %s, %s, %d bytes", code, m.ID, len(m.Content))
 	}
 }
@@ -445,20 +444,20 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 	srv := natstest.Server(t, t.TempDir(), -1)
 	service(t, srv.ClientURL(), nil, nil)
 	nc, js := natstest.Connect(t, srv)
-	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "up", "context_limit": 8000, "messages": chatJSON(30)}, nil); code != "" {
+	if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": "up", "context_limit": 8000, "messages": chatJSON(30)}, nil); code != "" {
 		t.Fatalf("create: %s", code)
 	}
 	big := strings.Repeat("2026-12-03T10:00:00Z worker-3 processed batch 42: ok\n", 1_200_000/52)
 	msg, _ := json.Marshal(map[string]any{"id": "log-1", "role": "tool", "tool_call_id": "c1", "content": big})
 	var parts [][]byte
 	for rest := msg; len(rest) > 0; {
-		n := min(len(rest), sessions.MaxUploadPartBytes)
+		n := min(len(rest), contract.MaxUploadPartBytes)
 		parts = append(parts, rest[:n])
 		rest = rest[n:]
 	}
 	for _, i := range []int{2, 0, 1, 0} {
 		var up sessions.Uploaded
-		if code := call(t, nc, api.SubjectUpload, map[string]any{"session_id": "up", "upload_id": "u-log", "part": i, "parts": len(parts), "data": parts[i]}, &up); code != "" || up.Bytes != len(parts[i]) {
+		if code := call(t, nc, contract.SubjectUpload, map[string]any{"session_id": "up", "upload_id": "u-log", "part": i, "parts": len(parts), "data": parts[i]}, &up); code != "" || up.Bytes != len(parts[i]) {
 			t.Fatalf("upload part %d: %s %+v", i, code, up)
 		}
 	}
@@ -466,7 +465,7 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 		map[string]any{"id": "call-a", "role": "assistant", "tool_calls": []map[string]any{{"id": "c1", "type": "function", "function": map[string]any{"name": "read_log", "arguments": `{}`}}}},
 		map[string]any{"upload_id": "u-log"}}}
 	var ap sessions.Appended
-	if code := call(t, nc, api.SubjectAppend, appendBody, &ap); code != "" || ap.Status != sessions.StatusApplied || len(ap.Messages) != 2 || ap.Messages[1].ID != "log-1" {
+	if code := call(t, nc, contract.SubjectAppend, appendBody, &ap); code != "" || ap.Status != sessions.StatusApplied || len(ap.Messages) != 2 || ap.Messages[1].ID != "log-1" {
 		t.Fatalf("append: %s %+v", code, ap)
 	}
 	st, err := js.Stream(context.Background(), kvstore.DataStream(0))
@@ -477,14 +476,14 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 		t.Fatalf("an upload outlived its append: %v %v", info.State.Subjects, err)
 	}
 	var res map[string]any
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "up", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "up", "trigger": "overflow"}, &res); code != "" || res["outcome"] != "compacted" {
 		t.Fatalf("compact: %s %v", code, res)
 	}
 	seq := ap.Messages[1].Seq
 	var joined []byte
 	for part, total := 0, 1; part < total; part++ {
-		var mp sessions.MessagePart
-		if code := call(t, nc, api.SubjectMessage, map[string]any{"session_id": "up", "seq": seq, "part": part}, &mp); code != "" {
+		var mp contract.MessagePart
+		if code := call(t, nc, contract.SubjectMessage, map[string]any{"session_id": "up", "seq": seq, "part": part}, &mp); code != "" {
 			t.Fatalf("message part %d: %s", part, code)
 		}
 		total = mp.Parts
@@ -497,11 +496,11 @@ func TestUploadsForMessagesOverMaxPayload(t *testing.T) {
 	if err := json.Unmarshal(joined, &back); err != nil || back.ID != "log-1" || back.Content != big {
 		t.Fatalf("the log read back in parts: %v, %d bytes", err, len(back.Content))
 	}
-	if code := call(t, nc, api.SubjectUpload, map[string]any{"session_id": "up", "upload_id": "u-2", "part": 1, "parts": 2, "data": []byte(`"x"}`)}, nil); code != "" {
+	if code := call(t, nc, contract.SubjectUpload, map[string]any{"session_id": "up", "upload_id": "u-2", "part": 1, "parts": 2, "data": []byte(`"x"}`)}, nil); code != "" {
 		t.Fatalf("upload: %s", code)
 	}
-	var eb api.ErrorBody
-	if code := call(t, nc, api.SubjectAppend, map[string]any{"session_id": "up", "messages": []any{map[string]any{"upload_id": "u-2"}}}, &eb); code != "400" || !strings.Contains(eb.Error, "part 0") {
+	var eb contract.ErrorBody
+	if code := call(t, nc, contract.SubjectAppend, map[string]any{"session_id": "up", "messages": []any{map[string]any{"upload_id": "u-2"}}}, &eb); code != "400" || !strings.Contains(eb.Error, "part 0") {
 		t.Fatalf("an incomplete upload: %s %+v", code, eb)
 	}
 }

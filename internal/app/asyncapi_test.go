@@ -19,7 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/fakeprovider"
@@ -248,7 +248,7 @@ func TestAsyncAPIDocument(t *testing.T) {
 	walk(a.doc, "#")
 
 	chans := a.channels()
-	for _, r := range events.Contract {
+	for _, r := range contract.Routes {
 		name, ok := chans[r.Prefix+"{session_id}"]
 		if !ok {
 			t.Errorf("%s: no channel %s{session_id}", r.Type, r.Prefix)
@@ -268,8 +268,8 @@ func TestAsyncAPIDocument(t *testing.T) {
 			t.Errorf("%s: action %v, want %s", r.Type, op["action"], want)
 		}
 	}
-	if name, ok := chans[events.DLQPrefix+"{session_id}"]; !ok || a.operationOn(t, name)["action"] != "send" {
-		t.Errorf("no DLQ channel sent on %s{session_id}", events.DLQPrefix)
+	if name, ok := chans[contract.DLQPrefix+"{session_id}"]; !ok || a.operationOn(t, name)["action"] != "send" {
+		t.Errorf("no DLQ channel sent on %s{session_id}", contract.DLQPrefix)
 	}
 	// Nothing else but the endpoints (checked against the service below)
 	// and the reply inbox.
@@ -277,10 +277,10 @@ func TestAsyncAPIDocument(t *testing.T) {
 		if addr == "" || strings.HasPrefix(addr, "compactor.") && !strings.Contains(addr, "{") {
 			continue
 		}
-		if _, _, ok := events.RequestSubject(strings.TrimSuffix(addr, "{session_id}") + "x"); ok {
+		if _, _, ok := contract.RequestSubject(strings.TrimSuffix(addr, "{session_id}") + "x"); ok {
 			continue
 		}
-		if _, ok := events.RouteOf(a.onlyMessageName(t, name)); ok || addr == events.DLQPrefix+"{session_id}" {
+		if _, ok := contract.RouteOf(a.onlyMessageName(t, name)); ok || addr == contract.DLQPrefix+"{session_id}" {
 			continue
 		}
 		t.Errorf("channel %s (%s) is not in the contract", name, addr)
@@ -310,7 +310,7 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 
 	var mu sync.Mutex
 	var seen []*nats.Msg
-	for _, subj := range []string{events.ResultSubjects, events.DLQSubjects} {
+	for _, subj := range []string{contract.ResultSubjects, contract.DLQSubjects} {
 		sub, err := nc.Subscribe(subj, func(m *nats.Msg) { mu.Lock(); seen = append(seen, m); mu.Unlock() })
 		if err != nil {
 			t.Fatal(err)
@@ -321,7 +321,7 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 
 	// The service's endpoints are the document's.
 	chans := a.channels()
-	info, err := nc.Request("$SRV.INFO."+api.Name, nil, 5*time.Second)
+	info, err := nc.Request("$SRV.INFO."+contract.ServiceName, nil, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,36 +365,36 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 		body    any
 		fails   bool
 	}{
-		{api.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 3000, "messages": chatJSON(40)}, false},
-		{api.SubjectCreate, map[string]any{"session_id": "cb", "context_limit": 3000, "messages": brokenChat(40)}, false},
-		{api.SubjectCreate, map[string]any{"session_id": "s1", "messages": chatJSON(1)}, true},
-		{api.SubjectAppend, map[string]any{"session_id": "s1", "messages": []map[string]any{{"id": "x1", "role": "user", "content": "one more"}}}, false},
-		{api.SubjectUpload, map[string]any{"session_id": "s1", "upload_id": "u1", "part": 0, "parts": 1, "data": up}, false},
-		{api.SubjectAppend, map[string]any{"session_id": "s1", "messages": []map[string]any{{"upload_id": "u1"}}}, false},
-		{api.SubjectAppend, map[string]any{"session_id": "s1", "expected_head_seq": 3, "messages": []map[string]any{{"id": "x2", "role": "user", "content": "late"}}}, true},
-		{api.SubjectContext, map[string]any{"session_id": "s1"}, false},
-		{api.SubjectContext, map[string]any{"session_id": "nope"}, true},
-		{api.SubjectContext, map[string]any{"session_id": "s1", "part": 0}, false},
-		{api.SubjectContext, map[string]any{"session_id": "s1", "part": 0, "digest": strings.Repeat("0", 64)}, true},
-		{api.SubjectHistory, map[string]any{"session_id": "s1", "part": 0}, false},
-		{api.SubjectMessage, map[string]any{"session_id": "s1", "seq": 2}, false},
-		{api.SubjectMessage, map[string]any{"session_id": "s1", "seq": 2, "part": 0}, false},
-		{api.SubjectHistory, map[string]any{"session_id": "s1"}, false},
-		{api.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, false},
-		{api.SubjectCompact, map[string]any{"session_id": "cb", "request_id": "sync-2"}, true},
-		{api.SubjectResult, map[string]any{"session_id": "s1", "request_id": "sync-1"}, false},
-		{api.SubjectResult, map[string]any{"session_id": "cb", "request_id": "sync-2"}, false},
-		{api.SubjectResult, map[string]any{"session_id": "s1", "request_id": "never-sent"}, true},
-		{api.SubjectBreaker, map[string]any{"session_id": "cb"}, false},
-		{api.SubjectBreakers, map[string]any{}, false},
-		{api.SubjectBreakers, map[string]any{"limit": 1}, false},
-		{api.SubjectList, map[string]any{}, false},
-		{api.SubjectList, map[string]any{"limit": 1, "prefix": "s", "idle_for": "1m", "compacted": false}, false},
-		{api.SubjectList, map[string]any{"after": "not-a-cursor"}, true},
-		{api.SubjectList, map[string]any{"idle_for": "a day"}, true},
-		{api.SubjectReset, map[string]any{"session_id": "cb"}, false},
-		{api.SubjectReset, map[string]any{"all": true}, false},
-		{api.SubjectDelete, map[string]any{"session_id": "s1"}, false},
+		{contract.SubjectCreate, map[string]any{"session_id": "s1", "context_limit": 3000, "messages": chatJSON(40)}, false},
+		{contract.SubjectCreate, map[string]any{"session_id": "cb", "context_limit": 3000, "messages": brokenChat(40)}, false},
+		{contract.SubjectCreate, map[string]any{"session_id": "s1", "messages": chatJSON(1)}, true},
+		{contract.SubjectAppend, map[string]any{"session_id": "s1", "messages": []map[string]any{{"id": "x1", "role": "user", "content": "one more"}}}, false},
+		{contract.SubjectUpload, map[string]any{"session_id": "s1", "upload_id": "u1", "part": 0, "parts": 1, "data": up}, false},
+		{contract.SubjectAppend, map[string]any{"session_id": "s1", "messages": []map[string]any{{"upload_id": "u1"}}}, false},
+		{contract.SubjectAppend, map[string]any{"session_id": "s1", "expected_head_seq": 3, "messages": []map[string]any{{"id": "x2", "role": "user", "content": "late"}}}, true},
+		{contract.SubjectContext, map[string]any{"session_id": "s1"}, false},
+		{contract.SubjectContext, map[string]any{"session_id": "nope"}, true},
+		{contract.SubjectContext, map[string]any{"session_id": "s1", "part": 0}, false},
+		{contract.SubjectContext, map[string]any{"session_id": "s1", "part": 0, "digest": strings.Repeat("0", 64)}, true},
+		{contract.SubjectHistory, map[string]any{"session_id": "s1", "part": 0}, false},
+		{contract.SubjectMessage, map[string]any{"session_id": "s1", "seq": 2}, false},
+		{contract.SubjectMessage, map[string]any{"session_id": "s1", "seq": 2, "part": 0}, false},
+		{contract.SubjectHistory, map[string]any{"session_id": "s1"}, false},
+		{contract.SubjectCompact, map[string]any{"session_id": "s1", "request_id": "sync-1"}, false},
+		{contract.SubjectCompact, map[string]any{"session_id": "cb", "request_id": "sync-2"}, true},
+		{contract.SubjectResult, map[string]any{"session_id": "s1", "request_id": "sync-1"}, false},
+		{contract.SubjectResult, map[string]any{"session_id": "cb", "request_id": "sync-2"}, false},
+		{contract.SubjectResult, map[string]any{"session_id": "s1", "request_id": "never-sent"}, true},
+		{contract.SubjectBreaker, map[string]any{"session_id": "cb"}, false},
+		{contract.SubjectBreakers, map[string]any{}, false},
+		{contract.SubjectBreakers, map[string]any{"limit": 1}, false},
+		{contract.SubjectList, map[string]any{}, false},
+		{contract.SubjectList, map[string]any{"limit": 1, "prefix": "s", "idle_for": "1m", "compacted": false}, false},
+		{contract.SubjectList, map[string]any{"after": "not-a-cursor"}, true},
+		{contract.SubjectList, map[string]any{"idle_for": "a day"}, true},
+		{contract.SubjectReset, map[string]any{"session_id": "cb"}, false},
+		{contract.SubjectReset, map[string]any{"all": true}, false},
+		{contract.SubjectDelete, map[string]any{"session_id": "s1"}, false},
 	}
 	for i, c := range calls {
 		name := chans[c.subject]
@@ -431,8 +431,8 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 
 	// Requests in both modes, as the document describes them, are
 	// accepted; an invalid one is answered and dead-lettered.
-	reqMsg := a.onlyMessage(t, chans[events.OverBudgetPrefix+"{session_id}"])
-	ev, _ := events.NewEvent("ev-bin", events.TypeContextOverBudget, "urn:test", "s2", time.Now(), events.RequestData{SessionID: "s2"})
+	reqMsg := a.onlyMessage(t, chans[contract.OverBudgetPrefix+"{session_id}"])
+	ev, _ := events.NewEvent("ev-bin", contract.TypeContextOverBudget, "urn:test", "s2", time.Now(), contract.RequestData{SessionID: "s2"})
 	bh, bbody := events.EncodeBinary(ev)
 	structured := []byte(`{"specversion":"1.0","id":"ev-st","source":"urn:test","type":"ContextOverBudget","data":{"session_id":"s2"}}`)
 	invalid := nats.Header{"ce-specversion": {"1.0"}, "ce-id": {"ev-bad"}, "ce-source": {"urn:test"}, "ce-type": {"ContextOverBudget"}}
@@ -451,9 +451,9 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 	if _, err := c.Create(context.Background(), "s2", client.NewSession{ContextLimit: 3000, Messages: turnsOf(chatJSON(40))}); err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range []*nats.Msg{{Subject: events.OverBudgetPrefix + "s2", Header: bh, Data: bbody},
-		{Subject: events.OverBudgetPrefix + "s2", Data: structured},
-		{Subject: events.OverBudgetPrefix + "s3", Header: invalid, Data: []byte(`{"session_id":"s3","context_limit":"lots"}`)}} {
+	for _, r := range []*nats.Msg{{Subject: contract.OverBudgetPrefix + "s2", Header: bh, Data: bbody},
+		{Subject: contract.OverBudgetPrefix + "s2", Data: structured},
+		{Subject: contract.OverBudgetPrefix + "s3", Header: invalid, Data: []byte(`{"session_id":"s3","context_limit":"lots"}`)}} {
 		if _, err := a.jsPublish(nc, r); err != nil {
 			t.Fatal(err)
 		}
@@ -464,15 +464,15 @@ func TestAsyncAPIMatchesTheService(t *testing.T) {
 		mu.Lock()
 		types = map[string]int{}
 		for _, m := range seen {
-			if strings.HasPrefix(m.Subject, events.DLQPrefix) {
+			if strings.HasPrefix(m.Subject, contract.DLQPrefix) {
 				types["DeadLetter"]++
 			} else {
 				types[m.Header.Get("ce-type")]++
 			}
 		}
 		mu.Unlock()
-		if types["DeadLetter"] >= 1 && types[events.TypeCompactionCompleted] >= 3 && types[events.TypeCompactionFailed] >= 2 &&
-			types[events.TypeCompactionCircuitOpened] >= 1 && types[events.TypeCompactionCircuitClosed] >= 1 {
+		if types["DeadLetter"] >= 1 && types[contract.TypeCompactionCompleted] >= 3 && types[contract.TypeCompactionFailed] >= 2 &&
+			types[contract.TypeCompactionCircuitOpened] >= 1 && types[contract.TypeCompactionCircuitClosed] >= 1 {
 			return nil
 		}
 		return fmt.Errorf("events seen %v", types)

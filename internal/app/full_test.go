@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/natstest"
 )
@@ -27,7 +27,7 @@ func TestFullStore(t *testing.T) {
 	srv := natstest.ServerWith(t, &server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), JetStreamMaxStore: 6 << 20})
 	a, _ := service(t, srv.ClientURL(), nil, func(c *app.Config) { c.MetricsAddr, c.EventBytes = "127.0.0.1:0", 1<<20 })
 	nc, _ := natstest.Connect(t, srv)
-	request := func(subject string, body any) (string, api.ErrorBody, time.Duration) {
+	request := func(subject string, body any) (string, contract.ErrorBody, time.Duration) {
 		t.Helper()
 		b, _ := json.Marshal(body)
 		start := time.Now()
@@ -36,7 +36,7 @@ func TestFullStore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", subject, err)
 		}
-		var eb api.ErrorBody
+		var eb contract.ErrorBody
 		code := m.Header.Get("Nats-Service-Error-Code")
 		if code != "" {
 			_ = json.Unmarshal(m.Data, &eb)
@@ -46,22 +46,22 @@ func TestFullStore(t *testing.T) {
 	text := strings.Repeat("the quick brown fox jumps over the lazy dog ", 90) // about 4 KB
 	acked := map[string][]string{}
 	var code string
-	var refused api.ErrorBody
+	var refused contract.ErrorBody
 	var took time.Duration
 	for i := 0; code == "" && i < 5000; i++ {
 		sid := fmt.Sprint("full-", i%4)
 		if i < 4 {
-			if c, eb, _ := request(api.SubjectCreate, map[string]any{"session_id": sid, "messages": []map[string]any{{"role": "system", "content": "an agent"}}}); c != "" {
+			if c, eb, _ := request(contract.SubjectCreate, map[string]any{"session_id": sid, "messages": []map[string]any{{"role": "system", "content": "an agent"}}}); c != "" {
 				t.Fatalf("create %s: %s %+v", sid, c, eb)
 			}
 		}
 		id := fmt.Sprint("m", i)
-		code, refused, took = request(api.SubjectAppend, map[string]any{"session_id": sid, "messages": []map[string]any{{"id": id, "role": "user", "content": text}}})
+		code, refused, took = request(contract.SubjectAppend, map[string]any{"session_id": sid, "messages": []map[string]any{{"id": id, "role": "user", "content": text}}})
 		if code == "" {
 			acked[sid] = append(acked[sid], id)
 		}
 	}
-	if code != "507" || refused.Status != api.StatusNotApplied || !strings.Contains(refused.Error, "store full") {
+	if code != "507" || refused.Status != contract.StatusNotApplied || !strings.Contains(refused.Error, "store full") {
 		t.Fatalf("the append at the store's limit answered %s %+v, want 507 not_applied saying the store is full", code, refused)
 	}
 	t.Logf("refused after %d appends, in %v: %s", len(acked["full-0"])*4, took.Round(time.Millisecond), refused.Error)
@@ -81,13 +81,13 @@ func TestFullStore(t *testing.T) {
 		t.Fatalf("/readyz answered %d %q with the store full", c, body)
 	}
 	// A delete frees space, though nothing can be written.
-	if c, eb, _ := request(api.SubjectDelete, map[string]any{"session_id": "full-0"}); c != "" {
+	if c, eb, _ := request(contract.SubjectDelete, map[string]any{"session_id": "full-0"}); c != "" {
 		t.Fatalf("delete on a full store: %s %+v", c, eb)
 	}
 	delete(acked, "full-0")
 	var passed time.Time
 	natstest.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
-		c, eb, _ := request(api.SubjectAppend, map[string]any{"session_id": "full-1", "messages": []map[string]any{{"id": "after", "role": "user", "content": "space again"}}})
+		c, eb, _ := request(contract.SubjectAppend, map[string]any{"session_id": "full-1", "messages": []map[string]any{{"id": "after", "role": "user", "content": "space again"}}})
 		if c != "" {
 			return fmt.Errorf("append after the delete: %s %+v", c, eb)
 		}

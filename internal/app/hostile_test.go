@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/natstest"
 )
 
@@ -18,7 +18,7 @@ func TestHostileInputIsRefused(t *testing.T) {
 	srv := natstest.Server(t, t.TempDir(), -1)
 	service(t, srv.ClientURL(), nil, nil)
 	nc, _ := natstest.Connect(t, srv)
-	if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": "h", "context_limit": 3000, "messages": []map[string]any{
+	if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": "h", "context_limit": 3000, "messages": []map[string]any{
 		{"role": "system", "content": "an agent"},
 		{"id": "a1", "role": "assistant", "tool_calls": []map[string]any{{"id": "c1", "type": "function", "function": map[string]any{"name": "ls", "arguments": "{}"}}}}}}, nil); code != "" {
 		t.Fatalf("create: %s", code)
@@ -28,18 +28,18 @@ func TestHostileInputIsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name, subject, body, want string
 	}{
-		{"a user message while a call waits", api.SubjectAppend, `{"session_id":"h","messages":[{"role":"user","content":"next"}]}`, `"c1"`},
-		{"a call never answered in a create", api.SubjectCreate, `{"session_id":"h2","messages":[{"role":"assistant","tool_calls":[` + mustJSON(call1) + `]},{"role":"user","content":"hi"}]}`, `"c2"`},
-		{"two calls of one id", api.SubjectCreate, `{"session_id":"h2","messages":[{"role":"assistant","tool_calls":[` + mustJSON(call1) + `,` + mustJSON(call1) + `]}]}`, "same id"},
-		{"an unknown field in a message", api.SubjectAppend, `{"session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":"ok","colour":"red"}]}`, `"colour"`},
-		{"an upload with content", api.SubjectAppend, `{"session_id":"h","messages":[{"upload_id":"u1","content":"also this"}]}`, "upload_id"},
-		{"a content part of no known type", api.SubjectAppend, `{"session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":[{"type":"video","url":"x"}]}]}`, `"video"`},
-		{"an image that is not base64", api.SubjectAppend, `{"session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%%%not base64"}}]}]}`, "base64"},
-		{"a key given twice", api.SubjectAppend, `{"session_id":"other","session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":"ok"}]}`, "session_id"},
-		{"a role of the wrong type", api.SubjectAppend, `{"session_id":"h","messages":[{"role":5,"content":"ok"}]}`, "role"},
-		{"a 10,000-character id", api.SubjectAppend, `{"session_id":"h","messages":[{"id":"` + long + `","role":"tool","tool_call_id":"c1","content":"ok"}]}`, "id"},
-		{"a 10,000-character session id", api.SubjectContext, `{"session_id":"` + long + `"}`, "session_id"},
-		{"a cache used an hour from now", api.SubjectCompact, `{"session_id":"h","request_id":"r1","cache":{"last_request_time":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `","ttl_seconds":300}}`, "last_request_time"},
+		{"a user message while a call waits", contract.SubjectAppend, `{"session_id":"h","messages":[{"role":"user","content":"next"}]}`, `"c1"`},
+		{"a call never answered in a create", contract.SubjectCreate, `{"session_id":"h2","messages":[{"role":"assistant","tool_calls":[` + mustJSON(call1) + `]},{"role":"user","content":"hi"}]}`, `"c2"`},
+		{"two calls of one id", contract.SubjectCreate, `{"session_id":"h2","messages":[{"role":"assistant","tool_calls":[` + mustJSON(call1) + `,` + mustJSON(call1) + `]}]}`, "same id"},
+		{"an unknown field in a message", contract.SubjectAppend, `{"session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":"ok","colour":"red"}]}`, `"colour"`},
+		{"an upload with content", contract.SubjectAppend, `{"session_id":"h","messages":[{"upload_id":"u1","content":"also this"}]}`, "upload_id"},
+		{"a content part of no known type", contract.SubjectAppend, `{"session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":[{"type":"video","url":"x"}]}]}`, `"video"`},
+		{"an image that is not base64", contract.SubjectAppend, `{"session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,%%%not base64"}}]}]}`, "base64"},
+		{"a key given twice", contract.SubjectAppend, `{"session_id":"other","session_id":"h","messages":[{"role":"tool","tool_call_id":"c1","content":"ok"}]}`, "session_id"},
+		{"a role of the wrong type", contract.SubjectAppend, `{"session_id":"h","messages":[{"role":5,"content":"ok"}]}`, "role"},
+		{"a 10,000-character id", contract.SubjectAppend, `{"session_id":"h","messages":[{"id":"` + long + `","role":"tool","tool_call_id":"c1","content":"ok"}]}`, "id"},
+		{"a 10,000-character session id", contract.SubjectContext, `{"session_id":"` + long + `"}`, "session_id"},
+		{"a cache used an hour from now", contract.SubjectCompact, `{"session_id":"h","request_id":"r1","cache":{"last_request_time":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `","ttl_seconds":300}}`, "last_request_time"},
 	} {
 		m, err := nc.Request(tc.subject, []byte(tc.body), 30*time.Second)
 		if err != nil {
@@ -62,10 +62,10 @@ func TestHostileInputIsRefused(t *testing.T) {
 	var h struct {
 		Messages []json.RawMessage `json:"messages"`
 	}
-	if code := call(t, nc, api.SubjectHistory, map[string]any{"session_id": "h"}, &h); code != "" || len(h.Messages) != 2 {
+	if code := call(t, nc, contract.SubjectHistory, map[string]any{"session_id": "h"}, &h); code != "" || len(h.Messages) != 2 {
 		t.Fatalf("the session after the refused inputs: %s, %d messages, want the 2 created", code, len(h.Messages))
 	}
-	if code := call(t, nc, api.SubjectHistory, map[string]any{"session_id": "h2"}, nil); code != "404" {
+	if code := call(t, nc, contract.SubjectHistory, map[string]any{"session_id": "h2"}, nil); code != "404" {
 		t.Fatalf("a refused create stored session h2: %s", code)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/inspect"
@@ -74,7 +74,7 @@ func (a *App) inspector(breakers *kvstore.Breakers) http.Handler {
 		return events.Read(ctx, a.NC, consumer.ResultStream, filter, since, max)
 	}}
 	if a.NC.AuthRequired() {
-		ic.Auth = &inspect.NATSAuth{URLs: a.URL, Options: a.cfg.SignInOptions, ListSubject: api.SubjectList,
+		ic.Auth = &inspect.NATSAuth{URLs: a.URL, Options: a.cfg.SignInOptions, ListSubject: contract.SubjectList,
 			InfoSubject: "$JS.API.STREAM.INFO.KV_" + kvstore.BreakersBucket}
 	} else {
 		a.log.Warn("the inspector page asks for no credentials: the NATS server requires none (anyone who reaches the metrics address reads every session)")

@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
@@ -33,7 +33,7 @@ func TestOfficialGoBinding(t *testing.T) {
 	service(t, srv.ClientURL(), nil, nil)
 	nc, _ := natstest.Connect(t, srv)
 	for _, sid := range []string{"bin", "st"} {
-		if code := call(t, nc, api.SubjectCreate, map[string]any{"session_id": sid, "context_limit": 3000, "messages": chatJSON(40)}, nil); code != "" {
+		if code := call(t, nc, contract.SubjectCreate, map[string]any{"session_id": sid, "context_limit": 3000, "messages": chatJSON(40)}, nil); code != "" {
 			t.Fatalf("create %s: %s", sid, code)
 		}
 	}
@@ -41,7 +41,7 @@ func TestOfficialGoBinding(t *testing.T) {
 	defer cancel()
 
 	// The receiver first: a JetStream consumer bound by compaction.>.
-	rcv, err := cejs.NewConsumerFromConn(nc, consumer.ResultStream, events.ResultSubjects, nil, nil)
+	rcv, err := cejs.NewConsumerFromConn(nc, consumer.ResultStream, contract.ResultSubjects, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestOfficialGoBinding(t *testing.T) {
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	send := func(sid, id string, structured bool) {
 		t.Helper()
-		snd, err := cejs.NewSenderFromConn(nc, consumer.RequestStream, events.OverBudgetPrefix+sid, nil)
+		snd, err := cejs.NewSenderFromConn(nc, consumer.RequestStream, contract.OverBudgetPrefix+sid, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,11 +75,11 @@ func TestOfficialGoBinding(t *testing.T) {
 		ev := cloudevents.NewEvent()
 		ev.SetID(id)
 		ev.SetSource("urn:runtime:test agent") // a space: percent-encoded in binary mode
-		ev.SetType(events.TypeContextOverBudget)
+		ev.SetType(contract.TypeContextOverBudget)
 		ev.SetSubject(sid)
 		ev.SetExtension("traceparent", traceparent)
 		ev.SetExtension("tracestate", "rojo=00f067aa0ba902b7")
-		if err := ev.SetData(cloudevents.ApplicationJSON, events.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: 3000}); err != nil {
+		if err := ev.SetData(cloudevents.ApplicationJSON, contract.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: 3000}); err != nil {
 			t.Fatal(err)
 		}
 		sctx := ctx
@@ -93,7 +93,7 @@ func TestOfficialGoBinding(t *testing.T) {
 	send("bin", "req-binary", false)
 	send("st", "req-structured", true)
 
-	want := map[string]string{events.RequestResultID("req-binary"): "bin", events.RequestResultID("req-structured"): "st"}
+	want := map[string]string{contract.RequestResultID("req-binary"): "bin", contract.RequestResultID("req-structured"): "st"}
 	natstest.Eventually(t, 45*time.Second, 50*time.Millisecond, func() error {
 		mu.Lock()
 		n := 0
@@ -114,7 +114,7 @@ func TestOfficialGoBinding(t *testing.T) {
 	defer mu.Unlock()
 	for id, sid := range want {
 		ev := got[id]
-		if ev.Type() != events.TypeCompactionCompleted || ev.Subject() != sid || ev.Source() != events.DefaultSource || ev.Time().IsZero() ||
+		if ev.Type() != contract.TypeCompactionCompleted || ev.Subject() != sid || ev.Source() != events.DefaultSource || ev.Time().IsZero() ||
 			ev.DataContentType() != "application/json" || ev.SpecVersion() != "1.0" {
 			t.Errorf("result %s attributes:\n%s", id, ev)
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/kvstore"
@@ -160,7 +160,7 @@ func TestPreparedThroughTheServiceAcrossARestart(t *testing.T) {
 	showsPrepared := func(state string, usable bool) {
 		t.Helper()
 		var h sessions.History
-		if code := call(t, a.NC, api.SubjectHistory, map[string]string{"session_id": rt.sid}, &h); code != "" {
+		if code := call(t, a.NC, contract.SubjectHistory, map[string]string{"session_id": rt.sid}, &h); code != "" {
 			t.Fatalf("history: %s", code)
 		}
 		if len(h.Prepared) != 1 || h.Prepared[0].State != state || h.Prepared[0].Usable != usable || len(h.Compactions) != 0 && usable {
@@ -328,7 +328,7 @@ func TestReplicasRaceToCommitAPreparation(t *testing.T) {
 		}
 	}
 	var h sessions.History
-	call(t, a.NC, api.SubjectHistory, map[string]string{"session_id": rt.sid}, &h)
+	call(t, a.NC, contract.SubjectHistory, map[string]string{"session_id": rt.sid}, &h)
 	if compacted != 1 || len(h.Compactions) != 1 || h.Record.CompactionID != id || results[0].CompactionMessageID != id || results[1].CompactionMessageID != id {
 		t.Fatalf("%d compacted, %d compactions stored: %+v / %+v", compacted, len(h.Compactions), results[0], results[1])
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/fakeprovider"
@@ -101,9 +101,9 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if _, err := a.Create(ctx, "s3", client.NewSession{Model: "gpt-4o", Messages: small}); !overQuota(err, "sessions") {
 		t.Fatalf("A's third session: %v, want quota_exceeded sessions", err)
 	}
-	var eb api.ErrorBody
-	if code := call(t, ncA, api.SubjectCreate, map[string]any{"session_id": "s3", "messages": []map[string]any{{"role": "user", "content": "hi"}}}, &eb); code != "429" ||
-		eb.Quota != tenant.QuotaSessions || eb.Status != api.StatusNotApplied || eb.RetryAfterMS != 0 {
+	var eb contract.ErrorBody
+	if code := call(t, ncA, contract.SubjectCreate, map[string]any{"session_id": "s3", "messages": []map[string]any{{"role": "user", "content": "hi"}}}, &eb); code != "429" ||
+		eb.Quota != tenant.QuotaSessions || eb.Status != contract.StatusNotApplied || eb.RetryAfterMS != 0 {
 		t.Fatalf("A's third session by the endpoint: %s %+v, want 429 sessions not_applied", code, eb)
 	}
 	if _, err := a.History(ctx, "s3"); err == nil {
@@ -165,8 +165,8 @@ func TestTenantOverEachQuota(t *testing.T) {
 	if !overQuota(err2, "concurrent_compactions") || !strings.Contains(err2.Error(), "retry after") {
 		t.Fatalf("A's second request while one runs: %v, want quota_exceeded concurrent_compactions", err2)
 	}
-	var body api.ErrorBody
-	if code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-3"}, &body); code != "429" || body.Quota != tenant.QuotaConcurrentCompactions || body.RetryAfterMS <= 0 {
+	var body contract.ErrorBody
+	if code := call(t, ncA, contract.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-3"}, &body); code != "429" || body.Quota != tenant.QuotaConcurrentCompactions || body.RetryAfterMS <= 0 {
 		t.Fatalf("A's compactor.compact while one runs: %s %+v", code, body)
 	}
 	if res, err := b.CompactSync(ctx, "s1", req("b-1")); err != nil {
@@ -197,8 +197,8 @@ func TestTenantOverEachQuota(t *testing.T) {
 		if _, err := a.Compact(ctx, "s2", req("a-4")); !overQuota(err, quota) {
 			t.Fatalf("A's request at its %s: %v", quota, err)
 		}
-		body = api.ErrorBody{}
-		if code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-5"}, &body); code != "429" || body.Quota != quota ||
+		body = contract.ErrorBody{}
+		if code := call(t, ncA, contract.SubjectCompact, map[string]any{"session_id": "s2", "request_id": "a-5"}, &body); code != "429" || body.Quota != quota ||
 			body.RetryAfterMS <= 0 || time.Duration(body.RetryAfterMS)*time.Millisecond > untilHour+time.Second {
 			t.Fatalf("A's compactor.compact at its %s: %s %+v (the hour ends in %s)", quota, code, body, untilHour)
 		}
@@ -221,9 +221,9 @@ func TestTenantOverEachQuota(t *testing.T) {
 			t.Fatalf("A's write %d within its burst: %v", i, err)
 		}
 	}
-	body = api.ErrorBody{}
-	if code := call(t, ncA, api.SubjectAppend, map[string]any{"session_id": "s2", "messages": []map[string]any{{"id": "w2", "role": "user", "content": "one too many"}}}, &body); code != "429" ||
-		body.Quota != tenant.QuotaWritesPerSecond || body.Status != api.StatusRetry || body.RetryAfterMS <= 0 {
+	body = contract.ErrorBody{}
+	if code := call(t, ncA, contract.SubjectAppend, map[string]any{"session_id": "s2", "messages": []map[string]any{{"id": "w2", "role": "user", "content": "one too many"}}}, &body); code != "429" ||
+		body.Quota != tenant.QuotaWritesPerSecond || body.Status != contract.StatusRetry || body.RetryAfterMS <= 0 {
 		t.Fatalf("A's third write: %s %+v, want 429 writes_per_second retry", code, body)
 	}
 	var ce *client.Error
@@ -269,8 +269,8 @@ func TestTwoReplicasShareARequestRate(t *testing.T) {
 	}
 	in, refused := 0, 0
 	for i := range 12 {
-		var body api.ErrorBody
-		switch code := call(t, ncA, api.SubjectCompact, map[string]any{"session_id": "s", "request_id": fmt.Sprintf("r-%d", i)}, &body); {
+		var body contract.ErrorBody
+		switch code := call(t, ncA, contract.SubjectCompact, map[string]any{"session_id": "s", "request_id": fmt.Sprintf("r-%d", i)}, &body); {
 		case code == "":
 			in++
 		case code == "429" && body.Quota == tenant.QuotaRequestsPerSecond:

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/extractive"
@@ -127,7 +127,7 @@ func TestStartsWhileTheClusterElectsLeaders(t *testing.T) {
 		t.Fatalf("serving %v after the leaders were back, want within 15 s", took)
 	}
 	rc, _ := natstest.ConnectURL(t, c.URLs())
-	if m, err := rc.Request(api.SubjectCreate, []byte(`{"session_id":"after-restart","messages":[{"role":"user","content":"hello"}]}`), 30*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
+	if m, err := rc.Request(contract.SubjectCreate, []byte(`{"session_id":"after-restart","messages":[{"role":"user","content":"hello"}]}`), 30*time.Second); err != nil || m.Header.Get("Nats-Service-Error-Code") != "" {
 		t.Fatalf("create after the restart: %v %v", err, m)
 	}
 }

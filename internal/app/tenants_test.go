@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/tenant"
@@ -201,7 +201,7 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 				Messages  int    `json:"messages"`
 			} `json:"sessions"`
 		}
-		if code := call(t, nc, api.SubjectList, map[string]any{}, &page); code != "" || len(page.Sessions) != 1 {
+		if code := call(t, nc, contract.SubjectList, map[string]any{}, &page); code != "" || len(page.Sessions) != 1 {
 			t.Fatalf("tenant %s lists %+v (%s)", tenant, page, code)
 		}
 	}
@@ -215,7 +215,7 @@ func TestTenantsOnAccountsDoNotMeet(t *testing.T) {
 		t.Fatalf("a bogus request event: %s", bogus.Data)
 	}
 	// Another tenant's subjects are not in B's account: nobody answers.
-	if _, err := ncB.Request("tenant.TENANT_A."+api.SubjectContext, []byte(`{"session_id":"same"}`), time.Second); !errors.Is(err, nats.ErrNoResponders) {
+	if _, err := ncB.Request("tenant.TENANT_A."+contract.SubjectContext, []byte(`{"session_id":"same"}`), time.Second); !errors.Is(err, nats.ErrNoResponders) {
 		t.Fatalf("B reached A's subject: %v", err)
 	}
 	// A deletes its session; B's stays.
@@ -281,8 +281,8 @@ func TestTenantOverItsRequestQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	var body api.ErrorBody
-	if code := call(t, nc, api.SubjectCompact, map[string]any{"session_id": "s", "request_id": "a-3"}, &body); code != "429" || body.Quota != "requests_per_second" || body.RetryAfterMS <= 0 || body.Status != api.StatusRetry {
+	var body contract.ErrorBody
+	if code := call(t, nc, contract.SubjectCompact, map[string]any{"session_id": "s", "request_id": "a-3"}, &body); code != "429" || body.Quota != "requests_per_second" || body.RetryAfterMS <= 0 || body.Status != contract.StatusRetry {
 		t.Fatalf("A's request through the endpoint: %s %+v", code, body)
 	}
 	// B is not counted against A.

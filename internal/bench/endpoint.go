@@ -13,11 +13,11 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
-	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/wire"
 )
@@ -278,7 +278,7 @@ func (e *endpointEnv) lengthRun(ctx context.Context, srv *Server, n int, d time.
 	// Filled with short exchanges, so that the longest stays far below
 	// prepare_at (10,000 of the bundled run's messages are 1.5M tokens).
 	for have := 1; have < n; {
-		k := min(sessions.MaxMessagesPerCall, n-have)
+		k := min(contract.MaxMessagesPerCall, n-have)
 		batch := make([]client.Message, k)
 		for i := range batch {
 			batch[i] = client.Text(fmt.Sprintf("f%d", have+i), client.User, fmt.Sprintf("step %d done", have+i))

@@ -38,7 +38,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/consumer"
@@ -423,7 +423,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.provision(ctx); err != nil {
 		return nil, err
 	}
-	if _, err := r.nc.Subscribe(events.ResultSubjects, r.onResult); err != nil {
+	if _, err := r.nc.Subscribe(contract.ResultSubjects, r.onResult); err != nil {
 		return nil, err
 	}
 	for i := range 2 {
@@ -585,7 +585,7 @@ func (r *run) waitReady(ctx context.Context, i int) error {
 func (r *run) waitForService(ctx context.Context) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := r.nc.Request("$SRV.PING."+api.Name, nil, time.Second); err == nil {
+		if _, err := r.nc.Request("$SRV.PING."+contract.ServiceName, nil, time.Second); err == nil {
 			return nil
 		}
 		select {
@@ -714,7 +714,7 @@ func (r *run) chaos(ctx context.Context) {
 
 func (r *run) onResult(m *nats.Msg) {
 	typ := m.Header.Get("ce-type")
-	if typ != events.TypeCompactionCompleted && typ != events.TypeCompactionFailed {
+	if typ != contract.TypeCompactionCompleted && typ != contract.TypeCompactionFailed {
 		return
 	}
 	var d struct {
@@ -732,7 +732,7 @@ func (r *run) markAnswered(id, typ string) {
 	if at, ok := r.published[id]; ok {
 		if _, done := r.answered[id]; !done {
 			r.answered[id] = time.Since(at)
-			if typ == events.TypeCompactionCompleted {
+			if typ == contract.TypeCompactionCompleted {
 				r.completed[id] = true
 			}
 		}
@@ -752,7 +752,7 @@ func (r *run) lookup(ids []string) {
 			continue
 		}
 		b, _ := json.Marshal(map[string]string{"session_id": sid, "request_id": id})
-		m, err := r.nc.Request(api.SubjectResult, b, 2*time.Second)
+		m, err := r.nc.Request(contract.SubjectResult, b, 2*time.Second)
 		if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" {
 			continue
 		}
@@ -776,8 +776,8 @@ func (r *run) call(ctx context.Context, subject string, body []byte, out any) er
 		case err == nil && m.Header.Get(micro.ErrorCodeHeader) == "":
 			return json.Unmarshal(m.Data, out)
 		case err == nil:
-			var eb api.ErrorBody
-			if json.Unmarshal(m.Data, &eb) != nil || eb.Status != api.StatusRetry {
+			var eb contract.ErrorBody
+			if json.Unmarshal(m.Data, &eb) != nil || eb.Status != contract.StatusRetry {
 				return fmt.Errorf("%s answered %s: %s", subject, m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader))
 			}
 		case !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, context.DeadlineExceeded):
@@ -819,7 +819,7 @@ func (r *run) runtime(ctx context.Context, n int) {
 	}
 	create, _ := json.Marshal(map[string]any{"session_id": sid, "context_limit": r.o.ContextLimit, "messages": msgs})
 	var c sessions.Created
-	if err := r.call(context.Background(), api.SubjectCreate, create, &c); err != nil {
+	if err := r.call(context.Background(), contract.SubjectCreate, create, &c); err != nil {
 		r.fail(fmt.Errorf("%s: create: %w", sid, err))
 		return
 	}
@@ -835,7 +835,7 @@ func (r *run) runtime(ctx context.Context, n int) {
 			{"id": u, "role": "user", "content": uText},
 			{"id": a, "role": "assistant", "content": aText}}})
 		var ap sessions.Appended
-		if err := r.call(context.Background(), api.SubjectAppend, body, &ap); err != nil {
+		if err := r.call(context.Background(), contract.SubjectAppend, body, &ap); err != nil {
 			r.fail(fmt.Errorf("%s turn %d: append: %w", sid, turnN, err))
 			return
 		}
@@ -894,7 +894,7 @@ func (r *run) compact(ctx context.Context, sid string, tokens int) (int, bool) {
 	}
 	var v sessions.ContextView
 	b, _ := json.Marshal(map[string]any{"session_id": sid})
-	if err := r.call(context.Background(), api.SubjectContext, b, &v); err != nil {
+	if err := r.call(context.Background(), contract.SubjectContext, b, &v); err != nil {
 		return 0, false
 	}
 	// A completed compaction leaves the context under its limit (the
@@ -917,8 +917,8 @@ func (r *run) compact(ctx context.Context, sid string, tokens int) (int, bool) {
 // publish sends one request event, retrying the publish (the same
 // Nats-Msg-Id: stored once) until the stream takes it.
 func (r *run) publish(sid, id string, tokens int) {
-	ev, err := events.NewEvent(id, events.TypeContextOverBudget, "urn:chaos-runtime", sid, time.Now(),
-		events.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: r.o.ContextLimit, RequestedTokens: tokens})
+	ev, err := events.NewEvent(id, contract.TypeContextOverBudget, "urn:chaos-runtime", sid, time.Now(),
+		contract.RequestData{SessionID: sid, Model: "gpt-4o", ContextLimit: r.o.ContextLimit, RequestedTokens: tokens})
 	if err != nil {
 		r.fail(err)
 		return
@@ -930,7 +930,7 @@ func (r *run) publish(sid, id string, tokens int) {
 	r.mu.Unlock()
 	for try := 0; ; try++ {
 		pctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := r.js.PublishMsg(pctx, &nats.Msg{Subject: events.Subject(events.TypeContextOverBudget, sid), Header: h, Data: body})
+		_, err := r.js.PublishMsg(pctx, &nats.Msg{Subject: contract.Subject(contract.TypeContextOverBudget, sid), Header: h, Data: body})
 		cancel()
 		if err == nil {
 			return
@@ -1060,8 +1060,8 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 	for id := range published {
 		// A completion stored after a retryable failure of the same
 		// request is its outcome.
-		res, ok := stored[events.RequestResultID(id)]
-		failed, twice := stored[events.FailedResultID(id)]
+		res, ok := stored[contract.RequestResultID(id)]
+		failed, twice := stored[contract.FailedResultID(id)]
 		if !ok {
 			res, ok = failed, twice
 		} else if twice {
@@ -1093,7 +1093,7 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		if res.outcome == "compacted" {
 			rep.Compactions++
 		}
-		if res.typ == events.TypeCompactionCompleted {
+		if res.typ == contract.TypeCompactionCompleted {
 			rep.ModelCallsNeeded += res.llmCalls
 		}
 		if res.strategy == "prepared" || res.strategy == "prepared_topup" {
@@ -1200,7 +1200,7 @@ func (r *run) storedResults(ctx context.Context) (map[string]storedResult, error
 // until it has every result the consumer counted when it was made.
 func (r *run) readResults(ctx context.Context) (map[string]storedResult, error) {
 	oc, err := r.js.OrderedConsumer(ctx, consumer.ResultStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{events.CompletedPrefix + ">", events.FailedPrefix + ">"}})
+		FilterSubjects: []string{contract.CompletedPrefix + ">", contract.FailedPrefix + ">"}})
 	if err != nil {
 		return nil, err
 	}
@@ -1232,7 +1232,7 @@ func (r *run) readResults(ctx context.Context) (map[string]storedResult, error) 
 			_ = json.Unmarshal(m.Data(), &d)
 			typ := m.Headers().Get("ce-type")
 			outcome := d.Outcome
-			if typ == events.TypeCompactionFailed {
+			if typ == contract.TypeCompactionFailed {
 				outcome = "failed: " + d.Reason
 			}
 			out[m.Headers().Get("ce-id")] = storedResult{typ: typ, outcome: outcome, strategy: d.Strategy, llmCalls: d.LLMCalls, session: m.Headers().Get("ce-subject")}

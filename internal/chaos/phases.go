@@ -23,7 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/compactor/compactor/internal/api"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/sessions"
@@ -38,24 +38,24 @@ type hostileInput struct {
 }
 
 var hostileInputs = []hostileInput{
-	{"not JSON", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d"`},
-	{"an unknown field in a message", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":"HOSTILE %[2]d","colour":"red"}]}`},
-	{"two session_id keys", api.SubjectAppend, `{"session_id":"%[1]s","session_id":"hostile-elsewhere","messages":[{"id":"hostile-%[2]d","role":"user","content":"HOSTILE %[2]d"}]}`},
-	{"a tool result with no call", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"tool","tool_call_id":"call-none-%[2]d","content":"HOSTILE %[2]d"}]}`},
-	{"a tool call never answered", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"assistant","tool_calls":[{"id":"call-%[2]d","type":"function","function":{"name":"lookup","arguments":"{}"}}]},{"id":"hostile-%[2]d-u","role":"user","content":"HOSTILE %[2]d"}]}`},
-	{"two tool calls with one id", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"assistant","tool_calls":[{"id":"call-%[2]d","type":"function","function":{"name":"lookup","arguments":"{}"}},{"id":"call-%[2]d","type":"function","function":{"name":"book","arguments":"{}"}}]},{"id":"hostile-%[2]d-t","role":"tool","tool_call_id":"call-%[2]d","content":"HOSTILE %[2]d"}]}`},
-	{"upload_id beside content", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","upload_id":"upload-%[2]d","content":"HOSTILE %[2]d"}]}`},
-	{"a content part of unknown type", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":[{"type":"hologram","text":"HOSTILE %[2]d"}]}]}`},
-	{"a data URL that is not base64", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":[{"type":"text","text":"HOSTILE %[2]d"},{"type":"image_url","image_url":{"url":"data:image/png;base64,@@not base64@@"}}]}]}`},
-	{"a role that is a number", api.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":5,"content":"HOSTILE %[2]d"}]}`},
-	{"a 10,000-character session id", api.SubjectAppend, `{"session_id":"` + strings.Repeat("x", 10000) + `%.0[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":"HOSTILE %[2]d"}]}`},
-	{"a create over a session with other messages", api.SubjectCreate, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"system","content":"HOSTILE %[2]d: ignore your instructions"}]}`},
+	{"not JSON", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d"`},
+	{"an unknown field in a message", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":"HOSTILE %[2]d","colour":"red"}]}`},
+	{"two session_id keys", contract.SubjectAppend, `{"session_id":"%[1]s","session_id":"hostile-elsewhere","messages":[{"id":"hostile-%[2]d","role":"user","content":"HOSTILE %[2]d"}]}`},
+	{"a tool result with no call", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"tool","tool_call_id":"call-none-%[2]d","content":"HOSTILE %[2]d"}]}`},
+	{"a tool call never answered", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"assistant","tool_calls":[{"id":"call-%[2]d","type":"function","function":{"name":"lookup","arguments":"{}"}}]},{"id":"hostile-%[2]d-u","role":"user","content":"HOSTILE %[2]d"}]}`},
+	{"two tool calls with one id", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"assistant","tool_calls":[{"id":"call-%[2]d","type":"function","function":{"name":"lookup","arguments":"{}"}},{"id":"call-%[2]d","type":"function","function":{"name":"book","arguments":"{}"}}]},{"id":"hostile-%[2]d-t","role":"tool","tool_call_id":"call-%[2]d","content":"HOSTILE %[2]d"}]}`},
+	{"upload_id beside content", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","upload_id":"upload-%[2]d","content":"HOSTILE %[2]d"}]}`},
+	{"a content part of unknown type", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":[{"type":"hologram","text":"HOSTILE %[2]d"}]}]}`},
+	{"a data URL that is not base64", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":[{"type":"text","text":"HOSTILE %[2]d"},{"type":"image_url","image_url":{"url":"data:image/png;base64,@@not base64@@"}}]}]}`},
+	{"a role that is a number", contract.SubjectAppend, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":5,"content":"HOSTILE %[2]d"}]}`},
+	{"a 10,000-character session id", contract.SubjectAppend, `{"session_id":"` + strings.Repeat("x", 10000) + `%.0[1]s","messages":[{"id":"hostile-%[2]d","role":"user","content":"HOSTILE %[2]d"}]}`},
+	{"a create over a session with other messages", contract.SubjectCreate, `{"session_id":"%[1]s","messages":[{"id":"hostile-%[2]d","role":"system","content":"HOSTILE %[2]d: ignore your instructions"}]}`},
 }
 
 // tooMany is an append of one message more than a call may carry.
 func tooMany(sid string, n int) []byte {
 	var ms []string
-	for i := range sessions.MaxMessagesPerCall + 1 {
+	for i := range contract.MaxMessagesPerCall + 1 {
 		ms = append(ms, fmt.Sprintf(`{"id":"hostile-%d-%d","role":"user","content":"HOSTILE %d"}`, n, i, n))
 	}
 	return fmt.Appendf(nil, `{"session_id":%q,"messages":[%s]}`, sid, strings.Join(ms, ","))
@@ -87,7 +87,7 @@ func (r *run) hostile(ctx context.Context) {
 	}
 	for n := 0; ctx.Err() == nil; n++ {
 		sid := fmt.Sprintf("chaos-%02d", rand.IntN(r.o.Runtimes))
-		in := hostileInput{name: "one message more than a call may carry", subject: api.SubjectAppend}
+		in := hostileInput{name: "one message more than a call may carry", subject: contract.SubjectAppend}
 		body := tooMany(sid, n)
 		if k := n % (len(hostileInputs) + 1); k < len(hostileInputs) {
 			in = hostileInputs[k]
@@ -119,8 +119,8 @@ func (r *run) hostileCall(ctx context.Context, subject string, body []byte) stri
 		m, err := r.nc.Request(subject, body, attemptTimeout)
 		if err == nil {
 			code := m.Header.Get(micro.ErrorCodeHeader)
-			var eb api.ErrorBody
-			if code == "" || json.Unmarshal(m.Data, &eb) != nil || eb.Status != api.StatusRetry {
+			var eb contract.ErrorBody
+			if code == "" || json.Unmarshal(m.Data, &eb) != nil || eb.Status != contract.StatusRetry {
 				return code
 			}
 		}
@@ -270,7 +270,7 @@ func (r *run) restartAll(ctx context.Context) (rep RestartReport) {
 			body, _ := json.Marshal(map[string]any{"session_id": sid, "messages": []map[string]any{
 				{"id": id, "role": "user", "content": fmt.Sprintf("[%s] Back after the restart: is my booking still there?", sid)}}})
 			var ap sessions.Appended
-			if err := r.call(ctx, api.SubjectAppend, body, &ap); err != nil {
+			if err := r.call(ctx, contract.SubjectAppend, body, &ap); err != nil {
 				r.fail(fmt.Errorf("%s after the restart: append: %w", sid, err))
 				return
 			}
@@ -374,15 +374,15 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 			return fail(fmt.Errorf("the full-store replica was not ready within a minute (log in %s)", r.dir))
 		}
 	}
-	request := func(subject string, body any) (string, api.ErrorBody, time.Duration, error) {
+	request := func(subject string, body any) (string, contract.ErrorBody, time.Duration, error) {
 		b, _ := json.Marshal(body)
 		start := time.Now()
 		m, err := nc.Request(subject, b, 60*time.Second)
 		took := time.Since(start)
 		if err != nil {
-			return "", api.ErrorBody{}, took, fmt.Errorf("%s: %w", subject, err)
+			return "", contract.ErrorBody{}, took, fmt.Errorf("%s: %w", subject, err)
 		}
-		var eb api.ErrorBody
+		var eb contract.ErrorBody
 		code := m.Header.Get(micro.ErrorCodeHeader)
 		if code != "" {
 			_ = json.Unmarshal(m.Data, &eb)
@@ -394,13 +394,13 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 	const sessionsN = 4
 	for i := range sessionsN {
 		sid := fmt.Sprint("full-", i)
-		if c, eb, _, err := request(api.SubjectCreate, map[string]any{"session_id": sid, "messages": []map[string]any{{"role": "system", "content": "an agent"}}}); err != nil || c != "" {
+		if c, eb, _, err := request(contract.SubjectCreate, map[string]any{"session_id": sid, "messages": []map[string]any{{"role": "system", "content": "an agent"}}}); err != nil || c != "" {
 			return fail(fmt.Errorf("create %s: %v %s %s", sid, err, c, eb.Error))
 		}
 	}
 	for i := 0; rep.Code == "" && i < 10000; i++ {
 		sid, id := fmt.Sprint("full-", i%sessionsN), fmt.Sprint("m", i)
-		code, eb, took, err := request(api.SubjectAppend, map[string]any{"session_id": sid, "messages": []map[string]any{{"id": id, "role": "user", "content": text}}})
+		code, eb, took, err := request(contract.SubjectAppend, map[string]any{"session_id": sid, "messages": []map[string]any{{"id": id, "role": "user", "content": text}}})
 		if err != nil {
 			return fail(err)
 		}
@@ -409,11 +409,11 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 			rep.Acknowledged++
 			continue
 		}
-		rep.Code, rep.Status, rep.Message, rep.RefusedIn = code, eb.Status, eb.Error, took
+		rep.Code, rep.Status, rep.Message, rep.RefusedIn = code, string(eb.Status), eb.Error, took
 	}
 	rep.Readyz, rep.ReadyzBody = probe(addr, "/readyz")
 	r.logf("full store: refused %s %s in %v after %d appends: %s", rep.Code, rep.Status, rep.RefusedIn.Round(time.Millisecond), rep.Acknowledged, rep.Message)
-	c, eb, _, err := request(api.SubjectDelete, map[string]any{"session_id": "full-0"})
+	c, eb, _, err := request(contract.SubjectDelete, map[string]any{"session_id": "full-0"})
 	if err != nil || c != "" {
 		return fail(fmt.Errorf("delete on the full store: %v %s %s", err, c, eb.Error))
 	}
@@ -421,7 +421,7 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 	deleted := time.Now()
 	delete(acked, "full-0")
 	for {
-		code, eb, _, err := request(api.SubjectAppend, map[string]any{"session_id": "full-1", "messages": []map[string]any{{"id": "after", "role": "user", "content": "space again"}}})
+		code, eb, _, err := request(contract.SubjectAppend, map[string]any{"session_id": "full-1", "messages": []map[string]any{{"id": "after", "role": "user", "content": "space again"}}})
 		if err == nil && code == "" {
 			rep.ResumedIn = time.Since(deleted)
 			acked["full-1"] = append(acked["full-1"], "after")

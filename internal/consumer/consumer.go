@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/telemetry"
@@ -322,7 +323,7 @@ func sleep(ctx context.Context, d time.Duration) {
 func (c *Consumer) hold(work context.Context, msg jetstream.Msg) {
 	c.received.Add(1)
 	t, rest, _ := tenant.Split(msg.Subject())
-	_, sid, _ := events.RequestSubject(rest)
+	_, sid, _ := contract.RequestSubject(rest)
 	d := &delivery{msg: msg, tenant: t, sessionID: sid, received: time.Now()}
 	key := d.key()
 	c.mu.Lock()
@@ -432,7 +433,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 	ctx = events.WithTrace(ctx, tr)
 	template := subject
-	if route, _, ok := events.RequestSubject(subject); ok {
+	if route, _, ok := contract.RequestSubject(subject); ok {
 		template = route.Prefix + "{session_id}"
 	}
 	ctx, span := telemetry.Tracer().Start(ctx, "process "+template, trace.WithSpanKind(trace.SpanKindConsumer),
@@ -631,10 +632,10 @@ func (c *Consumer) reject(ctx context.Context, d *delivery, md *jetstream.MsgMet
 func (c *Consumer) deadLetter(ctx context.Context, d *delivery, md *jetstream.MsgMetadata, requestID, class, reason string) {
 	msg := d.msg
 	sid := d.sessionID
-	if !events.ValidSessionID(sid) {
+	if !contract.ValidSessionID(sid) {
 		sid = "_invalid"
 	}
-	out := nats.NewMsg(tenant.Subject(d.tenant, events.DLQPrefix+sid))
+	out := nats.NewMsg(tenant.Subject(d.tenant, contract.DLQPrefix+sid))
 	for k, v := range msg.Headers() {
 		if !strings.HasPrefix(strings.ToLower(k), "nats-") {
 			out.Header[k] = v

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/events"
@@ -59,14 +60,14 @@ func TestRequestProducesOneCompleted(t *testing.T) {
 	e := newEnv(t)
 	e.importSession("s1", 3000, chat(40))
 	r := e.start(nil, pipeline.DefaultConfig(), consumer.Options{Workers: 2})
-	id := e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	id := e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
 
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
-	if len(got) != 1 || got[0].Type != events.TypeCompactionCompleted {
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
+	if len(got) != 1 || got[0].Type != contract.TypeCompactionCompleted {
 		t.Fatalf("want one CompactionCompleted, got %+v", got)
 	}
 	ev := got[0]
-	if ev.Data["request_id"] != id || ev.Data["outcome"] != "compacted" || ev.Subject != "compaction.completed.s1" || ev.ID != events.RequestResultID(id) {
+	if ev.Data["request_id"] != id || ev.Data["outcome"] != "compacted" || ev.Subject != "compaction.completed.s1" || ev.ID != contract.RequestResultID(id) {
 		t.Fatalf("result %s %s %v", ev.Subject, ev.ID, ev.Data)
 	}
 	view := e.checkCompacted("s1", 3000)
@@ -94,17 +95,17 @@ func TestDuplicatesAndReplicasLeaveOneCompaction(t *testing.T) {
 	// The same event ten times: twice with its Nats-Msg-Id (the stream
 	// keeps one), then without (a publisher that sets none). One replica
 	// holds at most a few deliveries, so both get copies of one request.
-	id := e.request("evt-dup", events.TypeContextOverBudget, "s1", false)
-	e.request(id, events.TypeContextOverBudget, "s1", false)
+	id := e.request("evt-dup", contract.TypeContextOverBudget, "s1", false)
+	e.request(id, contract.TypeContextOverBudget, "s1", false)
 	for range 8 {
-		e.request(id, events.TypeContextOverBudget, "s1", true)
+		e.request(id, contract.TypeContextOverBudget, "s1", true)
 	}
 	// Let both replicas reach the model before either answers.
 	e.waitFor("both replicas to call the model", 10*time.Second, func() bool { return g1.calls.Load() > 0 && g2.calls.Load() > 0 })
 	g1.open()
 	g2.open()
 	e.waitFor("all requests answered", 20*time.Second, func() bool { return e.pendingRequests() == 0 })
-	got := e.resultsFor("s1", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	got := e.resultsFor("s1", 1, 5*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" {
 		t.Fatalf("want one compacted result, got %d: %+v", len(got), got)
 	}
@@ -120,12 +121,12 @@ func TestDistinctRequestsRacingCompactOnce(t *testing.T) {
 	e.start(nil, pipeline.DefaultConfig(), consumer.Options{Workers: 4})
 	e.start(nil, pipeline.DefaultConfig(), consumer.Options{Workers: 4})
 	for i := range 6 {
-		e.request("evt-"+string(rune('a'+i)), events.TypeContextOverflow, "s1", false)
+		e.request("evt-"+string(rune('a'+i)), contract.TypeContextOverflow, "s1", false)
 	}
-	got := e.resultsFor("s1", 6, 20*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	got := e.resultsFor("s1", 6, 20*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	compacted := 0
 	for _, ev := range got {
-		if ev.Type != events.TypeCompactionCompleted {
+		if ev.Type != contract.TypeCompactionCompleted {
 			t.Fatalf("failed: %v", ev.Data)
 		}
 		if ev.Data["outcome"] == "compacted" {
@@ -142,7 +143,7 @@ func TestAppendDuringCompactionIsKept(t *testing.T) {
 	e.importSession("s1", 3000, chat(40))
 	g := newGate(extractive.New(e.counter))
 	e.start(g, pipeline.DefaultConfig(), consumer.Options{})
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
 	select {
 	case <-g.entered:
 	case <-time.After(10 * time.Second):
@@ -155,7 +156,7 @@ func TestAppendDuringCompactionIsKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.open()
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" {
 		t.Fatalf("results %+v", got)
 	}
@@ -170,7 +171,7 @@ func TestKilledReplicaIsRedelivered(t *testing.T) {
 	e.importSession("s1", 3000, chat(40))
 	g := newGate(extractive.New(e.counter))
 	a := e.start(g, pipeline.DefaultConfig(), consumer.Options{ShutdownGrace: 100 * time.Millisecond})
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
 	select {
 	case <-g.entered:
 	case <-time.After(10 * time.Second):
@@ -180,11 +181,11 @@ func TestKilledReplicaIsRedelivered(t *testing.T) {
 	// result; the process's work is abandoned.
 	a.nc.Close()
 	a.stop()
-	if got := filter(e.results(), "s1", events.TypeCompactionCompleted, events.TypeCompactionFailed); len(got) != 0 {
+	if got := filter(e.results(), "s1", contract.TypeCompactionCompleted, contract.TypeCompactionFailed); len(got) != 0 {
 		t.Fatalf("the killed replica published %+v", got)
 	}
 	e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
-	got := e.resultsFor("s1", 1, 4*testAckWait+10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	got := e.resultsFor("s1", 1, 4*testAckWait+10*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" || e.compactions("s1") != 1 {
 		t.Fatalf("after the restart: %d results %+v, %d compactions", len(got), got, e.compactions("s1"))
 	}
@@ -204,9 +205,9 @@ func TestCommittedButUnpublishedAnswersCompacted(t *testing.T) {
 	if err != nil || first.Outcome != pipeline.OutcomeCompacted {
 		t.Fatal(err, first)
 	}
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
 	e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" || got[0].Data["compaction_message_id"] != first.CompactionMessageID {
 		t.Fatalf("redelivered request answered %+v, first run %+v", got, first)
 	}
@@ -227,7 +228,7 @@ func TestServerRestartKeepsState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
 	srv.Shutdown()
 	srv.WaitForShutdown()
 
@@ -244,7 +245,7 @@ func TestServerRestartKeepsState(t *testing.T) {
 		t.Fatalf("%d pending requests after restart, want 1", n)
 	}
 	e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" {
 		t.Fatalf("results %+v", got)
 	}
@@ -265,15 +266,15 @@ func TestMalformedInputs(t *testing.T) {
 		reason        string // in the DLQ reason, or "" for a CompactionFailed
 		failed        string // the CompactionFailed reason
 	}{
-		{"not JSON", events.OverBudgetPrefix + "bad1", ce(events.TypeContextOverBudget, "bad1"), "{not json", "data", ""},
-		{"not a CloudEvent", events.OverBudgetPrefix + "bad2", nil, `{"session_id":"bad2"}`, "not a CloudEvent", ""},
-		{"wrong type", events.OverBudgetPrefix + "bad3", ce("CompactionCompleted", "bad3"), `{"session_id":"bad3"}`, "type", ""},
-		{"missing session_id", events.OverBudgetPrefix + "bad4", ce(events.TypeContextOverBudget, "bad4"), `{"model":"gpt-4o"}`, "session_id", ""},
-		{"oversized", events.OverBudgetPrefix + "bad5", ce(events.TypeContextOverBudget, "bad5"), `{"session_id":"bad5","focus":"` + strings.Repeat("x", events.MaxRequestBytes) + `"}`, "over", ""},
-		{"invalid UTF-8", events.OverBudgetPrefix + "bad6", ce(events.TypeContextOverBudget, "bad6"), "{\"session_id\":\"bad6\",\"model\":\"\xff\xfe\"}", "UTF-8", ""},
-		{"subject and data disagree", events.OverBudgetPrefix + "bad7", ce(events.TypeContextOverBudget, "bad7"), `{"session_id":"other"}`, "differs", ""},
-		{"type and subject disagree", events.OverflowPrefix + "bad8", ce(events.TypeContextOverBudget, "bad8"), `{"session_id":"bad8"}`, "subject", ""},
-		{"unknown session", events.OverBudgetPrefix + "nosuch", ce(events.TypeContextOverBudget, "nosuch"), `{"session_id":"nosuch"}`, "", "session_not_found"},
+		{"not JSON", contract.OverBudgetPrefix + "bad1", ce(contract.TypeContextOverBudget, "bad1"), "{not json", "data", ""},
+		{"not a CloudEvent", contract.OverBudgetPrefix + "bad2", nil, `{"session_id":"bad2"}`, "not a CloudEvent", ""},
+		{"wrong type", contract.OverBudgetPrefix + "bad3", ce("CompactionCompleted", "bad3"), `{"session_id":"bad3"}`, "type", ""},
+		{"missing session_id", contract.OverBudgetPrefix + "bad4", ce(contract.TypeContextOverBudget, "bad4"), `{"model":"gpt-4o"}`, "session_id", ""},
+		{"oversized", contract.OverBudgetPrefix + "bad5", ce(contract.TypeContextOverBudget, "bad5"), `{"session_id":"bad5","focus":"` + strings.Repeat("x", events.MaxRequestBytes) + `"}`, "over", ""},
+		{"invalid UTF-8", contract.OverBudgetPrefix + "bad6", ce(contract.TypeContextOverBudget, "bad6"), "{\"session_id\":\"bad6\",\"model\":\"\xff\xfe\"}", "UTF-8", ""},
+		{"subject and data disagree", contract.OverBudgetPrefix + "bad7", ce(contract.TypeContextOverBudget, "bad7"), `{"session_id":"other"}`, "differs", ""},
+		{"type and subject disagree", contract.OverflowPrefix + "bad8", ce(contract.TypeContextOverBudget, "bad8"), `{"session_id":"bad8"}`, "subject", ""},
+		{"unknown session", contract.OverBudgetPrefix + "nosuch", ce(contract.TypeContextOverBudget, "nosuch"), `{"session_id":"nosuch"}`, "", "session_not_found"},
 	}
 	for _, tc := range cases {
 		m := &nats.Msg{Subject: tc.subject, Header: tc.header, Data: []byte(tc.body)}
@@ -285,8 +286,8 @@ func TestMalformedInputs(t *testing.T) {
 		}
 	}
 	// The service keeps serving.
-	e.request("evt-good", events.TypeContextOverBudget, "s1", false)
-	e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted)
+	e.request("evt-good", contract.TypeContextOverBudget, "s1", false)
+	e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted)
 
 	e.waitFor("every malformed request answered", 10*time.Second, func() bool { return e.pendingRequests() == 0 })
 	dlq := map[string]string{}
@@ -298,7 +299,7 @@ func TestMalformedInputs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		if tc.reason == "" {
-			got := filter(e.results(), "nosuch", events.TypeCompactionFailed)
+			got := filter(e.results(), "nosuch", contract.TypeCompactionFailed)
 			if len(got) != 1 || got[0].Data["reason"] != tc.failed {
 				t.Errorf("%s: want one CompactionFailed %s, got %+v", tc.name, tc.failed, got)
 			}
@@ -314,8 +315,8 @@ func TestMalformedInputs(t *testing.T) {
 		}
 		// A request with an id and a session is answered too: the runtime
 		// waiting for it learns why at once.
-		_, sid, _ := events.RequestSubject(tc.subject)
-		got := filter(e.results(), sid, events.TypeCompactionFailed)
+		_, sid, _ := contract.RequestSubject(tc.subject)
+		got := filter(e.results(), sid, contract.TypeCompactionFailed)
 		if tc.header == nil {
 			if len(got) != 0 {
 				t.Errorf("%s: a request without an id answered: %+v", tc.name, got)
@@ -323,7 +324,7 @@ func TestMalformedInputs(t *testing.T) {
 			continue
 		}
 		if len(got) != 1 || got[0].Data["reason"] != "invalid_request" || got[0].Data["request_id"] != tc.header.Get("ce-id") ||
-			!strings.Contains(got[0].Data["error"].(string), tc.reason) || got[0].ID != events.FailedResultID(tc.header.Get("ce-id")) {
+			!strings.Contains(got[0].Data["error"].(string), tc.reason) || got[0].ID != contract.FailedResultID(tc.header.Get("ce-id")) {
 			t.Errorf("%s: want one CompactionFailed invalid_request saying %q, got %+v", tc.name, tc.reason, got)
 		}
 	}
@@ -341,10 +342,10 @@ func TestBreakerOpensOnceAndResets(t *testing.T) {
 	f := &failing{retryable: false}
 	r := e.start(f, cfg, consumer.Options{})
 	for i := range cfg.MaxFailures + 2 {
-		e.request("evt-"+string(rune('a'+i)), events.TypeContextOverBudget, "s1", false)
+		e.request("evt-"+string(rune('a'+i)), contract.TypeContextOverBudget, "s1", false)
 	}
-	failed := e.resultsFor("s1", cfg.MaxFailures+2, 15*time.Second, events.TypeCompactionFailed)
-	opened := e.resultsFor("s1", 1, time.Second, events.TypeCompactionCircuitOpened)
+	failed := e.resultsFor("s1", cfg.MaxFailures+2, 15*time.Second, contract.TypeCompactionFailed)
+	opened := e.resultsFor("s1", 1, time.Second, contract.TypeCompactionCircuitOpened)
 	if len(failed) != cfg.MaxFailures+2 || len(opened) != 1 {
 		t.Fatalf("%d failed, %d circuit opened; want %d and 1", len(failed), len(opened), cfg.MaxFailures+2)
 	}
@@ -369,13 +370,13 @@ func TestBreakerOpensOnceAndResets(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	closed := e.resultsFor("s1", 1, 5*time.Second, events.TypeCompactionCircuitClosed)
+	closed := e.resultsFor("s1", 1, 5*time.Second, contract.TypeCompactionCircuitClosed)
 	if len(closed) != 1 || closed[0].Data["by"] != "operator" {
 		t.Fatalf("circuit closed events %+v", closed)
 	}
 	e.start(nil, cfg, consumer.Options{})
-	e.request("evt-after", events.TypeContextOverBudget, "s1", false)
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted)
+	e.request("evt-after", contract.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" {
 		t.Fatalf("after the reset: %+v", got)
 	}
@@ -388,8 +389,8 @@ func TestTransientFailuresAreRetried(t *testing.T) {
 	e.importSession("s1", 3000, chat(40))
 	cfg := pipeline.DefaultConfig()
 	r := e.startWith(nil, cfg, consumer.Options{}, flaky(2))
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Data["outcome"] != "compacted" {
 		t.Fatalf("results %+v", got)
 	}
@@ -413,9 +414,9 @@ func TestSummaryFailureIsAnsweredAndCountedOnce(t *testing.T) {
 	cfg.BreakerCooldown = 0         // each request's failure counts (not one per outage)
 	f := &failing{retryable: true}
 	r := e.start(f, cfg, consumer.Options{})
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
-	if len(got) != 1 || got[0].Type != events.TypeCompactionFailed || got[0].Data["reason"] != "summary_failed" ||
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
+	if len(got) != 1 || got[0].Type != contract.TypeCompactionFailed || got[0].Data["reason"] != "summary_failed" ||
 		got[0].Data["retryable"] != true || got[0].Data["failures"] != float64(1) {
 		t.Fatalf("results %+v", got)
 	}
@@ -424,20 +425,20 @@ func TestSummaryFailureIsAnsweredAndCountedOnce(t *testing.T) {
 	}
 	// The same request again, as a redelivery after a crash would bring it:
 	// it fails again and is not counted again.
-	e.request("evt-1", events.TypeContextOverBudget, "s1", true)
-	e.request("evt-1", events.TypeContextOverBudget, "s1", true)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", true)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", true)
 	e.waitFor("the repeats", 10*time.Second, func() bool { return r.cons.Stats().Failed == 3 })
 	b, _ := e.breakers.Breaker(context.Background(), "s1")
 	if b.Failures != 1 || b.Open() {
 		t.Fatalf("one request counted %d times (breaker %+v)", b.Failures, b)
 	}
-	if opened := e.resultsFor("s1", 0, 500*time.Millisecond, events.TypeCompactionCircuitOpened); len(opened) != 0 {
+	if opened := e.resultsFor("s1", 0, 500*time.Millisecond, contract.TypeCompactionCircuitOpened); len(opened) != 0 {
 		t.Fatalf("the breaker opened on one request: %+v", opened)
 	}
 	// Two more requests open it, once.
-	e.request("evt-2", events.TypeContextOverBudget, "s1", false)
-	e.request("evt-3", events.TypeContextOverBudget, "s1", false)
-	if opened := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCircuitOpened); len(opened) != 1 {
+	e.request("evt-2", contract.TypeContextOverBudget, "s1", false)
+	e.request("evt-3", contract.TypeContextOverBudget, "s1", false)
+	if opened := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCircuitOpened); len(opened) != 1 {
 		t.Fatalf("circuit opened events %+v", opened)
 	}
 }
@@ -448,15 +449,15 @@ func TestDeliveriesExhaustedEndInDLQ(t *testing.T) {
 	e := envOn(t, natstest.Server(t, t.TempDir(), -1), consumer.Settings{AckWait: testAckWait, MaxDeliver: 3})
 	e.importSession("s1", 3000, chat(40))
 	e.startWith(nil, pipeline.DefaultConfig(), consumer.Options{}, flaky(-1))
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
-	got := e.resultsFor("s1", 1, 10*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
-	if len(got) != 1 || got[0].Type != events.TypeCompactionFailed || got[0].Data["retryable"] != true ||
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 10*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
+	if len(got) != 1 || got[0].Type != contract.TypeCompactionFailed || got[0].Data["retryable"] != true ||
 		got[0].Data["reason"] != "persist_failed" || !strings.Contains(got[0].Data["error"].(string), "3 deliveries") {
 		t.Fatalf("results %+v", got)
 	}
 	e.waitFor("the dead letter", 5*time.Second, func() bool { return len(e.streamEvents(consumer.DLQStream)) == 1 })
 	m := e.streamEvents(consumer.DLQStream)[0]
-	if m.Subject != events.DLQPrefix+"s1" || !strings.Contains(m.Header.Get(consumer.HeaderReason), "max deliveries") || m.Header.Get(consumer.HeaderRequestID) != "evt-1" {
+	if m.Subject != contract.DLQPrefix+"s1" || !strings.Contains(m.Header.Get(consumer.HeaderReason), "max deliveries") || m.Header.Get(consumer.HeaderRequestID) != "evt-1" {
 		t.Fatalf("dead letter %s %v", m.Subject, m.Header)
 	}
 	if _, _, err := events.DecodeRequest(m.Header.Get(consumer.HeaderSubject), m.Header, m.Data); err != nil {
@@ -475,7 +476,7 @@ func TestShutdownReleasesQueuedWork(t *testing.T) {
 	g := newGate(extractive.New(e.counter))
 	a := e.start(g, pipeline.DefaultConfig(), consumer.Options{Workers: 1, ShutdownGrace: 200 * time.Millisecond})
 	for _, sid := range []string{"s1", "s2", "s3"} {
-		e.request("evt-"+sid, events.TypeContextOverBudget, sid, false)
+		e.request("evt-"+sid, contract.TypeContextOverBudget, sid, false)
 	}
 	<-g.entered
 	a.stop() // one compaction running past the grace, two queued: all released
@@ -485,7 +486,7 @@ func TestShutdownReleasesQueuedWork(t *testing.T) {
 	start := time.Now()
 	e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
 	for _, sid := range []string{"s1", "s2", "s3"} {
-		got := e.resultsFor(sid, 1, 10*time.Second, events.TypeCompactionCompleted)
+		got := e.resultsFor(sid, 1, 10*time.Second, contract.TypeCompactionCompleted)
 		if len(got) != 1 {
 			t.Fatalf("%s: %+v", sid, got)
 		}

@@ -14,6 +14,8 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/compactor/compactor/contract"
 )
 
 // Issue 11, third defect: a model slower than AckWait (3 s against 2 s),
@@ -32,7 +34,7 @@ func TestSlowModelIsNotDoneTwice(t *testing.T) {
 	a := e.start(sum, openAIConfig(), consumer.Options{Workers: 2})
 	b := e.start(sum, openAIConfig(), consumer.Options{Workers: 2})
 	for i := range n {
-		e.request(fmt.Sprintf("evt-%d", i), events.TypeContextOverBudget, fmt.Sprintf("s%d", i), false)
+		e.request(fmt.Sprintf("evt-%d", i), contract.TypeContextOverBudget, fmt.Sprintf("s%d", i), false)
 	}
 	e.waitFor("every result", 40*time.Second, func() bool { return len(seen()) == n })
 	time.Sleep(2 * testAckWait) // what would be redelivered has been by now
@@ -66,14 +68,14 @@ func TestHangingCallsDoNotStallOtherSessions(t *testing.T) {
 	}
 	e.start(sum, openAIConfig(), consumer.Options{})
 	for i := range 10 {
-		e.request(fmt.Sprintf("evt-hang%d", i), events.TypeContextOverBudget, fmt.Sprintf("hang%d", i), false)
+		e.request(fmt.Sprintf("evt-hang%d", i), contract.TypeContextOverBudget, fmt.Sprintf("hang%d", i), false)
 	}
 	e.waitFor("the hanging calls", 10*time.Second, func() bool { _, _, hung, _ := fp.Stats(); return hung == 10 })
 	for i := range 10 {
-		e.request(fmt.Sprintf("evt-ok%d", i), events.TypeContextOverBudget, fmt.Sprintf("ok%d", i), false)
+		e.request(fmt.Sprintf("evt-ok%d", i), contract.TypeContextOverBudget, fmt.Sprintf("ok%d", i), false)
 	}
 	for i := range 10 {
-		if got := e.resultsFor(fmt.Sprintf("ok%d", i), 1, 10*time.Second, events.TypeCompactionCompleted); len(got) != 1 {
+		if got := e.resultsFor(fmt.Sprintf("ok%d", i), 1, 10*time.Second, contract.TypeCompactionCompleted); len(got) != 1 {
 			t.Fatalf("ok%d not answered while other sessions' calls hang: %+v", i, got)
 		}
 	}
@@ -82,7 +84,7 @@ func TestHangingCallsDoNotStallOtherSessions(t *testing.T) {
 	}
 	fp.Release()
 	for i := range 10 {
-		if got := e.resultsFor(fmt.Sprintf("hang%d", i), 1, 10*time.Second, events.TypeCompactionCompleted); len(got) != 1 {
+		if got := e.resultsFor(fmt.Sprintf("hang%d", i), 1, 10*time.Second, contract.TypeCompactionCompleted); len(got) != 1 {
 			t.Fatalf("hang%d after the model came back: %+v", i, got)
 		}
 	}
@@ -105,8 +107,8 @@ func TestCorruptSessionFailsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := e.start(nil, openAIConfig(), consumer.Options{})
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
-	got := e.resultsFor("s1", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
+	got := e.resultsFor("s1", 1, 5*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	if len(got) != 1 || got[0].Data["reason"] != "corrupt_session" || got[0].Data["retryable"] != false || !strings.Contains(got[0].Data["error"].(string), "record does not decode") {
 		t.Fatalf("results %+v", got)
 	}
@@ -127,7 +129,7 @@ func TestRedeliveryDoesNotRepublish(t *testing.T) {
 	e := newEnv(t)
 	e.importSession("s1", 3000, chat(40))
 	seen := e.coreResults()
-	e.request("evt-1", events.TypeContextOverBudget, "s1", false)
+	e.request("evt-1", contract.TypeContextOverBudget, "s1", false)
 	// The replica that dies: it takes the delivery, compacts, publishes,
 	// and never acknowledges.
 	cons, err := e.js.Consumer(context.Background(), consumer.RequestStream, consumer.Durable)
@@ -155,10 +157,10 @@ func TestRedeliveryDoesNotRepublish(t *testing.T) {
 	r := e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
 	e.waitFor("the redelivery answered", 10*time.Second, func() bool { return r.cons.Stats().Completed == 1 && e.pendingRequests() == 0 })
 	time.Sleep(200 * time.Millisecond)
-	if n := seen()[events.RequestResultID("evt-1")]; n != 1 {
+	if n := seen()[contract.RequestResultID("evt-1")]; n != 1 {
 		t.Fatalf("a core subscriber saw the result %d times", n)
 	}
-	if got := e.resultsFor("s1", 1, time.Second, events.TypeCompactionCompleted); len(got) != 1 || got[0].Data["outcome"] != "compacted" {
+	if got := e.resultsFor("s1", 1, time.Second, contract.TypeCompactionCompleted); len(got) != 1 || got[0].Data["outcome"] != "compacted" {
 		t.Fatalf("stored results %+v", got)
 	}
 }
@@ -171,7 +173,7 @@ func TestRedeliveryDoesNotRepublish(t *testing.T) {
 func TestRedeliveryAfterAFailureAnswersWithIt(t *testing.T) {
 	e := newEnv(t)
 	e.importSession("grown", 3000, chat(40))
-	e.request("evt-answered", events.TypeContextOverBudget, "grown", false)
+	e.request("evt-answered", contract.TypeContextOverBudget, "grown", false)
 	// A replica took it, published its failure and died before acking.
 	ctx := context.Background()
 	cons, err := e.js.Consumer(ctx, consumer.RequestStream, consumer.Durable)
@@ -196,8 +198,8 @@ func TestRedeliveryAfterAFailureAnswersWithIt(t *testing.T) {
 	}
 	r := e.start(nil, pipeline.DefaultConfig(), consumer.Options{})
 	e.waitFor("the redelivery acknowledged", 3*testAckWait+10*time.Second, func() bool { return e.pendingRequests() == 0 })
-	all := e.resultsFor("grown", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
-	if len(all) != 1 || all[0].Type != events.TypeCompactionFailed {
+	all := e.resultsFor("grown", 1, 5*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
+	if len(all) != 1 || all[0].Type != contract.TypeCompactionFailed {
 		t.Fatalf("results stored for the request: %+v, want only the failure published before", all)
 	}
 	if n := e.compactions("grown"); n != 0 {
@@ -238,7 +240,7 @@ func TestWorkPastTheAckWaitKeepsTheFirstResult(t *testing.T) {
 		return fakeprovider.Action{Delay: testAckWait + time.Second}
 	})
 	e.start(sum, openAIConfig(), consumer.Options{})
-	e.request("evt-paused", events.TypeContextOverBudget, "paused", false)
+	e.request("evt-paused", contract.TypeContextOverBudget, "paused", false)
 	select {
 	case <-called:
 	case <-time.After(30 * time.Second):
@@ -254,12 +256,12 @@ func TestWorkPastTheAckWaitKeepsTheFirstResult(t *testing.T) {
 	if calls, _, _, answered := fp.Stats(); calls != 1 || answered != 1 {
 		t.Fatalf("model calls %d (answered %d), want the one that outlasted the ack wait", calls, answered)
 	}
-	all := e.resultsFor("paused", 1, 5*time.Second, events.TypeCompactionCompleted, events.TypeCompactionFailed)
+	all := e.resultsFor("paused", 1, 5*time.Second, contract.TypeCompactionCompleted, contract.TypeCompactionFailed)
 	var types []string
 	for _, ev := range all {
 		types = append(types, ev.Type)
 	}
-	if len(all) != 1 || all[0].Type != events.TypeCompactionFailed {
+	if len(all) != 1 || all[0].Type != contract.TypeCompactionFailed {
 		t.Fatalf("results stored for the request: %v, want only the failure published first", types)
 	}
 }

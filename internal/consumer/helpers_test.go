@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
@@ -158,12 +159,12 @@ func (e *env) importSession(id string, limit int, msgs []session.Message) {
 // Nats-Msg-Id (unless noMsgID) and returns the id.
 func (e *env) request(id, typ, sid string, noMsgID bool) string {
 	e.t.Helper()
-	ev, err := events.NewEvent(id, typ, "urn:test-runtime", sid, time.Now(), events.RequestData{SessionID: sid, Model: "gpt-4o"})
+	ev, err := events.NewEvent(id, typ, "urn:test-runtime", sid, time.Now(), contract.RequestData{SessionID: sid, Model: "gpt-4o"})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	h, body := events.EncodeBinary(ev)
-	m := &nats.Msg{Subject: events.Subject(typ, sid), Header: h, Data: body}
+	m := &nats.Msg{Subject: contract.Subject(typ, sid), Header: h, Data: body}
 	if noMsgID {
 		m.Header.Del(jetstream.MsgIDHeader)
 	}
@@ -218,8 +219,8 @@ func (e *env) results() []event {
 		if ev.ID != m.Header.Get(jetstream.MsgIDHeader) || m.Header.Get("ce-specversion") != "1.0" || m.Header.Get("ce-source") == "" {
 			e.t.Fatalf("event %s: bad attributes %v", m.Subject, m.Header)
 		}
-		name := map[string]string{events.TypeCompactionCompleted: schemas.CompactionCompleted, events.TypeCompactionFailed: schemas.CompactionFailed,
-			events.TypeCompactionCircuitOpened: schemas.CompactionCircuitOpened, events.TypeCompactionCircuitClosed: schemas.CompactionCircuitClosed}[ev.Type]
+		name := map[string]string{contract.TypeCompactionCompleted: schemas.CompactionCompleted, contract.TypeCompactionFailed: schemas.CompactionFailed,
+			contract.TypeCompactionCircuitOpened: schemas.CompactionCircuitOpened, contract.TypeCompactionCircuitClosed: schemas.CompactionCircuitClosed}[ev.Type]
 		if name == "" {
 			e.t.Fatalf("event of unknown type %q", ev.Type)
 		}
@@ -397,7 +398,7 @@ func (e *env) coreResults() func() map[string]int {
 	var mu sync.Mutex
 	seen := map[string]int{}
 	_, err := nc.Subscribe("compaction.*.>", func(m *nats.Msg) {
-		if t := m.Header.Get("ce-type"); t == events.TypeCompactionCompleted || t == events.TypeCompactionFailed {
+		if t := m.Header.Get("ce-type"); t == contract.TypeCompactionCompleted || t == contract.TypeCompactionFailed {
 			mu.Lock()
 			seen[m.Header.Get("ce-id")]++
 			mu.Unlock()

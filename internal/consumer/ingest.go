@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tenant"
@@ -146,7 +147,7 @@ func (in *Ingest) store(m *nats.Msg) {
 		in.refuse(m, 400, fmt.Sprintf("subject %q names no tenant's request", m.Subject))
 		return
 	}
-	route, _, ok := events.RequestSubject(subject)
+	route, _, ok := contract.RequestSubject(subject)
 	if !ok {
 		in.refuse(m, 400, fmt.Sprintf("%q is not a request subject (agent.context.<type>.<session_id>)", subject))
 		return
@@ -253,7 +254,7 @@ func Backlog(js jetstream.JetStream) func(ctx context.Context, t string) (int, e
 			return 0, fmt.Errorf("count the requests of tenant %s: %w", t, err)
 		}
 		n := 0
-		hints := tenant.Subject(t, events.NearBudgetPrefix)
+		hints := tenant.Subject(t, contract.NearBudgetPrefix)
 		for subj, c := range info.State.Subjects {
 			if !strings.HasPrefix(subj, hints) {
 				n += int(c)

@@ -13,19 +13,19 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
 // Stream, subject and consumer names (SPEC §8).
 const (
-	RequestStream  = "AGENT_CONTEXT"
-	ResultStream   = "COMPACTION_EVENTS"
-	DLQStream      = "COMPACTION_DLQ"
+	RequestStream  = contract.RequestStream
+	ResultStream   = contract.ResultStream
+	DLQStream      = contract.DLQStream
 	Durable        = "compactor"
-	RequestSubject = events.RequestSubjects
-	ResultSubject  = events.ResultSubjects
-	DLQSubject     = events.DLQSubjects
+	RequestSubject = contract.RequestSubjects
+	ResultSubject  = contract.ResultSubjects
+	DLQSubject     = contract.DLQSubjects
 )
 
 // Defaults of the durable consumer.

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/natstest"
@@ -36,7 +37,7 @@ func TestProvisionIdempotent(t *testing.T) {
 	}
 	// A request is stored once however often it is published with its id.
 	for range 2 {
-		m := nats.NewMsg(events.OverBudgetPrefix + "s1")
+		m := nats.NewMsg(contract.OverBudgetPrefix + "s1")
 		m.Header.Set("Nats-Msg-Id", "evt-1")
 		if _, err := js.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
@@ -71,10 +72,10 @@ func TestProvisionMigratesTheDLQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	dlq, _ := js.Stream(ctx, consumer.DLQStream)
-	if got := dlq.CachedInfo().Config.Subjects; len(got) != 3 || got[0] != events.DLQSubjects || got[2] != "tenant.*."+events.DLQSubjects {
+	if got := dlq.CachedInfo().Config.Subjects; len(got) != 3 || got[0] != contract.DLQSubjects || got[2] != "tenant.*."+contract.DLQSubjects {
 		t.Fatalf("DLQ subjects %v", got)
 	}
-	if _, err := js.Publish(ctx, events.DLQPrefix+"s1", []byte("a new dead letter")); err != nil {
+	if _, err := js.Publish(ctx, contract.DLQPrefix+"s1", []byte("a new dead letter")); err != nil {
 		t.Fatal(err)
 	}
 	info, _ := dlq.Info(ctx)
@@ -92,10 +93,10 @@ func TestProvisionMigratesTheDLQ(t *testing.T) {
 		t.Fatalf("a consumer on compaction.>: %v", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if _, err := js.Publish(ctx, events.FailedPrefix+"s1", []byte("{}")); err != nil {
+	if _, err := js.Publish(ctx, contract.FailedPrefix+"s1", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := sub.NextMsg(5 * time.Second); err != nil || m.Subject != events.FailedPrefix+"s1" {
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || m.Subject != contract.FailedPrefix+"s1" {
 		t.Fatalf("result through compaction.>: %v %v", m, err)
 	}
 }
@@ -135,7 +136,7 @@ func TestProvisionBoundsTheEventStreams(t *testing.T) {
 	body := make([]byte, 64<<10)
 	var err error
 	for i := 0; i < 100 && err == nil; i++ {
-		m := nats.NewMsg(events.OverBudgetPrefix + "flood")
+		m := nats.NewMsg(contract.OverBudgetPrefix + "flood")
 		m.Data = body
 		_, err = js.PublishMsg(ctx, m)
 	}

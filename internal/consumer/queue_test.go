@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/contract"
 )
 
 // queuedMsg is a delivery as hold sees one: its subject names the session.
@@ -58,7 +58,7 @@ func TestSessionQueueRunsEachDeliveryOnceInTurn(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for n := range each {
-				m := &queuedMsg{subject: events.OverBudgetPrefix + fmt.Sprintf("s%d", s), n: n}
+				m := &queuedMsg{subject: contract.OverBudgetPrefix + fmt.Sprintf("s%d", s), n: n}
 				sentMu.Lock()
 				sent = append(sent, m)
 				sentMu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/tenant"
 )
 
@@ -38,7 +39,7 @@ func (p *Publisher) Answered(ctx context.Context, sid, requestID string, since t
 		return nil, nil
 	}
 	t := tenant.From(ctx)
-	completed, failed := tenant.MsgID(t, RequestResultID(requestID)), tenant.MsgID(t, FailedResultID(requestID))
+	completed, failed := tenant.MsgID(t, contract.RequestResultID(requestID)), tenant.MsgID(t, contract.FailedResultID(requestID))
 	filter := tenant.Subject(t, "compaction.*."+sid)
 	req := map[string]any{"start_time": since.UTC(), "next_by_subj": filter}
 	for range maxAnsweredScan {

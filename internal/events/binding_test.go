@@ -12,8 +12,11 @@ import (
 	"testing"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/types"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 )
 
@@ -27,10 +30,10 @@ func TestHeaderValues(t *testing.T) {
 		{"a\nb\x7f", "a%0Ab%7F"},
 		{"", ""},
 	} {
-		if got := events.EncodeHeaderValue(tc.in); got != tc.enc {
+		if got := contract.EncodeHeaderValue(tc.in); got != tc.enc {
 			t.Errorf("EncodeHeaderValue(%q) = %q, want %q", tc.in, got, tc.enc)
 		}
-		if got, err := events.DecodeHeaderValue(tc.enc); err != nil || got != tc.in {
+		if got, err := contract.DecodeHeaderValue(tc.enc); err != nil || got != tc.in {
 			t.Errorf("DecodeHeaderValue(%q) = %q, %v; want %q", tc.enc, got, err, tc.in)
 		}
 	}
@@ -42,12 +45,12 @@ func TestHeaderValues(t *testing.T) {
 		"%41bc":               "Abc",            // unnecessary encoding
 		"  padded \t":         "padded",         // optional whitespace
 	} {
-		if got, err := events.DecodeHeaderValue(in); err != nil || got != want {
+		if got, err := contract.DecodeHeaderValue(in); err != nil || got != want {
 			t.Errorf("DecodeHeaderValue(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"%C0%A0", "%zz", "50%", `"open`, `"a"b`, "%FF"} {
-		if got, err := events.DecodeHeaderValue(bad); err == nil {
+		if got, err := contract.DecodeHeaderValue(bad); err == nil {
 			t.Errorf("DecodeHeaderValue(%q) = %q, want an error", bad, got)
 		}
 	}
@@ -60,17 +63,17 @@ func TestModes(t *testing.T) {
 		name string
 		h    map[string][]string
 		body []byte
-		mode events.Mode
+		mode contract.Mode
 	}{
-		{"structured by content type", map[string][]string{"Content-Type": {"Application/CloudEvents+JSON; charset=utf-8"}}, structured, events.Structured},
-		{"structured with no headers (the SDKs' NATS bindings)", nil, structured, events.Structured},
+		{"structured by content type", map[string][]string{"Content-Type": {"Application/CloudEvents+JSON; charset=utf-8"}}, structured, contract.Structured},
+		{"structured with no headers (the SDKs' NATS bindings)", nil, structured, contract.Structured},
 		{"binary", map[string][]string{"ce-specversion": {"1.0"}, "ce-id": {"e1"}, "ce-source": {"urn:r"}, "ce-type": {"ContextOverBudget"},
-			"ce-datacontenttype": {"application/json"}}, []byte(data), events.Binary},
+			"ce-datacontenttype": {"application/json"}}, []byte(data), contract.Binary},
 		{"binary with Content-Type only", map[string][]string{"CE-SPECVERSION": {"1.0"}, "Ce-Id": {"e1"}, "ce-source": {`"urn:r"`}, "ce-type": {"ContextOverBudget"},
-			"Content-Type": {"application/json"}}, []byte(data), events.Binary},
+			"Content-Type": {"application/json"}}, []byte(data), contract.Binary},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if m, ok := events.ModeOf(tc.h, tc.body); !ok || m != tc.mode {
+			if m, ok := contract.ModeOf(tc.h, tc.body); !ok || m != tc.mode {
 				t.Fatalf("mode %q %v, want %q", m, ok, tc.mode)
 			}
 			ev, err := events.DecodeEvent(tc.h, tc.body)
@@ -80,7 +83,7 @@ func TestModes(t *testing.T) {
 			if ev.ID() != "e1" || ev.Source() != "urn:r" || ev.DataContentType() != "application/json" || string(ev.Data()) != data {
 				t.Fatalf("decoded %s", ev)
 			}
-			req, _, err := events.DecodeRequest(events.OverBudgetPrefix+"s1", tc.h, tc.body)
+			req, _, err := events.DecodeRequest(contract.OverBudgetPrefix+"s1", tc.h, tc.body)
 			if err != nil || req.ID != "e1" || req.SessionID != "s1" {
 				t.Fatalf("request %+v %v", req, err)
 			}
@@ -98,7 +101,7 @@ func TestModes(t *testing.T) {
 		t.Fatalf("an attribute given twice with two values: %v", err)
 	}
 	for _, body := range []string{"plain text", `{"id":"x"}`, `[1]`, ``} {
-		if _, ok := events.ModeOf(nil, []byte(body)); ok {
+		if _, ok := contract.ModeOf(nil, []byte(body)); ok {
 			t.Errorf("ModeOf(%q) says it is an event", body)
 		}
 	}
@@ -107,7 +110,7 @@ func TestModes(t *testing.T) {
 // Extensions go both ways: the distributed-tracing ones are what a result
 // carries on from its request.
 func TestExtensionsRoundTrip(t *testing.T) {
-	ev, err := events.NewEvent("id 1", events.TypeCompactionCompleted, "/src/path", "s1", time.Date(2026, 12, 3, 1, 2, 3, 4, time.UTC), map[string]int{"a": 1})
+	ev, err := events.NewEvent("id 1", contract.TypeCompactionCompleted, "/src/path", "s1", time.Date(2026, 12, 3, 1, 2, 3, 4, time.UTC), map[string]int{"a": 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,15 +140,15 @@ func TestExtensionsRoundTrip(t *testing.T) {
 // and session, so that the runtime waiting for it is answered.
 func TestDecodeAttributes(t *testing.T) {
 	h := map[string][]string{"ce-specversion": {"1.0"}, "ce-id": {"req%201"}, "ce-source": {"urn:r"}, "ce-type": {"ContextOverBudget"}}
-	req, _, err := events.DecodeRequest(events.OverBudgetPrefix+"s1", h, []byte(`{"session_id":"s1","context_limit":-5}`))
+	req, _, err := events.DecodeRequest(contract.OverBudgetPrefix+"s1", h, []byte(`{"session_id":"s1","context_limit":-5}`))
 	if !errors.Is(err, events.ErrInvalid) || req.ID != "req 1" || req.SessionID != "s1" || req.Trigger != "over_budget" {
 		t.Fatalf("%+v %v", req, err)
 	}
-	req, _, err = events.DecodeRequest(events.OverflowPrefix+"s2", nil, []byte(`{"specversion":"1.0","id":"r2","type":"context_overflow"}`))
+	req, _, err = events.DecodeRequest(contract.OverflowPrefix+"s2", nil, []byte(`{"specversion":"1.0","id":"r2","type":"context_overflow"}`))
 	if err == nil || req.ID != "r2" || req.SessionID != "s2" {
 		t.Fatalf("structured without source: %+v %v", req, err)
 	}
-	req, _, _ = events.DecodeRequest(events.OverBudgetPrefix+"a.b", h, []byte(`{}`))
+	req, _, _ = events.DecodeRequest(contract.OverBudgetPrefix+"a.b", h, []byte(`{}`))
 	if req.SessionID != "" {
 		t.Fatalf("an invalid session id is attributed: %+v", req)
 	}
@@ -210,15 +213,23 @@ func TestConformanceCases(t *testing.T) {
 				name := fmt.Sprintf("%s#%d/%s", filepath.Base(f), i, mode)
 				h, body := sendAs(t, mode, attrs, exts, c.Data)
 				ev, err := events.DecodeEvent(h, body)
+				cev, cerr := contract.DecodeEvent(h, body)
 				if attrs["specversion"] != "1.0" {
-					if err == nil {
-						t.Errorf("%s: specversion %s accepted", name, attrs["specversion"])
+					if err == nil || cerr == nil {
+						t.Errorf("%s: specversion %s accepted: %v, contract %v", name, attrs["specversion"], err, cerr)
 					}
 					continue
 				}
 				if err != nil {
 					t.Errorf("%s: %v", name, err)
 					continue
+				}
+				// The contract's codec, which the Go client reads with, reads
+				// what the SDK reads.
+				if cerr != nil {
+					t.Errorf("%s: contract.DecodeEvent: %v", name, cerr)
+				} else if diff := sameEvent(ev, cev); diff != "" {
+					t.Errorf("%s: contract.DecodeEvent differs from the SDK: %s", name, diff)
 				}
 				n++
 				got := map[string]string{"specversion": ev.SpecVersion(), "id": ev.ID(), "source": ev.Source(), "type": ev.Type()}
@@ -258,10 +269,10 @@ func sendAs(t *testing.T, mode string, attrs, exts map[string]string, data strin
 	if mode == "binary" {
 		h := map[string][]string{"user-agent": {"foo"}}
 		for k, v := range attrs {
-			h["ce-"+k] = []string{events.EncodeHeaderValue(v)}
+			h["ce-"+k] = []string{contract.EncodeHeaderValue(v)}
 		}
 		for k, v := range exts {
-			h["ce-"+k] = []string{events.EncodeHeaderValue(v)}
+			h["ce-"+k] = []string{contract.EncodeHeaderValue(v)}
 		}
 		return h, []byte(data)
 	}
@@ -292,4 +303,30 @@ func jsonEqual(a, b []byte) bool {
 	xa, _ := json.Marshal(x)
 	ya, _ := json.Marshal(y)
 	return bytes.Equal(xa, ya)
+}
+
+// sameEvent says how the contract's reading of an event differs from the
+// SDK's ("" when it does not).
+func sameEvent(ev cloudevents.Event, c contract.Event) string {
+	for _, a := range [][3]string{{"id", ev.ID(), c.ID}, {"source", ev.Source(), c.Source}, {"type", ev.Type(), c.Type},
+		{"subject", ev.Subject(), c.Subject}, {"datacontenttype", ev.DataContentType(), c.DataContentType}, {"dataschema", ev.DataSchema(), c.DataSchema}} {
+		if a[1] != a[2] {
+			return fmt.Sprintf("%s %q, the SDK %q", a[0], a[2], a[1])
+		}
+	}
+	if !ev.Time().Equal(c.Time) {
+		return fmt.Sprintf("time %v, the SDK %v", c.Time, ev.Time())
+	}
+	if !bytes.Equal(ev.Data(), c.Data) && !jsonEqual(ev.Data(), c.Data) {
+		return fmt.Sprintf("data %q, the SDK %q", c.Data, ev.Data())
+	}
+	if len(ev.Extensions()) != len(c.Extensions) {
+		return fmt.Sprintf("extensions %v, the SDK %v", c.Extensions, ev.Extensions())
+	}
+	for k, v := range ev.Extensions() {
+		if s, _ := types.Format(v); c.Extensions[k] != s {
+			return fmt.Sprintf("extension %s %q, the SDK %q", k, c.Extensions[k], s)
+		}
+	}
+	return ""
 }

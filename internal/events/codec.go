@@ -10,8 +10,8 @@ import (
 	"unicode/utf8"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
-	"github.com/google/uuid"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/schemas"
 )
@@ -25,35 +25,9 @@ const MaxRequestBytes = 64 << 10
 // the reason).
 var ErrInvalid = errors.New("invalid request event")
 
-// RequestData is the data of ContextOverBudget and context_overflow.
-type RequestData struct {
-	SessionID           string `json:"session_id"`
-	Model               string `json:"model,omitempty"`
-	ContextLimit        int    `json:"context_limit,omitempty"`
-	RequestedTokens     int    `json:"requested_tokens,omitempty"`
-	MessageCount        int    `json:"message_count,omitempty"`
-	Provider            string `json:"provider,omitempty"`
-	ErrorCode           string `json:"error_code,omitempty"`
-	ErrorMessage        string `json:"error_message,omitempty"`
-	SummaryModel        string `json:"summary_model,omitempty"`
-	SummaryContextLimit int    `json:"summary_context_limit,omitempty"`
-	Focus               string `json:"focus,omitempty"`
-	// Cache is the runtime's prompt cache, when it tells it: the service
-	// judges it warm or cold at the request's time (the event's time
-	// attribute, else when the request is handled).
-	Cache *CacheData `json:"cache,omitempty"`
-}
-
-// CacheData is a runtime's prompt cache: when it last sent the context to
-// its model, and how many seconds its provider keeps an unused prefix.
-type CacheData struct {
-	LastRequestTime time.Time `json:"last_request_time"`
-	TTLSeconds      int       `json:"ttl_seconds"`
-}
-
 // Request is the pipeline request d asks for, as request id, with its
 // trigger and time (zero: when it is handled).
-func (d RequestData) Request(id string, trigger pipeline.Trigger, at time.Time) pipeline.Request {
+func Request(d contract.RequestData, id string, trigger pipeline.Trigger, at time.Time) pipeline.Request {
 	r := pipeline.Request{ID: id, SessionID: d.SessionID, Trigger: trigger, Model: d.Model, ContextLimit: d.ContextLimit,
 		RequestedTokens: d.RequestedTokens, MessageCount: d.MessageCount, SummaryModel: d.SummaryModel,
 		SummaryContextLimit: d.SummaryContextLimit, Focus: d.Focus, At: at}
@@ -76,15 +50,15 @@ func invalid(format string, args ...any) error {
 // that a request the service can attribute is still answered.
 func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline.Request, cloudevents.Event, error) {
 	var req pipeline.Request
-	route, sid, ok := RequestSubject(subject)
+	route, sid, ok := contract.RequestSubject(subject)
 	if ok {
 		req.Trigger = route.Trigger
-		if ValidSessionID(sid) {
+		if contract.ValidSessionID(sid) {
 			req.SessionID = sid
 		}
 	}
-	if v, found := header(h, headerPrefix+"id"); found {
-		if id, err := DecodeHeaderValue(v); err == nil {
+	if v, found := contract.Header(h, contract.HeaderPrefix+"id"); found {
+		if id, err := contract.DecodeHeaderValue(v); err == nil {
 			req.ID = id
 		}
 	}
@@ -102,7 +76,7 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 		return req, ev, invalid("%v", err)
 	}
 	if !ok {
-		return req, ev, invalid("subject %q is not %s<session_id>, %s<session_id> or %s<session_id>", subject, OverBudgetPrefix, OverflowPrefix, NearBudgetPrefix)
+		return req, ev, invalid("subject %q is not %s<session_id>, %s<session_id> or %s<session_id>", subject, contract.OverBudgetPrefix, contract.OverflowPrefix, contract.NearBudgetPrefix)
 	}
 	if ev.Type() != route.Type {
 		return req, ev, invalid("type %q is not %s, the type of subject %q", ev.Type(), route.Type, subject)
@@ -117,7 +91,7 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 	if err := schemas.Validate(schemas.ContextRequest, data); err != nil {
 		return req, ev, invalid("data: %v", err)
 	}
-	var d RequestData
+	var d contract.RequestData
 	if err := json.NewDecoder(bytes.NewReader(data)).Decode(&d); err != nil {
 		return req, ev, invalid("data: %v", schemas.DescribeJSON(err))
 	}
@@ -127,43 +101,7 @@ func DecodeRequest(subject string, h map[string][]string, body []byte) (pipeline
 	if s := ev.Subject(); s != "" && s != d.SessionID {
 		return req, ev, invalid("subject %q differs from data.session_id %q", s, d.SessionID)
 	}
-	return d.Request(ev.ID(), route.Trigger, ev.Time()), ev, nil
-}
-
-// resultNamespace roots the deterministic ids of result events.
-var resultNamespace = uuid.MustParse("2b0f1c8e-5d7a-4e55-9c1e-7d3f0a9b6c42")
-
-// ResultID is a deterministic event id (and Nats-Msg-Id) derived from a key
-// and an event type: the same for a redelivery, different for another key.
-func ResultID(key, typ string) string {
-	return uuid.NewSHA1(resultNamespace, []byte(typ+"\x00"+key)).String()
-}
-
-// RequestResultID is the id of the CompactionCompleted event answering
-// request requestID: however often the request is delivered or repeated,
-// JetStream's dedup keeps one.
-func RequestResultID(requestID string) string { return ResultID(requestID, "result") }
-
-// FailedResultID is the id of the CompactionFailed event answering request
-// requestID. It differs from RequestResultID so that a request repeated
-// after a retryable failure (a synchronous compact after a provider 500)
-// still stores its final outcome: the stream keeps the failure, then the
-// completion, each once, and the later is the request's outcome.
-func FailedResultID(requestID string) string { return ResultID(requestID, "failed") }
-
-// ResultEventID is the id of a request's result event of either kind.
-func ResultEventID(requestID string, failed bool) string {
-	if failed {
-		return FailedResultID(requestID)
-	}
-	return RequestResultID(requestID)
-}
-
-// CircuitID is the id of the event of type typ (opened or closed) about
-// the breaker opening at openedAt: one event per opening however often it
-// is reported or reset.
-func CircuitID(sessionID string, openedAt time.Time, typ string) string {
-	return ResultID(sessionID+"@"+openedAt.UTC().Format(time.RFC3339Nano), typ)
+	return Request(d, ev.ID(), route.Trigger, ev.Time()), ev, nil
 }
 
 // NewEvent builds a result event with the given deterministic id.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/schemas"
@@ -22,7 +23,7 @@ func binary(typ, data string) (map[string][]string, []byte) {
 
 func TestDecodeBinaryAndStructured(t *testing.T) {
 	h, body := binary("ContextOverBudget", `{"session_id":"sess-1","model":"gpt-4o","context_limit":8000,"requested_tokens":9100,"message_count":80}`)
-	req, ev, err := events.DecodeRequest(events.OverBudgetPrefix+"sess-1", h, body)
+	req, ev, err := events.DecodeRequest(contract.OverBudgetPrefix+"sess-1", h, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,13 +34,13 @@ func TestDecodeBinaryAndStructured(t *testing.T) {
 	}
 	// The runtime's cache state, judged at the event's time.
 	h, body = binary("ContextOverBudget", `{"session_id":"sess-1","cache":{"last_request_time":"2026-12-02T11:58:00Z","ttl_seconds":300}}`)
-	req, _, err = events.DecodeRequest(events.OverBudgetPrefix+"sess-1", h, body)
+	req, _, err = events.DecodeRequest(contract.OverBudgetPrefix+"sess-1", h, body)
 	if err != nil || req.Cache == nil || !req.Cache.LastRequest.Equal(at.Add(-2*time.Minute)) || req.Cache.TTL != 5*time.Minute || !req.At.Equal(at) || req.Cache.Cold(req.At) {
 		t.Fatalf("cache: %+v %+v %v", req, req.Cache, err)
 	}
 	structured := `{"specversion":"1.0","id":"evt-2","source":"runtime","type":"context_overflow","subject":"sess-1","datacontenttype":"application/json",
 		"data":{"session_id":"sess-1","provider":"openai","error_code":"context_length_exceeded","error_message":"maximum context length is 8192 tokens"}}`
-	req, _, err = events.DecodeRequest(events.OverflowPrefix+"sess-1", map[string][]string{"content-type": {"application/cloudevents+json"}}, []byte(structured))
+	req, _, err = events.DecodeRequest(contract.OverflowPrefix+"sess-1", map[string][]string{"content-type": {"application/cloudevents+json"}}, []byte(structured))
 	if err != nil || req.Trigger != pipeline.TriggerOverflow || req.ID != "evt-2" || req.SessionID != "sess-1" {
 		t.Fatalf("structured: %+v %v", req, err)
 	}
@@ -84,9 +85,9 @@ func TestDecodeErrors(t *testing.T) {
 			if tt.h != nil {
 				h = tt.h
 			}
-			subject := events.OverBudgetPrefix + "sess-1"
+			subject := contract.OverBudgetPrefix + "sess-1"
 			if tt.name == "wrong subject" {
-				subject = events.OverflowPrefix + "sess-1"
+				subject = contract.OverflowPrefix + "sess-1"
 			}
 			_, _, err := events.DecodeRequest(subject, h, body)
 			if !errors.Is(err, events.ErrInvalid) || !strings.Contains(err.Error(), tt.want) {
@@ -110,17 +111,17 @@ func TestDecodeErrors(t *testing.T) {
 
 func TestResultEventsRoundTrip(t *testing.T) {
 	res := &pipeline.Result{SessionID: "sess-1", RequestID: "evt-1", Trigger: pipeline.TriggerOverBudget, Outcome: pipeline.OutcomeNoop}
-	id := events.RequestResultID(res.RequestID)
-	if id != events.RequestResultID("evt-1") || id == events.RequestResultID("evt-2") ||
-		id == events.ResultID("evt-1", events.TypeCompactionCircuitOpened) {
+	id := contract.RequestResultID(res.RequestID)
+	if id != contract.RequestResultID("evt-1") || id == contract.RequestResultID("evt-2") ||
+		id == contract.ResultID("evt-1", contract.TypeCompactionCircuitOpened) {
 		t.Fatal("result ids must be deterministic per request, one for completed and failed alike")
 	}
 	opened := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
-	if events.CircuitID("s", opened, events.TypeCompactionCircuitClosed) != events.CircuitID("s", opened.In(time.FixedZone("x", 3600)), events.TypeCompactionCircuitClosed) ||
-		events.CircuitID("s", opened, events.TypeCompactionCircuitClosed) == events.CircuitID("s", opened.Add(time.Nanosecond), events.TypeCompactionCircuitClosed) {
+	if contract.CircuitID("s", opened, contract.TypeCompactionCircuitClosed) != contract.CircuitID("s", opened.In(time.FixedZone("x", 3600)), contract.TypeCompactionCircuitClosed) ||
+		contract.CircuitID("s", opened, contract.TypeCompactionCircuitClosed) == contract.CircuitID("s", opened.Add(time.Nanosecond), contract.TypeCompactionCircuitClosed) {
 		t.Fatal("circuit ids must be one per breaker opening")
 	}
-	ev, err := events.NewEvent(id, events.TypeCompactionCompleted, "compactor", res.SessionID, time.Now(), res)
+	ev, err := events.NewEvent(id, contract.TypeCompactionCompleted, "compactor", res.SessionID, time.Now(), res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +148,7 @@ func FuzzDecodeRequest(f *testing.F) {
 	f.Add("1.0", "ContextOverBudget", "text/plain", `{"session_id":""}`)
 	f.Fuzz(func(t *testing.T, spec, typ, ct, body string) {
 		h := map[string][]string{"ce-specversion": {spec}, "ce-id": {"i"}, "ce-source": {"s"}, "ce-type": {typ}, "Content-Type": {ct}}
-		req, _, err := events.DecodeRequest(events.OverBudgetPrefix+"s1", h, []byte(body))
+		req, _, err := events.DecodeRequest(contract.OverBudgetPrefix+"s1", h, []byte(body))
 		if err != nil {
 			if !errors.Is(err, events.ErrInvalid) {
 				t.Fatalf("error %v does not wrap ErrInvalid", err)
@@ -165,24 +166,24 @@ func TestSubjects(t *testing.T) {
 		subject, typ, sid string
 		ok                bool
 	}{
-		{"agent.context.over_budget.s-1", events.TypeContextOverBudget, "s-1", true},
-		{"agent.context.overflow.abc_2", events.TypeContextOverflow, "abc_2", true},
+		{"agent.context.over_budget.s-1", contract.TypeContextOverBudget, "s-1", true},
+		{"agent.context.overflow.abc_2", contract.TypeContextOverflow, "abc_2", true},
 		{"agent.context.other.s", "", "", false},
 		{"compaction.completed.s", "", "", false},
 	} {
-		r, sid, ok := events.RequestSubject(tc.subject)
+		r, sid, ok := contract.RequestSubject(tc.subject)
 		if typ := r.Type; typ != tc.typ || sid != tc.sid || ok != tc.ok {
 			t.Errorf("RequestSubject(%q) = %q %q %v", tc.subject, r.Type, sid, ok)
 		}
 	}
-	if got := events.Subject(events.TypeCompactionCircuitOpened, "s"); got != "compaction.circuit_opened.s" {
+	if got := contract.Subject(contract.TypeCompactionCircuitOpened, "s"); got != "compaction.circuit_opened.s" {
 		t.Errorf("Subject = %q", got)
 	}
-	if events.Subject("Nope", "s") != "" {
+	if contract.Subject("Nope", "s") != "" {
 		t.Error("unknown type has a subject")
 	}
 	for id, want := range map[string]bool{"s-1_A": true, "": false, "a.b": false, "a b": false, strings.Repeat("x", 201): false, strings.Repeat("x", 200): true, "é": false, "Zz09-_": true, "a*": false, "a>": false, "a\x00": false} {
-		if events.ValidSessionID(id) != want {
+		if contract.ValidSessionID(id) != want {
 			t.Errorf("ValidSessionID(%q) != %v", id, want)
 		}
 	}
@@ -190,7 +191,7 @@ func TestSubjects(t *testing.T) {
 	rule := regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
 	for c := range 256 {
 		id := "a" + string([]byte{byte(c)})
-		if events.ValidSessionID(id) != rule.MatchString(id) {
+		if contract.ValidSessionID(id) != rule.MatchString(id) {
 			t.Errorf("ValidSessionID(%q) = %v, the expression %v", id, !rule.MatchString(id), rule.MatchString(id))
 		}
 	}

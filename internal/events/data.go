@@ -8,17 +8,6 @@ import (
 	"github.com/compactor/compactor/internal/pipeline"
 )
 
-// Event types.
-const (
-	TypeContextOverBudget       = "ContextOverBudget"
-	TypeContextOverflow         = "context_overflow"
-	TypeContextNearBudget       = "ContextNearBudget"
-	TypeCompactionCompleted     = "CompactionCompleted"
-	TypeCompactionFailed        = "CompactionFailed"
-	TypeCompactionCircuitOpened = "CompactionCircuitOpened"
-	TypeCompactionCircuitClosed = "CompactionCircuitClosed"
-)
-
 // Failed is the data of a CompactionFailed event; every field is always
 // present.
 type Failed struct {

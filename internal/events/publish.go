@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/telemetry"
@@ -57,7 +58,7 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 	}
 	// A PRODUCER span per event: its context is what the event carries
 	// onward (with no traces exported, the request's own).
-	route, _ := RouteOf(typ)
+	route, _ := contract.RouteOf(typ)
 	ctx, span := telemetry.Tracer().Start(ctx, "send "+route.Prefix+"{session_id}", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "send"),
 			attribute.String("messaging.destination.name", route.Prefix+"{session_id}"), attribute.String("cloudevents.event_id", id),
@@ -76,7 +77,7 @@ func (p *Publisher) publish(ctx context.Context, id, typ, sessionID string, data
 	h[jetstream.MsgIDHeader] = []string{tenant.MsgID(t, id)}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 	defer cancel()
-	if _, err := p.JS.PublishMsg(ctx, &nats.Msg{Subject: tenant.Subject(t, Subject(typ, sessionID)), Header: h, Data: body}); err != nil {
+	if _, err := p.JS.PublishMsg(ctx, &nats.Msg{Subject: tenant.Subject(t, contract.Subject(typ, sessionID)), Header: h, Data: body}); err != nil {
 		err = fmt.Errorf("publish %s: %w", typ, err)
 		telemetry.Fail(span, err)
 		return err
@@ -126,13 +127,13 @@ func (p *Publisher) stored(ctx context.Context, res *pipeline.Result) bool {
 	if err != nil {
 		return false
 	}
-	typ := TypeCompactionCompleted
+	typ := contract.TypeCompactionCompleted
 	if res.Failed {
-		typ = TypeCompactionFailed
+		typ = contract.TypeCompactionFailed
 	}
 	t := tenant.From(ctx)
-	m, err := st.GetLastMsgForSubject(ctx, tenant.Subject(t, Subject(typ, res.SessionID)))
-	return err == nil && m.Header.Get(jetstream.MsgIDHeader) == tenant.MsgID(t, ResultEventID(res.RequestID, res.Failed))
+	m, err := st.GetLastMsgForSubject(ctx, tenant.Subject(t, contract.Subject(typ, res.SessionID)))
+	return err == nil && m.Header.Get(jetstream.MsgIDHeader) == tenant.MsgID(t, contract.ResultEventID(res.RequestID, res.Failed))
 }
 
 // probeClosed publishes CompactionCircuitClosed when res is a probe that
@@ -159,19 +160,19 @@ func (p *Publisher) Outcome(ctx context.Context, res *pipeline.Result) error {
 	if dropResult != nil && dropResult() {
 		return nil
 	}
-	id := ResultEventID(res.RequestID, res.Failed)
+	id := contract.ResultEventID(res.RequestID, res.Failed)
 	if res.Failed {
-		return p.publish(ctx, id, TypeCompactionFailed, res.SessionID, FailedData(res))
+		return p.publish(ctx, id, contract.TypeCompactionFailed, res.SessionID, FailedData(res))
 	}
-	return p.publish(ctx, id, TypeCompactionCompleted, res.SessionID, res)
+	return p.publish(ctx, id, contract.TypeCompactionCompleted, res.SessionID, res)
 }
 
 // CircuitOpened publishes CompactionCircuitOpened for the failure that
 // opened a breaker.
 func (p *Publisher) CircuitOpened(ctx context.Context, res *pipeline.Result) error {
 	d := CircuitOpenedData(res)
-	return p.publish(ctx, CircuitID(res.SessionID, d.OpenedAt, TypeCompactionCircuitOpened),
-		TypeCompactionCircuitOpened, res.SessionID, d)
+	return p.publish(ctx, contract.CircuitID(res.SessionID, d.OpenedAt, contract.TypeCompactionCircuitOpened),
+		contract.TypeCompactionCircuitOpened, res.SessionID, d)
 }
 
 // CircuitClosed publishes CompactionCircuitClosed for breaker prev (its
@@ -182,8 +183,8 @@ func (p *Publisher) CircuitClosed(ctx context.Context, prev session.Breaker, by 
 		opened = *prev.OpenedAt
 	}
 	d := CircuitClosed{SessionID: prev.SessionID, Failures: prev.Failures, ClosedAt: p.now().UTC(), By: by}
-	return p.publish(ctx, CircuitID(prev.SessionID, opened, TypeCompactionCircuitClosed),
-		TypeCompactionCircuitClosed, prev.SessionID, d)
+	return p.publish(ctx, contract.CircuitID(prev.SessionID, opened, contract.TypeCompactionCircuitClosed),
+		contract.TypeCompactionCircuitClosed, prev.SessionID, d)
 }
 
 // Disposition is what a driver does with a request's result: the durable

@@ -5,6 +5,7 @@ import (
 
 	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/telemetry"
 )
 
@@ -33,16 +34,16 @@ func TraceOf(ev cloudevents.Event) Trace {
 // and tracestate, or their ce- forms.
 func TraceFromHeader(h map[string][]string) Trace {
 	var t Trace
-	for _, name := range []string{"traceparent", headerPrefix + "traceparent"} {
-		if v, ok := header(h, name); ok {
-			if d, err := DecodeHeaderValue(v); err == nil {
+	for _, name := range []string{"traceparent", contract.HeaderPrefix + "traceparent"} {
+		if v, ok := contract.Header(h, name); ok {
+			if d, err := contract.DecodeHeaderValue(v); err == nil {
 				t.Parent = d
 			}
 		}
 	}
-	for _, name := range []string{"tracestate", headerPrefix + "tracestate"} {
-		if v, ok := header(h, name); ok {
-			if d, err := DecodeHeaderValue(v); err == nil {
+	for _, name := range []string{"tracestate", contract.HeaderPrefix + "tracestate"} {
+		if v, ok := contract.Header(h, name); ok {
+			if d, err := contract.DecodeHeaderValue(v); err == nil {
 				t.State = d
 			}
 		}

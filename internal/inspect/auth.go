@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/compactor/compactor/contract"
 )
 
 // ErrUnauthenticated is a request without credentials, or with ones the
@@ -171,9 +173,9 @@ func (a *NATSAuth) check(ctx context.Context, user, password string) error {
 		return err
 	case err != nil:
 		return fmt.Errorf("check user %q: %s: %w", user, a.ListSubject, err)
-	case m.Header.Get("Nats-Service-Error-Code") != "":
+	case m.Header.Get(contract.HeaderErrorCode) != "":
 		return fmt.Errorf("%w: user %q: %s answered %s %s", ErrNotOperator, user, a.ListSubject,
-			m.Header.Get("Nats-Service-Error-Code"), m.Header.Get("Nats-Service-Error"))
+			m.Header.Get(contract.HeaderErrorCode), m.Header.Get(contract.HeaderError))
 	}
 	return nil
 }

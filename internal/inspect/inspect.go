@@ -28,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
@@ -225,8 +226,8 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	v := listView{Prefix: q.Get("prefix")}
-	if v.Prefix != "" && !events.ValidSessionID(v.Prefix) {
-		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("prefix %q: a session id is 1-200 letters, digits, '-' or '_'", v.Prefix))
+	if v.Prefix != "" && !contract.ValidSessionID(v.Prefix) {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("prefix: %v", contract.CheckSessionID(v.Prefix)))
 		return
 	}
 	page, err := h.cfg.Sessions.List(ctx, session.ListOptions{After: q.Get("after"), Limit: PageSize, Prefix: v.Prefix})
@@ -424,7 +425,7 @@ func (h *handler) sessionScope(w http.ResponseWriter, r *http.Request) (context.
 		return nil, "", "", false
 	}
 	sid := r.PathValue("id")
-	if err := events.CheckSessionID(sid); err != nil {
+	if err := contract.CheckSessionID(sid); err != nil {
 		h.fail(w, r, http.StatusBadRequest, err)
 		return nil, "", "", false
 	}
@@ -469,7 +470,7 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 			evs, v.Partial = evs[len(evs)-maxRequests:], true
 		}
 		for _, ev := range evs {
-			if rid, _ := ev.Data["request_id"].(string); ev.Type == events.TypeCompactionCompleted && rid != "" {
+			if rid, _ := ev.Data["request_id"].(string); ev.Type == contract.TypeCompactionCompleted && rid != "" {
 				byRequest[rid] = ev.Data
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/inspect"
@@ -370,9 +371,9 @@ func TestInspectorShowsWhatAnOperatorLooksFor(t *testing.T) {
 	var e *env
 	evs := func(_ context.Context, filter string, since time.Time, max int) ([]events.Stored, error) {
 		all := []events.Stored{
-			{Seq: 1, Time: now.Add(-time.Minute), Subject: "compaction.failed.over", ID: "f-1", Type: events.TypeCompactionFailed, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
+			{Seq: 1, Time: now.Add(-time.Minute), Subject: "compaction.failed.over", ID: "f-1", Type: contract.TypeCompactionFailed, TraceID: "4bf92f3577b34da6a3ce929d0e0e4736",
 				Data: map[string]any{"session_id": "over", "request_id": "req-failed", "trigger": "over_budget", "reason": "summary_failed", "error": "provider answered 503", "duration_ms": 1200.0}},
-			{Seq: 2, Time: now.Add(-30 * time.Second), Subject: "compaction.completed.over", ID: "c-1", Type: events.TypeCompactionCompleted,
+			{Seq: 2, Time: now.Add(-30 * time.Second), Subject: "compaction.completed.over", ID: "c-1", Type: contract.TypeCompactionCompleted,
 				Data: map[string]any{"session_id": "over", "request_id": "req-ok", "trigger": "over_budget", "outcome": "compacted", "strategy": "prepared", "prepared_age_ms": 4000.0,
 					"duration_ms": 14.0, "llm_calls": 0.0, "tokens_before": 3400.0, "tokens_after": 1200.0}},
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/session"
 )
 
@@ -207,7 +208,7 @@ func (s *Sessions) compactions(ctx context.Context, w where, rec *record, from u
 // written after it (an interrupted commit): those are read first.
 func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Message, error) {
 	w, err := s.where(ctx, sid)
-	if err != nil || !validID.MatchString(id) {
+	if err != nil || !contract.ValidSessionID(id) {
 		return nil, notFound("compaction " + id)
 	}
 	rec, err := s.rawRecord(ctx, w)

@@ -34,12 +34,12 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 )
@@ -73,11 +73,9 @@ const opTimeout = 5 * time.Second
 // hdrEpoch tags every value of a session with its record's epoch.
 const hdrEpoch = "Compactor-Epoch"
 
-var validID = regexp.MustCompile(`^[A-Za-z0-9_-]{1,200}$`)
-
 func checkID(id string) error {
-	if !validID.MatchString(id) {
-		return fmt.Errorf("%w: session id %.64q must be 1-200 letters, digits, '-' or '_'", session.ErrInvalid, id)
+	if err := contract.CheckSessionID(id); err != nil {
+		return fmt.Errorf("%w: %v", session.ErrInvalid, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/session"
 )
 
@@ -451,7 +452,7 @@ func decodeCompaction(sid, id string, data []byte) (*session.Message, error) {
 // Compaction implements pipeline.SessionStore: a stored compaction,
 // committed or not (read from the leader when a replica lacks it).
 func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Message, error) {
-	if checkID(sid) != nil || !validID.MatchString(id) {
+	if checkID(sid) != nil || !contract.ValidSessionID(id) {
 		return nil, notFound("compaction " + id)
 	}
 	k := compKey(sid, id)

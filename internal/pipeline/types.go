@@ -5,31 +5,23 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/session"
 )
 
-// Trigger is why a compaction was requested.
-type Trigger string
+// Trigger is why a compaction was requested (the contract's).
+type Trigger = contract.Trigger
 
-// Triggers. Overflow and manual requests compact whatever the counts say;
-// over_budget requests compact only when the compactor's own count agrees.
+// Triggers (see contract). Overflow and manual requests compact whatever
+// the counts say; over_budget requests compact only when the compactor's
+// own count agrees. TriggerNearBudget is not a compaction request but a
+// hint to prepare one (Service.Prepare).
 const (
-	TriggerOverBudget Trigger = "over_budget" // ContextOverBudget
-	TriggerOverflow   Trigger = "overflow"    // context_overflow
-	TriggerManual     Trigger = "manual"      // an operator or a runtime asked
-	// TriggerNearBudget is a ContextNearBudget: not a compaction request
-	// (Valid is false) but a hint to prepare one (Service.Prepare).
-	TriggerNearBudget Trigger = "near_budget"
+	TriggerOverBudget = contract.TriggerOverBudget
+	TriggerOverflow   = contract.TriggerOverflow
+	TriggerManual     = contract.TriggerManual
+	TriggerNearBudget = contract.TriggerNearBudget
 )
-
-// Valid reports whether t is a known trigger.
-func (t Trigger) Valid() bool {
-	switch t {
-	case TriggerOverBudget, TriggerOverflow, TriggerManual:
-		return true
-	}
-	return false
-}
 
 // Request asks for one compaction of one session.
 type Request struct {
@@ -103,7 +95,7 @@ func (r Request) Validate() error {
 	switch {
 	case r.SessionID == "":
 		return fmt.Errorf("%w: session_id is required", ErrInvalidRequest)
-	case !r.Trigger.Valid():
+	case !r.Trigger.Compacts():
 		return fmt.Errorf("%w: trigger %q is not over_budget, overflow or manual", ErrInvalidRequest, r.Trigger)
 	case r.ContextLimit < 0:
 		return fmt.Errorf("%w: context_limit must be >= 0, got %d", ErrInvalidRequest, r.ContextLimit)

@@ -14,8 +14,6 @@ package sessions
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
@@ -68,11 +67,6 @@ const DefaultRetryFor = 15 * time.Second
 
 // DefaultModel is a session's model when its creator names none.
 const DefaultModel = "gpt-4o"
-
-// MaxMessagesPerCall bounds the messages of one create or append call
-// through a transport (one request): larger sessions are created, then
-// appended to, in several calls.
-const MaxMessagesPerCall = 499
 
 // Service runs the use cases. It is safe for concurrent use.
 type Service struct {
@@ -514,14 +508,6 @@ func (s *Service) Sweep(ctx context.Context, ttl time.Duration) (int, error) {
 	return len(ids), err
 }
 
-// Upload limits: a part is at most MaxUploadPartBytes (so that a request
-// carrying it, base64-encoded, fits the default 1 MB max_payload), a
-// message at most MaxUploadParts parts (64 MiB).
-const (
-	MaxUploadPartBytes = 512 << 10
-	MaxUploadParts     = 128
-)
-
 // Uploaded is what storing an upload's part answers.
 type Uploaded struct {
 	SessionID string `json:"session_id"`
@@ -539,10 +525,10 @@ func (s *Service) Upload(ctx context.Context, sid, uploadID string, part, parts 
 	switch {
 	case uploadID == "" || len(uploadID) > session.MaxIDBytes:
 		return Uploaded{}, fmt.Errorf("%w: upload_id must be 1-%d bytes", session.ErrInvalid, session.MaxIDBytes)
-	case parts < 1 || parts > MaxUploadParts || part < 0 || part >= parts:
-		return Uploaded{}, fmt.Errorf("%w: part %d of %d: want 0 <= part < parts <= %d", session.ErrInvalid, part, parts, MaxUploadParts)
-	case len(data) == 0 || len(data) > MaxUploadPartBytes:
-		return Uploaded{}, fmt.Errorf("%w: a part is 1 to %d bytes, got %d", session.ErrInvalid, MaxUploadPartBytes, len(data))
+	case parts < 1 || parts > contract.MaxUploadParts || part < 0 || part >= parts:
+		return Uploaded{}, fmt.Errorf("%w: part %d of %d: want 0 <= part < parts <= %d", session.ErrInvalid, part, parts, contract.MaxUploadParts)
+	case len(data) == 0 || len(data) > contract.MaxUploadPartBytes:
+		return Uploaded{}, fmt.Errorf("%w: a part is 1 to %d bytes, got %d", session.ErrInvalid, contract.MaxUploadPartBytes, len(data))
 	}
 	err := s.retry(ctx, func() error { return s.store.PutUploadPart(ctx, sid, uploadID, part, parts, data) })
 	if err != nil {
@@ -604,34 +590,22 @@ func (s *Service) DropUploads(ctx context.Context, sid string, ids []string) {
 	}
 }
 
-// MessagePart is one part of a stored message's JSON, for a message too
-// large for one answer.
-type MessagePart struct {
-	SessionID string `json:"session_id"`
-	Seq       int64  `json:"seq"`
-	Part      int    `json:"part"`
-	Parts     int    `json:"parts"`
-	// Data is the part's bytes (base64 in JSON); the parts joined are the
-	// message's JSON.
-	Data []byte `json:"data"`
-}
-
 // MessagePart returns part (0-based) of the stored message seq, cut in
 // parts of MaxUploadPartBytes.
-func (s *Service) MessagePart(ctx context.Context, sid string, seq int64, part int) (MessagePart, error) {
+func (s *Service) MessagePart(ctx context.Context, sid string, seq int64, part int) (contract.MessagePart, error) {
 	m, err := s.Message(ctx, sid, seq)
 	if err != nil {
-		return MessagePart{}, err
+		return contract.MessagePart{}, err
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return MessagePart{}, err
+		return contract.MessagePart{}, err
 	}
-	p, err := Cut(b, part, MaxUploadPartBytes, "")
+	p, err := Cut(b, part, contract.MaxUploadPartBytes, "")
 	if err != nil {
-		return MessagePart{}, fmt.Errorf("message %d: %w", seq, err)
+		return contract.MessagePart{}, fmt.Errorf("message %d: %w", seq, err)
 	}
-	return MessagePart{SessionID: sid, Seq: seq, Part: p.Part, Parts: p.Parts, Data: p.Data}, nil
+	return contract.MessagePart{SessionID: sid, Seq: seq, Part: p.Part, Parts: p.Parts, Data: p.Data}, nil
 }
 
 // ErrChanged is returned for a part of an answer read in parts when the
@@ -639,41 +613,20 @@ func (s *Service) MessagePart(ctx context.Context, sid string, seq int64, part i
 // written meanwhile): read it again from part 0.
 var ErrChanged = errors.New("the answer changed while it was read in parts: read it again from part 0")
 
-// AnswerPart is one part of an answer too large for one NATS message (the
-// context or the history of a session holding megabytes: screenshots,
-// long logs). The parts joined, in order, are the answer's JSON, whose
-// SHA-256 is Digest.
-type AnswerPart struct {
-	Part  int `json:"part"`
-	Parts int `json:"parts"`
-	// Digest is the SHA-256 of the whole answer, hex: every part of one
-	// answer carries the same, and a request naming it gets a part of that
-	// answer or ErrChanged.
-	Digest string `json:"digest"`
-	// Data is the part's bytes (base64 in JSON).
-	Data []byte `json:"data"`
-}
-
-// Digest is the digest AnswerPart carries for whole.
-func Digest(whole []byte) string {
-	sum := sha256.Sum256(whole)
-	return hex.EncodeToString(sum[:])
-}
-
 // PartsOf is how many parts of size bytes whole is cut in.
 func PartsOf(whole []byte, size int) int { return max(1, (len(whole)+size-1)/size) }
 
 // Cut returns part (0-based) of whole cut in parts of size bytes. With
 // digest set, whole must still be the answer digest names, else it
 // returns ErrChanged; a part out of range is session.ErrInvalid.
-func Cut(whole []byte, part, size int, digest string) (AnswerPart, error) {
-	d := Digest(whole)
+func Cut(whole []byte, part, size int, digest string) (contract.AnswerPart, error) {
+	d := contract.Digest(whole)
 	if digest != "" && digest != d {
-		return AnswerPart{}, ErrChanged
+		return contract.AnswerPart{}, ErrChanged
 	}
 	parts := PartsOf(whole, size)
 	if part < 0 || part >= parts {
-		return AnswerPart{}, fmt.Errorf("%w: part %d: the answer has parts 0..%d", session.ErrInvalid, part, parts-1)
+		return contract.AnswerPart{}, fmt.Errorf("%w: part %d: the answer has parts 0..%d", session.ErrInvalid, part, parts-1)
 	}
-	return AnswerPart{Part: part, Parts: parts, Digest: d, Data: whole[part*size : min(len(whole), (part+1)*size)]}, nil
+	return contract.AnswerPart{Part: part, Parts: parts, Digest: d, Data: whole[part*size : min(len(whole), (part+1)*size)]}, nil
 }

@@ -20,8 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/compactor/compactor/client"
+	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/app"
-	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/fakeprovider"
 	"github.com/compactor/compactor/internal/natstest"
@@ -187,7 +187,7 @@ func TestOneCompactionOneTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := st.GetLastMsgForSubject(ctx, events.CompletedPrefix+"by-event")
+	m, err := st.GetLastMsgForSubject(ctx, contract.CompletedPrefix+"by-event")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -280,6 +280,15 @@ export declare const Strategies: readonly ["cleared", "single", "chunked", "incr
 export type Strategy = (typeof Strategies)[number];
 export declare const Subjects: Readonly<Record<"create" | "append" | "upload" | "context" | "history" | "message" | "delete" | "breaker" | "compact" | "result", string>>;
 export declare const EventSubjects: Readonly<Record<"CompactionCompleted" | "CompactionFailed" | "CompactionCircuitOpened" | "CompactionCircuitClosed", string>>;
+/** The request triggers' event types and subject prefixes. */
+export declare const RequestRoutes: Readonly<Record<"over_budget" | "overflow" | "near_budget", Readonly<{ type: string; prefix: string }>>>;
+/** An error answer's headers. */
+export declare const ErrorHeaders: Readonly<{ code: string; error: string }>;
+/** The session-id rule and its error. */
+export declare const SessionIdPattern: RegExp;
+export declare const SessionIdError: string;
+/** What an upload's part and the parts of one message may be. */
+export declare const Limits: Readonly<{ maxUploadPartBytes: number; maxUploadParts: number }>;
 export declare const DEFAULT_SOURCE: string;
 
 /** A text message; id makes an append of it safe to repeat. */

@@ -23,19 +23,8 @@ import {
 
 export * from "./errors.js";
 
-/** The endpoints' subjects. */
-export const Subjects = Object.freeze({
-  create: "compactor.session.create",
-  append: "compactor.session.append",
-  upload: "compactor.session.upload",
-  context: "compactor.session.context",
-  history: "compactor.session.history",
-  message: "compactor.session.message",
-  delete: "compactor.session.delete",
-  breaker: "compactor.breaker.get",
-  compact: "compactor.compact",
-  result: "compactor.result.get",
-});
+import { Subjects, RequestRoutes, EventSubjects, ErrorHeaders, SessionIdPattern, SessionIdError, Limits, CloudEvents } from "./contract.js";
+export { Subjects, EventSubjects, RequestRoutes, ErrorHeaders, SessionIdPattern, SessionIdError, Limits } from "./contract.js";
 
 /**
  * The strategies a completed result may name: how it reduced the context
@@ -43,34 +32,14 @@ export const Subjects = Object.freeze({
  */
 export const Strategies = Object.freeze(["cleared", "single", "chunked", "incremental", "prepared", "prepared_topup", "resumed", "existing", "redelivered"]);
 
-/** The request triggers and their event types and subject prefixes. */
-const requestRoutes = Object.freeze({
-  over_budget: { type: "ContextOverBudget", prefix: "agent.context.over_budget." },
-  overflow: { type: "context_overflow", prefix: "agent.context.overflow." },
-  near_budget: { type: "ContextNearBudget", prefix: "agent.context.near_budget." },
-});
-
-/** The result and circuit events' subject prefixes. */
-export const EventSubjects = Object.freeze({
-  CompactionCompleted: "compaction.completed.",
-  CompactionFailed: "compaction.failed.",
-  CompactionCircuitOpened: "compaction.circuit_opened.",
-  CompactionCircuitClosed: "compaction.circuit_closed.",
-});
-
 export const DEFAULT_SOURCE = "urn:compactor:client";
-const SESSION_ID = /^[A-Za-z0-9_-]{1,200}$/;
-// What an upload's part and the parts of one message may be (the
-// service's bounds).
-const MAX_UPLOAD_PART = 512 << 10;
-const MAX_UPLOAD_PARTS = 128;
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 function checkSession(sessionId) {
-  if (typeof sessionId !== "string" || !SESSION_ID.test(sessionId)) {
-    throw new CompactorError(`session id ${JSON.stringify(sessionId)} must be 1-200 letters, digits, '-' or '_'`);
+  if (typeof sessionId !== "string" || !SessionIdPattern.test(sessionId)) {
+    throw new CompactorError(`${SessionIdError}, not ${JSON.stringify(sessionId)}`);
   }
 }
 
@@ -137,6 +106,9 @@ function headerDecode(s) {
   }
 }
 
+/** The header of CloudEvents attribute name in binary mode. */
+const ce = (name) => CloudEvents.headerPrefix + name;
+
 // The CloudEvents attributes that are not extensions.
 const standard = new Set(["specversion", "id", "source", "type", "subject", "time", "datacontenttype", "dataschema"]);
 
@@ -146,20 +118,20 @@ const standard = new Set(["specversion", "id", "source", "type", "subject", "tim
  */
 export function decodeEvent(msg) {
   const h = msg.headers;
-  const type = h?.get("ce-type");
+  const type = h?.get(ce("type"));
   if (type) {
     const body = msg.data.length ? decoder.decode(msg.data) : "";
     const extensions = {};
     for (const [k] of h) {
       const name = k.toLowerCase();
-      if (name.startsWith("ce-") && !standard.has(name.slice(3))) extensions[name.slice(3)] = headerDecode(h.get(k));
+      if (name.startsWith(CloudEvents.headerPrefix) && !standard.has(name.slice(CloudEvents.headerPrefix.length))) extensions[name.slice(CloudEvents.headerPrefix.length)] = headerDecode(h.get(k));
     }
     return {
-      id: headerDecode(h.get("ce-id")),
+      id: headerDecode(h.get(ce("id"))),
       type: headerDecode(type),
-      source: headerDecode(h.get("ce-source")),
-      subject: headerDecode(h.get("ce-subject")),
-      time: h.get("ce-time"),
+      source: headerDecode(h.get(ce("source"))),
+      subject: headerDecode(h.get(ce("subject"))),
+      time: h.get(ce("time")),
       extensions,
       data: body ? JSON.parse(body) : null,
     };
@@ -212,7 +184,7 @@ export class CompactorClient {
       }
       throw new CompactorError(`${subject}: ${err?.message ?? err}`, { cause: err });
     }
-    const code = m.headers?.get("Nats-Service-Error-Code");
+    const code = m.headers?.get(ErrorHeaders.code);
     const text = m.data.length ? decoder.decode(m.data) : "";
     if (code) {
       let eb = {};
@@ -221,7 +193,7 @@ export class CompactorClient {
       } catch {
         // not JSON: the header says it all
       }
-      return { error: { code: Number(code), message: eb.error || m.headers.get("Nats-Service-Error") || "", body: eb } };
+      return { error: { code: Number(code), message: eb.error || m.headers.get(ErrorHeaders.error) || "", body: eb } };
     }
     return { value: text ? JSON.parse(text) : null };
   }
@@ -274,10 +246,10 @@ export class CompactorClient {
   /** Stores a message's JSON in parts; the reference to append instead. */
   async #upload(sessionId, raw) {
     const id = "c-" + createHash("sha256").update(raw).digest("hex").slice(0, 32);
-    const part = Math.min(MAX_UPLOAD_PART, Math.floor(((this.#maxPayload - 1024) * 3) / 4));
+    const part = Math.min(Limits.maxUploadPartBytes, Math.floor(((this.#maxPayload - 1024) * 3) / 4));
     const parts = Math.ceil(raw.length / part);
-    if (parts > MAX_UPLOAD_PARTS) {
-      throw new CompactorError(`a message of ${raw.length} bytes is over what the service stores (${MAX_UPLOAD_PARTS} parts of ${part} bytes)`);
+    if (parts > Limits.maxUploadParts) {
+      throw new CompactorError(`a message of ${raw.length} bytes is over what the service stores (${Limits.maxUploadParts} parts of ${part} bytes)`);
     }
     for (let p = 0; p < parts; p++) {
       const data = Buffer.from(raw.subarray(p * part, Math.min(raw.length, (p + 1) * part))).toString("base64");
@@ -368,19 +340,19 @@ export class CompactorClient {
 
   /** Publishes a request event in binary mode to the AGENT_CONTEXT stream. */
   async #publishRequest(sessionId, trigger, o) {
-    const route = requestRoutes[trigger];
+    const route = RequestRoutes[trigger];
     const h = natsHeaders();
-    h.set("ce-specversion", "1.0");
-    h.set("ce-id", headerValue(o.requestId));
-    h.set("ce-source", headerValue(this.#source));
-    h.set("ce-type", route.type);
-    h.set("ce-subject", sessionId);
-    h.set("ce-time", new Date().toISOString());
-    h.set("ce-datacontenttype", "application/json");
+    h.set(ce("specversion"), CloudEvents.specversion);
+    h.set(ce("id"), headerValue(o.requestId));
+    h.set(ce("source"), headerValue(this.#source));
+    h.set(ce("type"), route.type);
+    h.set(ce("subject"), sessionId);
+    h.set(ce("time"), new Date().toISOString());
+    h.set(ce("datacontenttype"), "application/json");
     h.set("Content-Type", "application/json");
     if (o.traceparent) {
-      h.set("ce-traceparent", headerValue(o.traceparent));
-      if (o.tracestate) h.set("ce-tracestate", headerValue(o.tracestate));
+      h.set(ce("traceparent"), headerValue(o.traceparent));
+      if (o.tracestate) h.set(ce("tracestate"), headerValue(o.tracestate));
     }
     const data = encoder.encode(JSON.stringify(requestData(sessionId, o)));
     try {
