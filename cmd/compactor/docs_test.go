@@ -81,3 +81,36 @@ func TestDocumentLinksResolve(t *testing.T) {
 		}
 	}
 }
+
+// Issue 44: the service's packages use OpenTelemetry's API; its SDK and
+// the OTLP exporters (with gRPC) are internal/telemetry/otlp's, which only
+// this command imports.
+func TestOnlyServeCarriesTheTelemetrySDK(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
+	cmd.Dir = "../.."
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v: %s", err, out)
+	}
+	const module = "github.com/compactor/compactor"
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], module) {
+			continue
+		}
+		checked++
+		for _, imp := range f[1:] {
+			sdk := strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(imp, "go.opentelemetry.io/otel/exporters")
+			if sdk && f[0] != module+"/internal/telemetry/otlp" {
+				t.Errorf("%s imports %s: only internal/telemetry/otlp carries the SDK", f[0], imp)
+			}
+			if imp == module+"/internal/telemetry/otlp" && f[0] != module+"/cmd/compactor" {
+				t.Errorf("%s imports internal/telemetry/otlp: only the command sets the SDK up", f[0])
+			}
+		}
+	}
+	if checked < 30 {
+		t.Fatalf("go list named only %d of the module's packages", checked)
+	}
+}

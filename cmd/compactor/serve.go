@@ -21,7 +21,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/migrate"
-	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/internal/telemetry/otlp"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
@@ -129,11 +129,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	// Traces go where the OTEL_* environment says; with none, nowhere.
-	shutdown, err := telemetry.Setup(ctx, buildVersion(), os.Getenv)
+	shutdown, err := otlp.Setup(ctx, buildVersion(), os.Getenv)
 	if err != nil {
 		return err
 	}
-	if telemetry.Enabled(os.Getenv) {
+	if otlp.Enabled(os.Getenv) {
 		ep := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 		if ep == "" {
 			ep = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")

@@ -1,4 +1,4 @@
-package telemetry_test
+package otlp_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/compactor/compactor/internal/telemetry"
+	"github.com/compactor/compactor/internal/telemetry/otlp"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -30,7 +31,7 @@ func TestEnabled(t *testing.T) {
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_SDK_DISABLED": "true"}, false},
 		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_TRACES_EXPORTER": "otlp"}, true},
 	} {
-		if got := telemetry.Enabled(env(tt.env)); got != tt.want {
+		if got := otlp.Enabled(env(tt.env)); got != tt.want {
 			t.Errorf("Enabled(%v) = %v, want %v", tt.env, got, tt.want)
 		}
 	}
@@ -54,7 +55,7 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 	ctx := context.Background()
 
 	otel.SetTracerProvider(noop.NewTracerProvider())
-	shutdown, err := telemetry.Setup(ctx, "v-test", env(nil))
+	shutdown, err := otlp.Setup(ctx, "v-test", env(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 	// The exporters read the OTLP environment themselves.
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector.URL)
 	t.Setenv("OTEL_SERVICE_NAME", "compactor-test")
-	shutdown, err = telemetry.Setup(ctx, "v-test", os.Getenv)
+	shutdown, err = otlp.Setup(ctx, "v-test", os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,7 @@ func TestSetupExportsOverOTLP(t *testing.T) {
 	}
 
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "carrier-pigeon")
-	if _, err := telemetry.Setup(ctx, "v-test", os.Getenv); err == nil {
+	if _, err := otlp.Setup(ctx, "v-test", os.Getenv); err == nil {
 		t.Fatal("an unknown protocol was accepted")
 	}
 }
