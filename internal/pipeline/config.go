@@ -1,11 +1,3 @@
-// Package pipeline is the compaction core. A compaction is a sequence of
-// named steps, each a separate, mostly pure function: overflow (is one
-// needed), select (where the raw tail starts), reduce (the ladder: clear
-// old tool results, then summarise, each only while the context is still
-// over its target), assemble (the compaction message and the context it
-// leaves), verify (its invariants), progress (it cut enough), commit. The
-// Service composes them (Service.attempt, in that order) over the small
-// interfaces the package declares (SessionStore, BreakerStore, Summarizer).
 package pipeline
 
 import (
