@@ -63,13 +63,6 @@ type Deps struct {
 	Observe func(*pipeline.Result)
 	// Stats, when set, adds its value to the service's stats.
 	Stats func() any
-	// Appended, when set, is told of every append applied (the session,
-	// its head after it, the seq of the first message, the tokens it
-	// added), for the preparer; it must not block.
-	Appended func(ctx context.Context, sessionID string, head, firstSeq int64, tokens int)
-	// Created, when set, is told of every session created (its head,
-	// the tokens of its context as counted, its limit).
-	Created func(ctx context.Context, sessionID string, head int64, tokens, limit int)
 	// Quotas, when set, answers the tenants' quotas on compactor.compact
 	// (429 quota_exceeded).
 	Quotas Quotas

@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/compactor/compactor/contract"
-	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/transcript"
@@ -102,11 +101,7 @@ func (s *Server) sessionCreate(r micro.Request) {
 		if err != nil {
 			return nil, err
 		}
-		out, err := s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
-		if err == nil && s.d.Created != nil {
-			s.d.Created(ctx, out.SessionID, out.HeadSeq, out.Tokens, out.ContextLimit)
-		}
-		return out, err
+		return s.d.Sessions.Create(ctx, session.Record{SessionID: b.SessionID, Model: b.Model, ContextLimit: b.ContextLimit}, msgs)
 	})
 }
 
@@ -175,9 +170,6 @@ func (s *Server) sessionAppend(r micro.Request) {
 		out, err := s.d.Sessions.Append(ctx, b.SessionID, msgs, session.AppendOptions{ExpectedHeadSeq: b.ExpectedHeadSeq})
 		if err == nil {
 			s.d.Sessions.DropUploads(ctx, b.SessionID, ids)
-			if s.d.Appended != nil && out.Status == sessions.StatusApplied {
-				s.d.Appended(ctx, b.SessionID, out.HeadSeq, out.FirstSeq, preparer.EstimateTokens(out.Bytes))
-			}
 		}
 		return out, err
 	})

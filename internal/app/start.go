@@ -227,8 +227,18 @@ func (a *App) build(context.Context, time.Time) (err error) {
 		return err
 	}
 	a.SetTenants(cfg.Tenants, cfg.Limits)
-	a.Sessions = sessions.New(a.store, a.breakers, cfg.Models, sessions.WithQuotas(a.Quotas), sessions.WithImageEstimate(cfg.Pipeline.ImageTokens))
 	a.buildPreparer()
+	// The preparer hears of every write of the use case, whichever driver
+	// made it.
+	a.Sessions = sessions.New(a.store, a.breakers, cfg.Models, sessions.WithQuotas(a.Quotas), sessions.WithImageEstimate(cfg.Pipeline.ImageTokens),
+		sessions.WithHooks(sessions.Hooks{
+			Created: func(ctx context.Context, c sessions.Created) {
+				a.Preparer.Created(ctx, c.SessionID, c.HeadSeq, c.Tokens, c.ContextLimit)
+			},
+			Appended: func(ctx context.Context, ap sessions.Appended) {
+				a.Preparer.Appended(ctx, ap.SessionID, ap.HeadSeq, ap.FirstSeq, preparer.EstimateTokens(ap.Bytes))
+			},
+		}))
 	if o, ok := cfg.Summarizer.(interface{ Observe(func(router.Call)) }); ok {
 		o.Observe(a.Metrics.ObserveModelCall) // each provider call: its time, by provider, model and outcome
 	}
@@ -275,7 +285,7 @@ func (a *App) startEndpoints(ctx context.Context, _ time.Time) (err error) {
 	pub := &events.Publisher{JS: a.JS, Source: cfg.Source, Stream: consumer.ResultStream}
 	if a.api, err = api.Start(a.runCtx, a.NC, api.Deps{Pipeline: a.Pipeline, Publisher: pub, Sessions: a.Sessions, Breakers: a.breakers,
 		Logger: a.log, Version: cfg.Version, Workers: cfg.Workers, Observe: a.observe, ShutdownGrace: cfg.ShutdownGrace,
-		Stats: a.stats, Appended: a.Preparer.Appended, Created: a.Preparer.Created, Quotas: a.Quotas, ObserveEndpoint: a.Metrics.ObserveEndpoint}); err != nil {
+		Stats: a.stats, Quotas: a.Quotas, ObserveEndpoint: a.Metrics.ObserveEndpoint}); err != nil {
 		return err
 	}
 	srv := a.api

@@ -76,7 +76,22 @@ type Service struct {
 	retryFor time.Duration
 	quotas   Quotas
 	images   int // what an image of unknown size counts (0: the default)
+	hooks    Hooks
 }
+
+// Hooks are told of what the use case wrote, whichever driver called it
+// (the endpoints, a replay, a gateway): the one seam through which writes
+// reach what follows them (the preparer subscribes, issue 44). They run on
+// the caller's goroutine, after the write: they must not block.
+type Hooks struct {
+	// Created is told of every create answered (a repeated one too).
+	Created func(ctx context.Context, c Created)
+	// Appended is told of every append that applied messages.
+	Appended func(ctx context.Context, a Appended)
+}
+
+// WithHooks sets the hooks told of the writes.
+func WithHooks(h Hooks) Option { return func(s *Service) { s.hooks = h } }
 
 // Quotas answers a tenant's quotas of what it stores (quota.Quotas).
 type Quotas interface {
@@ -232,8 +247,12 @@ func (s *Service) Create(ctx context.Context, rec session.Record, msgs []session
 		// a replica whose clock is ahead, it counts until the next scan).
 		s.quotas.Wrote(ctx, 1, bytes)
 	}
-	return Created{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: s.LimitOf(rec), Messages: len(msgs),
-		HeadSeq: stored.HeadSeq, Tokens: total}, nil
+	out := Created{SessionID: rec.SessionID, Model: rec.Model, ContextLimit: s.LimitOf(rec), Messages: len(msgs),
+		HeadSeq: stored.HeadSeq, Tokens: total}
+	if s.hooks.Created != nil {
+		s.hooks.Created(ctx, out)
+	}
+	return out, nil
 }
 
 // Appended is what an append answers.
@@ -317,6 +336,9 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 	out.FirstSeq, out.LastSeq = a.Messages[0].Seq, a.Messages[len(a.Messages)-1].Seq
 	if s.quotas != nil {
 		s.quotas.Wrote(ctx, 0, int64(out.Bytes))
+	}
+	if s.hooks.Appended != nil && out.Status == StatusApplied {
+		s.hooks.Appended(ctx, out)
 	}
 	return out, nil
 }

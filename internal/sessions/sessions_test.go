@@ -92,3 +92,45 @@ func TestUseCasesOverMemory(t *testing.T) {
 		t.Fatalf("append after delete: %v", err)
 	}
 }
+
+// The hooks hear every create answered and every append that applied
+// messages, whichever driver calls the use case; a repeated append, which
+// writes nothing, and a refused one are not heard.
+func TestHooksHearTheWrites(t *testing.T) {
+	ctx := context.Background()
+	var created []sessions.Created
+	var appended []sessions.Appended
+	svc := sessions.New(memstore.New(), memstore.NewBreakers(), nil, sessions.WithHooks(sessions.Hooks{
+		Created:  func(_ context.Context, c sessions.Created) { created = append(created, c) },
+		Appended: func(_ context.Context, a sessions.Appended) { appended = append(appended, a) },
+	}))
+	c, err := svc.Create(ctx, session.Record{SessionID: "s"}, msgs("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Create(ctx, session.Record{SessionID: "s"}, msgs("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Create(ctx, session.Record{SessionID: "s"}, msgs("another")); !errors.Is(err, session.ErrExists) {
+		t.Fatalf("a create of another content: %v", err)
+	}
+	if len(created) != 2 || created[0] != c || created[1] != c {
+		t.Fatalf("created heard %+v, want the create and its repeat", created)
+	}
+	turn := msgs("where is my bag?")
+	turn[0].ID = "u1"
+	a, err := svc.Append(ctx, "s", turn, session.AppendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Append(ctx, "s", turn, session.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	head := int64(1)
+	if _, err := svc.Append(ctx, "s", msgs("late"), session.AppendOptions{ExpectedHeadSeq: &head}); !errors.Is(err, session.ErrHeadMoved) {
+		t.Fatalf("an append at a moved head: %v", err)
+	}
+	if len(appended) != 1 || appended[0].HeadSeq != a.HeadSeq || appended[0].FirstSeq != a.FirstSeq || appended[0].Bytes == 0 {
+		t.Fatalf("appended heard %+v, want the one append that applied (%+v)", appended, a)
+	}
+}
