@@ -44,66 +44,17 @@ type evalSummary struct {
 }
 
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	data := fs.String("data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
-	limits := fs.String("limits", "2000,4000", "comma-separated context `LIMITS` to replay at")
-	mode := fs.String("mode", "both", "`MODE`: incremental, scratch or both")
-	maxSummary := fs.Int("max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
-	perFile := fs.Bool("per-file", false, "print a report line per conversation too")
-	maxMessages := fs.Int("max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit; with --long, 0 unless set: an agent at a real window compacts at its limit)")
-	compare := fs.Bool("compare-ladder", false, "compare the reduction ladder (clear tool results, then summarise) with summary only, in one run: the agent trajectories and LoCoMo, a line per set and limit")
-	progress := fs.Bool("progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
-	comparePrepared := fs.Bool("compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
-	modelDelay := fs.Duration("model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
-	prepareAt := fs.Float64("prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
-	trace := fs.String("trace", "", "with --compare-prepared: write a JSON line per request to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
-	pace := fs.Float64("pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
-	together := fs.Bool("together", false, "with --compare-prepared: run the two modes at the same time (half the time; they share the CPU)")
-	speakers := fs.String("speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
-	probesPrepared := fs.Bool("prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
-	probes := fs.Bool("probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, plan items and their status, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
-	provider := fs.String("provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
-	baseURL := fs.String("base-url", "", "with --probes: the provider's endpoint `URL`")
-	summaryModel := fs.String("summary-model", "", "with --probes: the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
-	long := fs.Bool("long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
-	service := fs.Bool("service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
-	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
+	f, err := parseEvalFlags(args, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	if err := noArgs(pos); err != nil {
-		return err
-	}
-	if *long && !flagSet(fs, "max-messages") {
-		*maxMessages = 0
-	}
-	var lims []int
-	for _, f := range strings.Split(*limits, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("%w: --limits: %q is not a positive number", errUsage, f)
-		}
-		lims = append(lims, n)
-	}
-	modes := map[string][]bool{"incremental": {true}, "scratch": {false}, "both": {true, false}}[*mode]
-	if modes == nil {
-		return fmt.Errorf("%w: --mode must be incremental, scratch or both", errUsage)
-	}
-	load := transcript.LoadDataDir
-	if *long {
-		load = func(dir string) ([]transcript.Conversation, error) {
-			return transcript.LoadLongDir(filepath.Join(dir, "agent_trajectories", "long"))
-		}
-	}
-	convs, err := load(*data)
+	lims, modes, err := f.limitsAndModes()
 	if err != nil {
 		return err
 	}
-	if convs, err = transcript.WithSpeakers(convs, *speakers); err != nil {
-		return fmt.Errorf("%w: --speakers: %v", errUsage, err)
-	}
-	if len(convs) == 0 {
-		return fmt.Errorf("no conversations found under %s", *data)
+	convs, err := f.conversations()
+	if err != nil {
+		return err
 	}
 	counter, err := tokens.ForEncoding("o200k_base")
 	if err != nil {
@@ -111,155 +62,261 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	sum := extractive.New(counter)
 	enc := json.NewEncoder(stdout)
-	if *probes {
-		var pw io.Writer
-		if *progress {
-			pw = stderr
-		}
-		cfg := pipeline.DefaultConfig()
-		cfg.MaxSummaryTokens, cfg.MaxMessages, cfg.SummaryModel = *maxSummary, *maxMessages, *summaryModel
-		var ps pipeline.Summarizer = sum
-		if *provider != "extractive" {
-			r, err := router.FromSettings(router.Settings{Provider: *provider, BaseURL: *baseURL, Extractive: sum})
-			if err != nil {
-				return fmt.Errorf("%w: %v", errUsage, err)
-			}
-			ps, cfg.SummaryProvider = r, *provider
-		}
-		if err := cfg.Validate(); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
-		return evalProbes(ctx, enc, convs, counter, ps, cfg, lims, *perFile, *probesPrepared, pw)
+	var pw io.Writer
+	if f.progress {
+		pw = stderr
 	}
-	if *comparePrepared {
-		if len(lims) != 1 {
-			return fmt.Errorf("%w: --compare-prepared takes one limit (--limits 4000)", errUsage)
-		}
-		if *modelDelay <= 0 || *pace <= 0 {
-			return fmt.Errorf("%w: --model-delay and --pace must be positive", errUsage)
-		}
-		var pw io.Writer
-		if *progress {
-			pw = stderr
-		}
+	switch {
+	case f.probes:
+		return f.runProbes(ctx, enc, convs, counter, sum, lims, pw)
+	case f.comparePrepared:
+		return f.runComparePrepared(ctx, enc, convs, lims, pw)
+	case f.compare:
 		cfg := pipeline.DefaultConfig()
-		cfg.MaxSummaryTokens, cfg.PrepareAt = *maxSummary, *prepareAt
-		if err := cfg.Validate(); err != nil || *prepareAt == 0 {
-			return fmt.Errorf("%w: --prepare-at must be in (0, 1)", errUsage)
-		}
-		opt := bench.PreparedOptions{Limit: lims[0], ModelDelay: *modelDelay, Pace: *pace, Progress: pw, Together: *together}
-		if *trace != "" {
-			f, err := os.Create(*trace)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			opt.Trace = f
-		}
-		cmp, err := bench.ComparePrepared(ctx, convs, cfg, opt)
-		if err != nil {
-			return err
-		}
-		for _, r := range []any{cmp.Blocking, cmp.Prepared, cmp} {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if *compare {
-		var pw io.Writer
-		if *progress {
-			pw = stderr
-		}
-		cfg := pipeline.DefaultConfig()
-		cfg.MaxSummaryTokens = *maxSummary
-		cfg.MaxMessages = *maxMessages
+		cfg.MaxSummaryTokens, cfg.MaxMessages = f.maxSummary, f.maxMessages
 		rows, err := eval.CompareLadderSets(ctx, convs, counter, sum, cfg, lims, pw)
 		if err != nil {
 			return err
 		}
-		for _, r := range rows {
-			if err := enc.Encode(r); err != nil {
-				return err
-			}
-		}
-		return nil
+		return encodeAll(enc, rows)
 	}
 	for _, limit := range lims {
 		for _, incremental := range modes {
-			cfg := pipeline.DefaultConfig()
-			cfg.EnableIncremental, cfg.MaxSummaryTokens, cfg.MaxMessages = incremental, *maxSummary, *maxMessages
-			if err := cfg.Validate(); err != nil {
-				return fmt.Errorf("%w: %v", errUsage, err)
-			}
-			total := evalSummary{Limit: limit, Incremental: incremental, Service: *service}
-			var loop eval.Loop
-			if *service {
-				sl, err := bench.NewServiceLoop(ctx, cfg)
-				if err != nil {
-					return err
-				}
-				defer sl.Close()
-				loop = sl
-			}
-			mode := "from scratch"
-			if incremental {
-				mode = "incremental"
-			}
-			for i, c := range convs {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				if *progress {
-					fmt.Fprintf(stderr, "\r\033[Keval: limit %d, %s: %d/%d %s", limit, mode, i+1, len(convs), c.Name)
-				}
-				var rep eval.Report
-				var err error
-				if loop != nil {
-					rep, err = eval.ReplayOn(ctx, loop, c, counter, cfg, limit)
-				} else {
-					rep, err = eval.Replay(ctx, c, counter, sum, cfg, limit)
-				}
-				if err != nil {
-					return err
-				}
-				if *perFile {
-					if err := enc.Encode(rep); err != nil {
-						return err
-					}
-				}
-				total.Sessions++
-				total.Compactions += rep.Compactions
-				total.Failures += rep.Failures
-				total.LLMCalls += rep.LLMCalls
-				total.Tokens += rep.Tokens
-				total.InputTokens += rep.InputTokens
-				total.TokensSaved += rep.TokensSaved
-				total.pinnedHead += rep.PinnedHead
-				total.headKept += rep.HeadKept
-				if rep.Retention != nil {
-					if total.Retention == nil {
-						total.Retention = &eval.Retention{}
-					}
-					*total.Retention = total.Retention.Add(*rep.Retention)
-				}
-			}
-			if *progress {
-				fmt.Fprint(stderr, "\r\033[K")
-			}
-			if total.Tokens > 0 {
-				total.CostRatio = float64(total.InputTokens) / float64(total.Tokens)
-			}
-			if total.Retention != nil {
-				total.Share = total.Retention.Share()
-			}
-			if total.pinnedHead > 0 {
-				total.PinnedHeadKept = float64(total.headKept) / float64(total.pinnedHead)
-			}
-			if err := enc.Encode(total); err != nil {
+			if err := f.replayAll(ctx, enc, convs, counter, sum, limit, incremental, stderr); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// evalFlags are eval's flags.
+type evalFlags struct {
+	data, limits, mode, trace, speakers, provider, baseURL, summaryModel  string
+	maxSummary, maxMessages                                               int
+	perFile, compare, progress, comparePrepared, together, probesPrepared bool
+	probes, long, service                                                 bool
+	modelDelay                                                            time.Duration
+	prepareAt, pace                                                       float64
+}
+
+func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error) {
+	f := &evalFlags{}
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.StringVar(&f.data, "data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
+	fs.StringVar(&f.limits, "limits", "2000,4000", "comma-separated context `LIMITS` to replay at")
+	fs.StringVar(&f.mode, "mode", "both", "`MODE`: incremental, scratch or both")
+	fs.IntVar(&f.maxSummary, "max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "summary budget in tokens")
+	fs.BoolVar(&f.perFile, "per-file", false, "print a report line per conversation too")
+	fs.IntVar(&f.maxMessages, "max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit; with --long, 0 unless set: an agent at a real window compacts at its limit)")
+	fs.BoolVar(&f.compare, "compare-ladder", false, "compare the reduction ladder (clear tool results, then summarise) with summary only, in one run: the agent trajectories and LoCoMo, a line per set and limit")
+	fs.BoolVar(&f.progress, "progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
+	fs.BoolVar(&f.comparePrepared, "compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
+	fs.DurationVar(&f.modelDelay, "model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
+	fs.Float64Var(&f.prepareAt, "prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
+	fs.StringVar(&f.trace, "trace", "", "with --compare-prepared: write a JSON line per request to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
+	fs.Float64Var(&f.pace, "pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
+	fs.BoolVar(&f.together, "together", false, "with --compare-prepared: run the two modes at the same time (half the time; they share the CPU)")
+	fs.StringVar(&f.speakers, "speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
+	fs.BoolVar(&f.probesPrepared, "prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
+	fs.BoolVar(&f.probes, "probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, plan items and their status, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
+	fs.StringVar(&f.provider, "provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
+	fs.StringVar(&f.baseURL, "base-url", "", "with --probes: the provider's endpoint `URL`")
+	fs.StringVar(&f.summaryModel, "summary-model", "", "with --probes: the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
+	fs.BoolVar(&f.long, "long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
+	fs.BoolVar(&f.service, "service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
+	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
+	if err != nil {
+		return nil, err
+	}
+	if err := noArgs(pos); err != nil {
+		return nil, err
+	}
+	if f.long && !flagSet(fs, "max-messages") {
+		f.maxMessages = 0
+	}
+	return f, nil
+}
+
+// limitsAndModes reads --limits and --mode.
+func (f *evalFlags) limitsAndModes() ([]int, []bool, error) {
+	var lims []int
+	for _, s := range strings.Split(f.limits, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, nil, fmt.Errorf("%w: --limits: %q is not a positive number", errUsage, s)
+		}
+		lims = append(lims, n)
+	}
+	modes := map[string][]bool{"incremental": {true}, "scratch": {false}, "both": {true, false}}[f.mode]
+	if modes == nil {
+		return nil, nil, fmt.Errorf("%w: --mode must be incremental, scratch or both", errUsage)
+	}
+	return lims, modes, nil
+}
+
+// conversations loads the data set --data and --long name, with
+// --speakers' form of LoCoMo's chats.
+func (f *evalFlags) conversations() ([]transcript.Conversation, error) {
+	load := transcript.LoadDataDir
+	if f.long {
+		load = func(dir string) ([]transcript.Conversation, error) {
+			return transcript.LoadLongDir(filepath.Join(dir, "agent_trajectories", "long"))
+		}
+	}
+	convs, err := load(f.data)
+	if err != nil {
+		return nil, err
+	}
+	if convs, err = transcript.WithSpeakers(convs, f.speakers); err != nil {
+		return nil, fmt.Errorf("%w: --speakers: %v", errUsage, err)
+	}
+	if len(convs) == 0 {
+		return nil, fmt.Errorf("no conversations found under %s", f.data)
+	}
+	return convs, nil
+}
+
+// runProbes is eval --probes.
+func (f *evalFlags) runProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, counter *tokens.Counter,
+	sum *extractive.Summarizer, lims []int, pw io.Writer) error {
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxSummaryTokens, cfg.MaxMessages, cfg.SummaryModel = f.maxSummary, f.maxMessages, f.summaryModel
+	var ps pipeline.Summarizer = sum
+	if f.provider != "extractive" {
+		r, err := router.FromSettings(router.Settings{Provider: f.provider, BaseURL: f.baseURL, Extractive: sum})
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		ps, cfg.SummaryProvider = r, f.provider
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return evalProbes(ctx, enc, convs, counter, ps, cfg, lims, f.perFile, f.probesPrepared, pw)
+}
+
+// runComparePrepared is eval --compare-prepared.
+func (f *evalFlags) runComparePrepared(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, lims []int, pw io.Writer) error {
+	if len(lims) != 1 {
+		return fmt.Errorf("%w: --compare-prepared takes one limit (--limits 4000)", errUsage)
+	}
+	if f.modelDelay <= 0 || f.pace <= 0 {
+		return fmt.Errorf("%w: --model-delay and --pace must be positive", errUsage)
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxSummaryTokens, cfg.PrepareAt = f.maxSummary, f.prepareAt
+	if err := cfg.Validate(); err != nil || f.prepareAt == 0 {
+		return fmt.Errorf("%w: --prepare-at must be in (0, 1)", errUsage)
+	}
+	opt := bench.PreparedOptions{Limit: lims[0], ModelDelay: f.modelDelay, Pace: f.pace, Progress: pw, Together: f.together}
+	if f.trace != "" {
+		t, err := os.Create(f.trace)
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		opt.Trace = t
+	}
+	cmp, err := bench.ComparePrepared(ctx, convs, cfg, opt)
+	if err != nil {
+		return err
+	}
+	return encodeAll(enc, []any{cmp.Blocking, cmp.Prepared, cmp})
+}
+
+// replayAll replays every conversation at limit, incremental or from
+// scratch (in process, or through the service with --service), and
+// prints each report with --per-file, then the overall line.
+func (f *evalFlags) replayAll(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, counter *tokens.Counter,
+	sum *extractive.Summarizer, limit int, incremental bool, stderr io.Writer) error {
+	cfg := pipeline.DefaultConfig()
+	cfg.EnableIncremental, cfg.MaxSummaryTokens, cfg.MaxMessages = incremental, f.maxSummary, f.maxMessages
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	total := evalSummary{Limit: limit, Incremental: incremental, Service: f.service}
+	var loop eval.Loop
+	if f.service {
+		sl, err := bench.NewServiceLoop(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer sl.Close()
+		loop = sl
+	}
+	mode := "from scratch"
+	if incremental {
+		mode = "incremental"
+	}
+	for i, c := range convs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if f.progress {
+			fmt.Fprintf(stderr, "\r\033[Keval: limit %d, %s: %d/%d %s", limit, mode, i+1, len(convs), c.Name)
+		}
+		var rep eval.Report
+		var err error
+		if loop != nil {
+			rep, err = eval.ReplayOn(ctx, loop, c, counter, cfg, limit)
+		} else {
+			rep, err = eval.Replay(ctx, c, counter, sum, cfg, limit)
+		}
+		if err != nil {
+			return err
+		}
+		if f.perFile {
+			if err := enc.Encode(rep); err != nil {
+				return err
+			}
+		}
+		total.add(rep)
+	}
+	if f.progress {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	total.finish()
+	return enc.Encode(total)
+}
+
+// add counts one conversation's report in the overall line.
+func (t *evalSummary) add(rep eval.Report) {
+	t.Sessions++
+	t.Compactions += rep.Compactions
+	t.Failures += rep.Failures
+	t.LLMCalls += rep.LLMCalls
+	t.Tokens += rep.Tokens
+	t.InputTokens += rep.InputTokens
+	t.TokensSaved += rep.TokensSaved
+	t.pinnedHead += rep.PinnedHead
+	t.headKept += rep.HeadKept
+	if rep.Retention != nil {
+		if t.Retention == nil {
+			t.Retention = &eval.Retention{}
+		}
+		*t.Retention = t.Retention.Add(*rep.Retention)
+	}
+}
+
+// finish works out the overall line's ratios.
+func (t *evalSummary) finish() {
+	if t.Tokens > 0 {
+		t.CostRatio = float64(t.InputTokens) / float64(t.Tokens)
+	}
+	if t.Retention != nil {
+		t.Share = t.Retention.Share()
+	}
+	if t.pinnedHead > 0 {
+		t.PinnedHeadKept = float64(t.headKept) / float64(t.pinnedHead)
+	}
+}
+
+// encodeAll writes each value as a JSON line.
+func encodeAll[T any](enc *json.Encoder, vs []T) error {
+	for _, v := range vs {
+		if err := enc.Encode(v); err != nil {
+			return err
 		}
 	}
 	return nil
