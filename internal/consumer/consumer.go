@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	cloudevents "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/attribute"
@@ -425,22 +426,7 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 	}
 	ctx = tenant.With(ctx, t)
 	req, ev, err := events.DecodeRequest(subject, msg.Headers(), msg.Data())
-	// A CONSUMER span per delivery, the child of the request's trace (the
-	// event's traceparent, else the NATS headers').
-	tr := events.TraceOf(ev)
-	if err != nil || tr.Parent == "" {
-		tr = events.TraceFromHeader(msg.Headers())
-	}
-	ctx = events.WithTrace(ctx, tr)
-	template := subject
-	if route, _, ok := contract.RequestSubject(subject); ok {
-		template = route.Prefix + "{session_id}"
-	}
-	ctx, span := telemetry.Tracer().Start(ctx, "process "+template, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "process"),
-			attribute.String("messaging.destination.name", template), attribute.String("messaging.consumer.group.name", Durable),
-			attribute.Int64("messaging.nats.delivery", int64(md.NumDelivered)), attribute.String("cloudevents.event_id", ev.ID()),
-			attribute.String("cloudevents.event_source", ev.Source()), attribute.String("cloudevents.event_type", ev.Type())))
+	ctx, span := startSpan(ctx, msg, md, subject, ev, err)
 	defer span.End()
 	if err != nil {
 		telemetry.Fail(span, err)
@@ -488,6 +474,33 @@ func (c *Consumer) handle(ctx context.Context, d *delivery) {
 		}
 		return
 	}
+	c.settle(ctx, log, d, md, req, res, disp)
+}
+
+// startSpan starts the CONSUMER span of a delivery, the child of the
+// request's trace (the event's traceparent, else the NATS headers').
+func startSpan(ctx context.Context, msg jetstream.Msg, md *jetstream.MsgMetadata, subject string, ev cloudevents.Event, decodeErr error) (context.Context, trace.Span) {
+	tr := events.TraceOf(ev)
+	if decodeErr != nil || tr.Parent == "" {
+		tr = events.TraceFromHeader(msg.Headers())
+	}
+	ctx = events.WithTrace(ctx, tr)
+	template := subject
+	if route, _, ok := contract.RequestSubject(subject); ok {
+		template = route.Prefix + "{session_id}"
+	}
+	return telemetry.Tracer().Start(ctx, "process "+template, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.destination.name", template), attribute.String("messaging.consumer.group.name", Durable),
+			attribute.Int64("messaging.nats.delivery", int64(md.NumDelivered)), attribute.String("cloudevents.event_id", ev.ID()),
+			attribute.String("cloudevents.event_source", ev.Source()), attribute.String("cloudevents.event_type", ev.Type())))
+}
+
+// settle ends a delivery whose result is final (disp is Answer or
+// Reject): the result event published once (unless another delivery's
+// stands), then the ack, or the dead letter.
+func (c *Consumer) settle(ctx context.Context, log *slog.Logger, d *delivery, md *jetstream.MsgMetadata, req pipeline.Request, res *pipeline.Result, disp events.Disposition) {
+	msg := d.msg
 	reason, class := res.Error, string(res.Reason)
 	switch {
 	case disp == events.Reject && res.Retryable:
