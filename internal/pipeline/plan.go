@@ -245,56 +245,7 @@ func (r *reduction) key(sessionID string, head int64) string {
 func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduction, error) {
 	target := s.target(p)
 	r := &reduction{cleared: carried(clearedOf(p.sess.Summary), p.candidates)}
-	cands, now := p.candidates, p.beforeTokens
-	growthCleared := 0
-	// Clearing shortens messages; it cannot fix a message count.
-	if s.cfg.has(StepClear) && d.Reason != DecisionMessages {
-		already := make(map[int64]bool, len(r.cleared))
-		for _, c := range r.cleared {
-			already[c.Seq] = true
-		}
-		summaryNow := 0
-		if hasSummary(p.sess.Summary) {
-			summaryNow = p.sess.Summary.Tokens
-		}
-		// A preparation clears as the request will, at the limit: the
-		// growth to come fills the tail first, so the messages now are
-		// its tail only past the growth.
-		tailBudget := max((target+p.growth-p.pinnedTokens-summaryNow)/2, p.limit/10)
-		tail := Select(SelectInput{Candidates: cands, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: max(tailBudget-p.growth, 0)})
-		// With the runtime's cache lapsed, the next call writes the whole
-		// context anyway: clear every old result now (as a runtime's
-		// time-based clearing does) rather than in later batches that
-		// would each cost a warm cache's prefix.
-		need := now - target
-		if p.cold {
-			need = now
-		}
-		r.clear = PlanClear(ClearInput{Messages: cands, Tail: tail.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
-			MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
-			Need: need, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now+p.growth)))),
-			Count: p.counter.Message, Encoding: p.counter.Encoding()})
-		if len(r.clear.Cleared) > 0 {
-			cands = applyCleared(cands, r.clear.Cleared, p.counter.Encoding())
-			for i := range cands {
-				p.counter.Ensure(&cands[i])
-			}
-			now -= r.clear.Saved
-		}
-		if fit := s.fitPending(p, cands, already, target); len(fit.Cleared) > 0 {
-			cands = applyCleared(cands, fit.Cleared, p.counter.Encoding())
-			for i := range cands {
-				p.counter.Ensure(&cands[i])
-			}
-			now -= fit.Saved
-			r.clear.Cleared, r.clear.Saved = append(r.clear.Cleared, fit.Cleared...), r.clear.Saved+fit.Saved
-		}
-		// What the request will clear of the growth itself: the part past
-		// its tail, in the share of clearable results the session shows.
-		if p.growth > 0 {
-			growthCleared = int(clearableShare(cands, s.cfg) * float64(max(p.growth-tailBudget, 0)))
-		}
-	}
+	cands, now, growthCleared := s.planClear(p, d, r, target)
 	// A clearing stands when it fits the limit and leaves no other reason
 	// to compact (the message count).
 	fitsCount := s.cfg.MaxMessages <= 0 || len(p.before) <= s.cfg.MaxMessages
@@ -316,17 +267,7 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 		return asCleared(), nil
 	}
 	if sel.Cut == 0 {
-		if p.sess.Summary != nil && (now <= p.limit || d.Reason != DecisionTokens) {
-			res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyExisting
-			return nil, nil
-		}
-		if p.sess.Summary != nil {
-			return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
-				"the context (%d tokens) is over its limit %d and nothing more can be summarised or cleared: the summary in force, the pinned messages (%d tokens) and a step waiting for its results are all it holds",
-				now, p.limit, p.pinnedTokens)
-		}
-		return nil, fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
-			"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
+		return nil, s.nothingToCut(p, d, now, res)
 	}
 	if !s.cfg.has(StepSummarise) {
 		return nil, fail(ReasonConfiguration, false, ErrConfiguration,
@@ -368,6 +309,80 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	r.step = StepSummarise
 	r.cleared = carried(append(r.cleared, r.clear.Cleared...), r.tail)
 	return r, nil
+}
+
+// planClear plans the clearing step into r (nothing when the ladder has
+// none, or the reason is the message count, which clearing cannot fix):
+// the candidates with their results cleared, the context's tokens after
+// it, and what the request will clear of a preparation's growth.
+func (s *Service) planClear(p *plan, d Decision, r *reduction, target int) (cands []session.Message, now, growthCleared int) {
+	cands, now = p.candidates, p.beforeTokens
+	if !s.cfg.has(StepClear) || d.Reason == DecisionMessages {
+		return cands, now, 0
+	}
+	already := make(map[int64]bool, len(r.cleared))
+	for _, c := range r.cleared {
+		already[c.Seq] = true
+	}
+	summaryNow := 0
+	if hasSummary(p.sess.Summary) {
+		summaryNow = p.sess.Summary.Tokens
+	}
+	// A preparation clears as the request will, at the limit: the
+	// growth to come fills the tail first, so the messages now are
+	// its tail only past the growth.
+	tailBudget := max((target+p.growth-p.pinnedTokens-summaryNow)/2, p.limit/10)
+	tail := Select(SelectInput{Candidates: cands, KeepRecentTurns: s.cfg.KeepRecentTurns, TailBudget: max(tailBudget-p.growth, 0)})
+	// With the runtime's cache lapsed, the next call writes the whole
+	// context anyway: clear every old result now (as a runtime's
+	// time-based clearing does) rather than in later batches that
+	// would each cost a warm cache's prefix.
+	need := now - target
+	if p.cold {
+		need = now
+	}
+	r.clear = PlanClear(ClearInput{Messages: cands, Tail: tail.Cut, Already: already, KeepToolResults: s.cfg.KeepToolResults,
+		MinTokens: s.cfg.ClearMinTokens, ExcludeTools: s.cfg.ExcludeTools, Inputs: s.cfg.ClearToolInputs,
+		Need: need, AtLeast: max(s.cfg.ClearAtLeast, int(math.Ceil(s.cfg.MinReduction*float64(now+p.growth)))),
+		Count: p.counter.Message, Encoding: p.counter.Encoding()})
+	if len(r.clear.Cleared) > 0 {
+		cands = applyCleared(cands, r.clear.Cleared, p.counter.Encoding())
+		for i := range cands {
+			p.counter.Ensure(&cands[i])
+		}
+		now -= r.clear.Saved
+	}
+	if fit := s.fitPending(p, cands, already, target); len(fit.Cleared) > 0 {
+		cands = applyCleared(cands, fit.Cleared, p.counter.Encoding())
+		for i := range cands {
+			p.counter.Ensure(&cands[i])
+		}
+		now -= fit.Saved
+		r.clear.Cleared, r.clear.Saved = append(r.clear.Cleared, fit.Cleared...), r.clear.Saved+fit.Saved
+	}
+	// What the request will clear of the growth itself: the part past
+	// its tail, in the share of clearable results the session shows.
+	if p.growth > 0 {
+		growthCleared = int(clearableShare(cands, s.cfg) * float64(max(p.growth-tailBudget, 0)))
+	}
+	return cands, now, growthCleared
+}
+
+// nothingToCut answers a plan with no legal cut: the compaction in force
+// stands (res says so, nil) when the context fits or the reason is not its
+// tokens; otherwise nothing more can be summarised or cleared.
+func (s *Service) nothingToCut(p *plan, d Decision, now int, res *Result) error {
+	if p.sess.Summary != nil && (now <= p.limit || d.Reason != DecisionTokens) {
+		res.Outcome, res.Strategy = OutcomeAlreadyCompacted, StrategyExisting
+		return nil
+	}
+	if p.sess.Summary != nil {
+		return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+			"the context (%d tokens) is over its limit %d and nothing more can be summarised or cleared: the summary in force, the pinned messages (%d tokens) and a step waiting for its results are all it holds",
+			now, p.limit, p.pinnedTokens)
+	}
+	return fail(ReasonInsufficientProgress, false, ErrInsufficientProgress,
+		"no message can be summarised or cleared: the session's %d messages hold no legal cut before the last %d turns", len(p.candidates), s.cfg.KeepRecentTurns)
 }
 
 // fitPending plans the clearing of a step still waiting for results (the
