@@ -276,30 +276,10 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 	defer unlock()
 
-	b, err := s.breakers.Breaker(ctx, req.SessionID)
+	b, err := s.admit(ctx, req, res)
 	if err != nil {
-		return storeError(err, "read breaker")
+		return err
 	}
-	res.Failures = b.Failures
-	if b.Open() && req.ID != "" && b.OpenedBy == req.ID {
-		// A redelivery of the request whose failure opened the breaker (its
-		// answer was lost): the same answer, the same events.
-		prev := b
-		res.CircuitOpened, res.Breaker = true, &prev
-		return openerFailure(b.LastError)
-	}
-	if b.Open() {
-		probe := false
-		if cd := time.Duration(s.cfg.BreakerCooldown); cd > 0 {
-			if b, probe, err = s.breakers.Probe(ctx, req.SessionID, cd, s.now()); err != nil {
-				return storeError(err, "breaker probe")
-			}
-		}
-		if !probe && b.Open() { // (a reset may have closed it meanwhile)
-			return fail(ReasonCircuitOpen, false, ErrCircuitOpen, "%d consecutive failures, last: %s; reset the breaker to compact again", b.Failures, b.LastError)
-		}
-	}
-
 	for attempt := 0; ; attempt++ {
 		res.attempts = attempt + 1
 		err = s.attempt(ctx, req, res)
@@ -313,39 +293,84 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 		err = fail(ReasonPersistFailed, true, ErrPersistFailed, "lost %d commit races in a row", s.cfg.CommitRetries+1)
 	}
 	if err == nil {
-		if b.Failures > 0 || b.Open() {
-			if _, rerr := s.breakers.Reset(ctx, req.SessionID, s.now()); rerr != nil {
-				s.log.LogAttrs(ctx, slog.LevelDebug, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
-			} else if b.Open() {
-				res.CircuitClosed = true // a half-open probe succeeded
-				prev := b
-				res.Breaker = &prev
-			}
-		}
-		res.Failures = 0
+		s.succeeded(ctx, req, res, b)
 		return nil
 	}
+	return s.failed(ctx, req, res, err)
+}
+
+// admit reads the session's breaker and says whether the request may
+// run: an open breaker refuses it, unless its cooldown has passed and the
+// request is the half-open probe; a redelivery of the request that opened
+// it gets the same answer again.
+func (s *Service) admit(ctx context.Context, req Request, res *Result) (session.Breaker, error) {
+	b, err := s.breakers.Breaker(ctx, req.SessionID)
+	if err != nil {
+		return b, storeError(err, "read breaker")
+	}
+	res.Failures = b.Failures
+	if b.Open() && req.ID != "" && b.OpenedBy == req.ID {
+		// A redelivery of the request whose failure opened the breaker (its
+		// answer was lost): the same answer, the same events.
+		prev := b
+		res.CircuitOpened, res.Breaker = true, &prev
+		return b, openerFailure(b.LastError)
+	}
+	if b.Open() {
+		probe := false
+		if cd := time.Duration(s.cfg.BreakerCooldown); cd > 0 {
+			if b, probe, err = s.breakers.Probe(ctx, req.SessionID, cd, s.now()); err != nil {
+				return b, storeError(err, "breaker probe")
+			}
+		}
+		if !probe && b.Open() { // (a reset may have closed it meanwhile)
+			return b, fail(ReasonCircuitOpen, false, ErrCircuitOpen, "%d consecutive failures, last: %s; reset the breaker to compact again", b.Failures, b.LastError)
+		}
+	}
+	return b, nil
+}
+
+// succeeded resets the breaker b of a session whose compaction succeeded
+// (closing it when the request was its half-open probe).
+func (s *Service) succeeded(ctx context.Context, req Request, res *Result, b session.Breaker) {
+	if b.Failures > 0 || b.Open() {
+		if _, rerr := s.breakers.Reset(ctx, req.SessionID, s.now()); rerr != nil {
+			s.log.LogAttrs(ctx, slog.LevelDebug, "breaker reset after success failed", slog.String("session_id", req.SessionID), slog.String("error", rerr.Error()))
+		} else if b.Open() {
+			res.CircuitClosed = true // a half-open probe succeeded
+			prev := b
+			res.Breaker = &prev
+		}
+	}
+	res.Failures = 0
+}
+
+// failed records a failure that counts in the session's breaker, and
+// returns err (with the breaker's own error when it could not be
+// recorded).
+func (s *Service) failed(ctx context.Context, req Request, res *Result, err error) error {
 	var pe *Error
 	// A compaction the session's shape refuses before any model call
 	// (insufficient progress planned) says nothing of the provider, costs
 	// nothing, and must not lock the session: only one that spent a call
 	// counts.
-	if errors.As(err, &pe) && pe.Reason.countsAsFailure() && (pe.Reason != ReasonInsufficientProgress || res.LLMCalls > 0) {
-		// One outage of the model counts once, however often runtimes
-		// retry through it: within a cooldown of the last.
-		f := session.Failure{RequestID: req.ID, Error: pe.Error(), Retryable: pe.Retryable, MaxFailures: s.cfg.MaxFailures,
-			Window: time.Duration(s.cfg.BreakerCooldown)}
-		nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, f, s.now())
-		if berr != nil {
-			return errors.Join(err, fmt.Errorf("record breaker failure: %w", berr))
-		}
-		// A request counted before (a redelivery) that opened the breaker
-		// then reports it again: its events have deterministic ids.
-		opened = opened || nb.Open() && req.ID != "" && nb.OpenedBy == req.ID
-		res.Failures, res.CircuitOpened = nb.Failures, opened
-		if opened {
-			res.Breaker = &nb
-		}
+	if !errors.As(err, &pe) || !pe.Reason.countsAsFailure() || pe.Reason == ReasonInsufficientProgress && res.LLMCalls == 0 {
+		return err
+	}
+	// One outage of the model counts once, however often runtimes retry
+	// through it: within a cooldown of the last.
+	f := session.Failure{RequestID: req.ID, Error: pe.Error(), Retryable: pe.Retryable, MaxFailures: s.cfg.MaxFailures,
+		Window: time.Duration(s.cfg.BreakerCooldown)}
+	nb, opened, berr := s.breakers.RecordFailure(context.WithoutCancel(ctx), req.SessionID, f, s.now())
+	if berr != nil {
+		return errors.Join(err, fmt.Errorf("record breaker failure: %w", berr))
+	}
+	// A request counted before (a redelivery) that opened the breaker then
+	// reports it again: its events have deterministic ids.
+	opened = opened || nb.Open() && req.ID != "" && nb.OpenedBy == req.ID
+	res.Failures, res.CircuitOpened = nb.Failures, opened
+	if opened {
+		res.Breaker = &nb
 	}
 	return err
 }
@@ -397,27 +422,9 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	r, err := s.plan(p, d, s.selectTail(p), res)
-	if r == nil || r.step != StepClear {
-		// A model is needed (or nothing can be planned): a prepared
-		// compaction answers at once when it still fits, or leaves only
-		// a top-up to summarise. (Clearing needs no model: it is as
-		// quick, and cuts where the session is now.)
-		var pr *reduction
-		var done bool
-		perr := step(ctx, "prepared", func(ctx context.Context) (err error) {
-			pr, done, err = s.preps.fromPrepared(ctx, p, d, req, res)
-			return err
-		})
-		if done || perr != nil {
-			return perr
-		}
-		if pr != nil {
-			r, err = pr, nil
-		}
-	}
-	if err != nil || r == nil {
-		return err // refused, or answered (already compacted)
+	r, err := s.reduce(ctx, p, d, req, res)
+	if r == nil {
+		return err // refused, or answered (already compacted, or from a preparation)
 	}
 	// A compaction under this key may exist already: a replica won the
 	// race (answer it), or a crash came between its write and its commit
@@ -464,16 +471,51 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		return err
 	}
 	if r.prepared != nil && (res.Strategy == StrategyPreparedTopUp || res.Strategy == StrategyPrepared) {
-		if r.written {
-			s.preps.stats.used.Add(1)
-		} else {
-			s.preps.stats.topUps.Add(1)
-		}
-		if ps, ok := s.store.(PreparedStore); ok {
-			s.preps.markUsed(ctx, ps, *r.prepared)
-		}
+		s.usedPrepared(ctx, r)
 	}
 	return nil
+}
+
+// reduce plans the reduction: clearing when it suffices; else, when a
+// model is needed (or nothing can be planned), a prepared compaction that
+// still fits answers at once or leaves only a top-up to summarise
+// (clearing needs no model: it is as quick, and cuts where the session is
+// now); else the summary the plan asks for. A nil reduction ends the
+// attempt with the error: nil when it is answered (already compacted, or
+// from a preparation).
+func (s *Service) reduce(ctx context.Context, p *plan, d Decision, req Request, res *Result) (*reduction, error) {
+	r, err := s.plan(p, d, s.selectTail(p), res)
+	if r == nil || r.step != StepClear {
+		var pr *reduction
+		var done bool
+		perr := step(ctx, "prepared", func(ctx context.Context) (err error) {
+			pr, done, err = s.preps.fromPrepared(ctx, p, d, req, res)
+			return err
+		})
+		if done || perr != nil {
+			return nil, perr
+		}
+		if pr != nil {
+			r, err = pr, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// usedPrepared counts a committed compaction made from a preparation, and
+// marks the preparation used.
+func (s *Service) usedPrepared(ctx context.Context, r *reduction) {
+	if r.written {
+		s.preps.stats.used.Add(1)
+	} else {
+		s.preps.stats.topUps.Add(1)
+	}
+	if ps, ok := s.store.(PreparedStore); ok {
+		s.preps.markUsed(ctx, ps, *r.prepared)
+	}
 }
 
 // current describes the compaction in force in res, and reports whether
@@ -529,20 +571,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	if hasSummary(prev) && prev.Compaction != nil {
 		stale = prev.Compaction.LedgerBullets
 	}
-	var led ledgerPart
-	if s.cfg.LedgerShare > 0 {
-		led.ledger = ledgerOf(prev, ledgerInput, after(p.sess.Messages, ledgerInput), r.incremental, pinsUser(p.pinned))
-		// Under roomyBudget the state shares the ledger's budget: the
-		// summariser keeps all the rest.
-		if r.budget < roomyBudget {
-			led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit))
-		} else {
-			led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit))
-		}
-		if led.ledger.Empty() {
-			led.ledger = nil
-		}
-	}
+	led := s.ledgerPart(p, r, prev, ledgerInput)
 	// The summariser writes within max_summary_tokens: what the ledger
 	// may take beyond it at a large window is the ledger's alone.
 	budget := min(r.budget-led.rendered.Tokens, s.cfg.MaxSummaryTokens)
@@ -557,32 +586,7 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	var text string
 	strategy := StrategySingle
 	if r.incremental {
-		// The delta gets the room the summary in force leaves (at least a
-		// quarter of the budget), so the joined summary mostly fits and
-		// condensing, which re-reads the whole summary, stays rare. Where
-		// the budget shrank under the summary in force (a long pinned
-		// head and a longer tail at a small window), neither the delta
-		// nor the condensed summary gets less than a summary needs
-		// (minSummariserTokens, within the budget): a quarter of such a
-		// budget was too small for the template's headings, the answer
-		// came back empty, and every later request of the session failed
-		// the same way (tau-bench at 4k: 30 of blocking's 32 failures).
-		oldSummary, _ := summary.Parse(SummaryText(prev))
-		oldSummary = withoutBullets(oldSummary, stale)
-		room := budget - p.counter.Count(oldSummary.Render())
-		deltaTo, condenseTo := max(room, budget/4), int(s.cfg.CondenseRatio*float64(budget))
-		if room < 0 {
-			least := min(budget, minSummariserTokens)
-			deltaTo, condenseTo = max(deltaTo, least), max(condenseTo, least)
-		}
-		text, err = sm.runWithin(ctx, input, deltaTo)
-		if err == nil {
-			delta, _ := summary.Parse(text)
-			text = summary.Merge(oldSummary, delta).Render()
-			if sm.count(text) > budget {
-				text, err = sm.condense(ctx, text, condenseTo)
-			}
-		}
+		text, err = s.extend(ctx, sm, p, prev, stale, input, budget)
 		strategy = StrategyIncremental
 	} else {
 		text, err = sm.runWithin(ctx, input, budget)
@@ -601,6 +605,60 @@ func (s *Service) summarise(ctx context.Context, p *plan, req Request, r *reduct
 	r.summary, r.summaryTokens = text, sm.count(text)
 	r.ledger, r.ledgerBullets, r.state, r.instructionsDropped = led.ledger, led.rendered.All(), led.rendered.State, sm.dropped
 	return nil
+}
+
+// ledgerPart is the artifact ledger of what the summary will cover (the
+// summary in force's and input's), rendered within its share of r's
+// budget: under roomyBudget the state shares the ledger's budget and the
+// summariser keeps all the rest. None when the ledger has no share.
+func (s *Service) ledgerPart(p *plan, r *reduction, prev *session.Message, input []session.Message) ledgerPart {
+	var led ledgerPart
+	if s.cfg.LedgerShare <= 0 {
+		return led
+	}
+	led.ledger = ledgerOf(prev, input, after(p.sess.Messages, input), r.incremental, pinsUser(p.pinned))
+	if r.budget < roomyBudget {
+		led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit))
+	} else {
+		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit))
+	}
+	if led.ledger.Empty() {
+		led.ledger = nil
+	}
+	return led
+}
+
+// extend summarises input as a delta merged into the summary in force
+// (prev, its stale ledger bullets left out), condensed when the merge is
+// over budget. The delta gets the room the summary in force leaves (at
+// least a quarter of the budget), so the joined summary mostly fits and
+// condensing, which re-reads the whole summary, stays rare. Where the
+// budget shrank under the summary in force (a long pinned head and a
+// longer tail at a small window), neither the delta nor the condensed
+// summary gets less than a summary needs (minSummariserTokens, within the
+// budget): a quarter of such a budget was too small for the template's
+// headings, the answer came back empty, and every later request of the
+// session failed the same way (tau-bench at 4k: 30 of blocking's 32
+// failures).
+func (s *Service) extend(ctx context.Context, sm *summariser, p *plan, prev *session.Message, stale []string, input []session.Message, budget int) (string, error) {
+	oldSummary, _ := summary.Parse(SummaryText(prev))
+	oldSummary = withoutBullets(oldSummary, stale)
+	room := budget - p.counter.Count(oldSummary.Render())
+	deltaTo, condenseTo := max(room, budget/4), int(s.cfg.CondenseRatio*float64(budget))
+	if room < 0 {
+		least := min(budget, minSummariserTokens)
+		deltaTo, condenseTo = max(deltaTo, least), max(condenseTo, least)
+	}
+	text, err := sm.runWithin(ctx, input, deltaTo)
+	if err != nil {
+		return text, err
+	}
+	delta, _ := summary.Parse(text)
+	text = summary.Merge(oldSummary, delta).Render()
+	if sm.count(text) > budget {
+		return sm.condense(ctx, text, condenseTo)
+	}
+	return text, nil
 }
 
 type ledgerPart struct {

@@ -446,25 +446,31 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 		out.Outcome = PrepareUnchanged // (the same range would be cut again)
 		return nil, nil
 	}
-	// Before any model call: with a summary as long as its budget, the
-	// compaction must make the progress the request will require, and
-	// fit when the context reaches its limit (else the request would
-	// summarise again anyway): otherwise the preparation would spend
-	// tokens on a compaction nobody commits.
+	if why := pp.notWorthIt(p, r, d); why != "" {
+		out.Outcome, out.Detail = PrepareNothing, why
+		return nil, nil
+	}
+	return &prepJob{p: p, r: r, d: d, rec: rec, stored: stored}, nil
+}
+
+// notWorthIt says why the preparation r plans would spend tokens on a
+// compaction nobody commits ("" when it would not): before any model call,
+// with a summary as long as its budget, the compaction must make the
+// progress the request will require, and fit when the context reaches its
+// limit (else the request would summarise again anyway).
+func (pp *preparations) notWorthIt(p *plan, r *reduction, d Decision) string {
 	worst := p.pinnedTokens + r.budget + summaryFraming
 	for i := range r.tail {
 		worst += r.tail[i].Tokens
 	}
 	if err := pp.s.checkProgress(d, p.beforeTokens+p.growth, worst+p.growth, len(p.pinned)+1+len(r.tail)); err != nil {
-		out.Outcome, out.Detail = PrepareNothing, err.Error()
-		return nil, nil
+		return err.Error()
 	}
 	if worst+p.growth > pp.fitLimit(p.limit) {
-		out.Outcome, out.Detail = PrepareNothing, fmt.Sprintf("it would leave about %d tokens at the limit, over the %d it must fit in (pinned %d, summary %d)",
+		return fmt.Sprintf("it would leave about %d tokens at the limit, over the %d it must fit in (pinned %d, summary %d)",
 			worst+p.growth, pp.fitLimit(p.limit), p.pinnedTokens, r.budget)
-		return nil, nil
 	}
-	return &prepJob{p: p, r: r, d: d, rec: rec, stored: stored}, nil
+	return ""
 }
 
 // run makes the preparation job plans: it claims the session's
