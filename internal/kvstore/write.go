@@ -380,14 +380,7 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 	if err != nil {
 		return session.Appended{}, err
 	}
-	if len(msgs) == 0 {
-		return session.Appended{}, fmt.Errorf("%w: an append needs messages", session.ErrInvalid)
-	}
-	if len(msgs) > maxAppend {
-		return session.Appended{}, fmt.Errorf("%w: %d messages in one append, at most %d: send fewer at once", session.ErrInvalid, len(msgs), maxAppend)
-	}
-	// Ids are given once: every attempt below writes the same ones.
-	prepared, err := session.Prepare(msgs, 0, func(int) string { return uuid.NewString() })
+	prepared, err := prepareAppend(msgs)
 	if err != nil {
 		return session.Appended{}, err
 	}
@@ -411,19 +404,7 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		return nil
 	}
 	for attempt := 0; attempt < casRetries; attempt++ {
-		out := session.Appended{Messages: slices.Clone(prepared), New: make([]bool, len(prepared)), HeadSeq: rec.HeadSeq}
-		var add []session.Message
-		head := rec.HeadSeq
-		for i := range out.Messages {
-			m := &out.Messages[i]
-			if seq := rec.recentSeq(m.ID); seq > 0 {
-				m.Seq = seq
-				continue
-			}
-			head++
-			m.Seq, out.New[i] = head, true
-			add = append(add, *m)
-		}
+		out, add, head := numbered(&rec, prepared)
 		if !fresh && (len(add) < len(out.Messages) || opt.ExpectedHeadSeq != nil && *opt.ExpectedHeadSeq != rec.HeadSeq) {
 			if err := reread(); err != nil {
 				return session.Appended{}, err
@@ -466,18 +447,60 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		}
 		// The entry is the append: it is in the log, where every reader
 		// rolls forward to. The record follows now and then.
-		next := rec
-		next.add(seq, add)
-		next.UpdatedAt = s.now().UTC()
-		if err := s.checkpoint(ctx, w, &next); err != nil {
-			s.remember(w, nil)
+		if err := s.appended(ctx, w, rec, seq, add); err != nil {
 			return session.Appended{}, err
 		}
-		s.remember(w, &next)
 		out.HeadSeq = head
 		return out, nil
 	}
 	return session.Appended{}, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
+}
+
+// prepareAppend checks an append's messages and gives ids to those
+// without, once: every attempt writes the same ones.
+func prepareAppend(msgs []session.Message) ([]session.Message, error) {
+	if len(msgs) == 0 {
+		return nil, fmt.Errorf("%w: an append needs messages", session.ErrInvalid)
+	}
+	if len(msgs) > maxAppend {
+		return nil, fmt.Errorf("%w: %d messages in one append, at most %d: send fewer at once", session.ErrInvalid, len(msgs), maxAppend)
+	}
+	return session.Prepare(msgs, 0, func(int) string { return uuid.NewString() })
+}
+
+// numbered is an append of prepared (ids given) to the session rec
+// describes: each message the record's recent ids hold answered with its
+// seq, the others numbered from the head on (add, to write), and the head
+// after them.
+func numbered(rec *record, prepared []session.Message) (out session.Appended, add []session.Message, head int64) {
+	out = session.Appended{Messages: slices.Clone(prepared), New: make([]bool, len(prepared)), HeadSeq: rec.HeadSeq}
+	head = rec.HeadSeq
+	for i := range out.Messages {
+		m := &out.Messages[i]
+		if seq := rec.recentSeq(m.ID); seq > 0 {
+			m.Seq = seq
+			continue
+		}
+		head++
+		m.Seq, out.New[i] = head, true
+		add = append(add, *m)
+	}
+	return out, add, head
+}
+
+// appended moves rec past the entry at stream sequence seq that holds add:
+// the record kept in the cache, and stored when the log has run far enough
+// ahead of it (checkpoint).
+func (s *Sessions) appended(ctx context.Context, w where, rec record, seq uint64, add []session.Message) error {
+	next := rec
+	next.add(seq, add)
+	next.UpdatedAt = s.now().UTC()
+	if err := s.checkpoint(ctx, w, &next); err != nil {
+		s.remember(w, nil)
+		return err
+	}
+	s.remember(w, &next)
+	return nil
 }
 
 // checkpointEvery is how many messages the log may run ahead of the
