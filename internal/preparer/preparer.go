@@ -282,54 +282,21 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	if e != nil && e.head > 0 && head > e.head && firstSeq <= e.head+1 {
 		// No append unseen since the last count: the estimate holds
 		// (an append that a read counted in part errs high).
-		scaled := p.scaled(e, tokens)
-		e.head, e.added, e.biggest = head, e.added+tokens, max(e.biggest, scaled)
-		if len(e.marks) == maxMarks {
-			e.marks = slices.Delete(e.marks, 0, 1)
-		}
-		e.marks = append(e.marks, mark{head: head, added: e.added})
-		if e.limit == 0 {
-			// Not read yet: its read is queued, and keeps these.
+		d, c, det := p.grown(e, head, tokens)
+		switch d {
+		case growSkip, growPaced:
 			p.mu.Unlock()
 			p.skipped.Add(1)
-			return
-		}
-		e.tokens = e.base + p.scaled(e, e.added)
-		now := p.opt.Now()
-		below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
-		// Over the limit the request is due (a compaction elsewhere may
-		// have shrunk the context: read it again after Recheck); a
-		// preparation that stands is left alone as long.
-		over := e.tokens > e.limit && now.Sub(e.read) < p.opt.Recheck
-		settled := !e.settled.IsZero() && now.Sub(e.settled) < p.opt.Recheck
-		if below || over || settled {
-			p.mu.Unlock()
-			p.skipped.Add(1)
-			return
-		}
-		cause = CauseUnpaced
-		if e.scale == 0 && e.added >= minCalibration && p.pacing() {
-			// Counted with the preparer's scale, which other kinds of
-			// session set (LoCoMo's chats at 8k, counted at the agent
-			// runs' 0.9 where theirs is 0.7, were prepared at 80 % of
-			// their window, 30 s before their request).
-			detail = p.describe(e, now)
-			p.mu.Unlock()
-			p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: now, cause: CauseMeasure, detail: detail, measure: true})
-			return
-		}
-		if !p.opt.Unpaced {
-			if cause = p.pace(e, now); cause == "" {
-				p.mu.Unlock()
-				p.skipped.Add(1)
+			if d == growPaced {
 				p.paced.Add(1)
-				return
 			}
+			return
+		case growMeasure:
+			p.mu.Unlock()
+			p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: CauseMeasure, detail: det, measure: true})
+			return
 		}
-		if e.tokens > e.limit || !e.settled.IsZero() {
-			cause = CauseRecheck
-		}
-		detail = p.describe(e, now)
+		cause, detail = c, det
 	}
 	if cause == CauseUnread {
 		// Until the read ends, the appends go on an estimate without a
@@ -353,6 +320,58 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 	}
 	p.mu.Unlock()
 	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
+}
+
+// growth is what an append on a counted estimate leads to.
+type growth int
+
+const (
+	growSkip    growth = iota // the estimate holds, or the count is queued: nothing to do
+	growPaced                 // the pace says not yet
+	growMeasure               // read it, to measure the scale of its kind of session
+	growPrepare               // read it and prepare
+)
+
+// grown adds an append of tokens up to head, seen in order, to e, and says
+// what follows, with the cause and detail of a job (p.mu held).
+func (p *Preparer) grown(e *estimate, head int64, tokens int) (growth, string, string) {
+	scaled := p.scaled(e, tokens)
+	e.head, e.added, e.biggest = head, e.added+tokens, max(e.biggest, scaled)
+	if len(e.marks) == maxMarks {
+		e.marks = slices.Delete(e.marks, 0, 1)
+	}
+	e.marks = append(e.marks, mark{head: head, added: e.added})
+	if e.limit == 0 {
+		return growSkip, "", "" // not read yet: its read is queued, and keeps these
+	}
+	e.tokens = e.base + p.scaled(e, e.added)
+	now := p.opt.Now()
+	below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
+	// Over the limit the request is due (a compaction elsewhere may have
+	// shrunk the context: read it again after Recheck); a preparation that
+	// stands is left alone as long.
+	over := e.tokens > e.limit && now.Sub(e.read) < p.opt.Recheck
+	settled := !e.settled.IsZero() && now.Sub(e.settled) < p.opt.Recheck
+	if below || over || settled {
+		return growSkip, "", ""
+	}
+	if e.scale == 0 && e.added >= minCalibration && p.pacing() {
+		// Counted with the preparer's scale, which other kinds of session
+		// set (LoCoMo's chats at 8k, counted at the agent runs' 0.9 where
+		// theirs is 0.7, were prepared at 80 % of their window, 30 s
+		// before their request).
+		return growMeasure, CauseMeasure, p.describe(e, now)
+	}
+	cause := CauseUnpaced
+	if !p.opt.Unpaced {
+		if cause = p.pace(e, now); cause == "" {
+			return growPaced, "", ""
+		}
+	}
+	if e.tokens > e.limit || !e.settled.IsZero() {
+		cause = CauseRecheck
+	}
+	return growPrepare, cause, p.describe(e, now)
 }
 
 // Created is told of a session created through the service: its head,
