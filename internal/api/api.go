@@ -109,6 +109,31 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if d.Pipeline == nil || d.Publisher == nil || d.Sessions == nil || d.Breakers == nil {
 		return nil, errors.New("api: pipeline, publisher, sessions and breakers are required")
 	}
+	d.defaults()
+	log := d.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: newSlots(maxOps), run: newWorkers(workerIdle), ctx: context.WithoutCancel(ctx)}
+	s.work, s.cancelWork = context.WithCancel(s.ctx)
+	svc, err := micro.AddService(nc, s.microConfig())
+	if err != nil {
+		return nil, fmt.Errorf("api: add service: %w", err)
+	}
+	s.micro = svc
+	if err := s.addEndpoints(svc); err != nil {
+		_ = svc.Stop()
+		return nil, err
+	}
+	go func() {
+		<-ctx.Done()
+		_ = svc.Stop()
+	}()
+	return s, nil
+}
+
+// defaults fills in what d leaves unset.
+func (d *Deps) defaults() {
 	if d.Workers <= 0 {
 		d.Workers = defaultWorkers
 	}
@@ -121,21 +146,20 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 	if d.ShutdownGrace <= 0 {
 		d.ShutdownGrace = 10 * time.Second
 	}
-	log := d.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	s := &Server{d: d, log: log, nc: nc, sem: make(chan struct{}, d.Workers), ops: newSlots(maxOps), run: newWorkers(workerIdle), ctx: context.WithoutCancel(ctx)}
-	s.work, s.cancelWork = context.WithCancel(s.ctx)
+}
+
+// microConfig is the micro service's: its name, version and description,
+// and stats with each endpoint's answers by code, whenever they were sent
+// (micro counts only the errors answered before a handler returns), and
+// the service-wide counters once, under the compact endpoint.
+func (s *Server) microConfig() micro.Config {
+	d, log := s.d, s.log
 	cfg := micro.Config{Name: contract.ServiceName, Version: d.Version,
 		Description: "Keeps LLM agent sessions inside their model's context window",
 		Metadata:    map[string]string{"requests": consumer.RequestStream, "results": consumer.ResultStream},
 		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
 			log.Warn("micro service error", slog.String("subject", e.Subject), slog.String("error", e.Description))
 		}}
-	// Each endpoint's answers by code, whenever they were sent (micro
-	// counts only the errors answered before a handler returns), and the
-	// service-wide counters once, under the compact endpoint.
 	cfg.StatsHandler = func(e *micro.Endpoint) any {
 		st := s.counts.of(e.Name)
 		if e.Name != "compact" || d.Stats == nil {
@@ -147,15 +171,18 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		out["answers"], out["errors"], out["errors_by_code"] = st.Answers, st.Errors, st.ByCode
 		return out
 	}
-	svc, err := micro.AddService(nc, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("api: add service: %w", err)
-	}
-	s.micro = svc
-	endpoints := []struct {
-		name, subject, desc string
-		h                   micro.HandlerFunc
-	}{
+	return cfg
+}
+
+// endpoint is one endpoint of the service.
+type endpoint struct {
+	name, subject, desc string
+	h                   micro.HandlerFunc
+}
+
+// endpoints are the service's endpoints.
+func (s *Server) endpoints() []endpoint {
+	return []endpoint{
 		{"compact", contract.SubjectCompact, "compact a session now and answer its result (the data of CompactionCompleted, or an error carrying CompactionFailed's); the result event is published too", s.compact},
 		{"breaker_get", contract.SubjectBreaker, "a session's circuit breaker: {\"session_id\"}", s.breakerGet},
 		{"breaker_reset", contract.SubjectReset, "close a session's breaker ({\"session_id\"}) or every open one ({\"all\": true}); publishes CompactionCircuitClosed for each that was open", s.breakerReset},
@@ -170,26 +197,24 @@ func Start(ctx context.Context, nc *nats.Conn, d Deps) (*Server, error) {
 		{"result_get", contract.SubjectResult, "the result event stored for a request sent within the requests' deduplication window: {\"session_id\", \"request_id\"}; answers {\"type\", \"id\", \"data\"} (CompactionCompleted or CompactionFailed), 404 when none is stored yet", s.resultGet},
 		{"session_delete", contract.SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	}
-	for _, e := range endpoints {
-		// Each endpoint twice: the default tenant's subject, and every
-		// tenant's (tenant.<account>.<subject>, as an account's import of
-		// the service's export writes it).
+}
+
+// addEndpoints adds each endpoint twice: the default tenant's subject, and
+// every tenant's (tenant.<account>.<subject>, as an account's import of the
+// service's export writes it).
+func (s *Server) addEndpoints(svc micro.Service) error {
+	for _, e := range s.endpoints() {
 		for _, ep := range []struct{ name, subject, desc string }{
 			{e.name, e.subject, e.desc},
 			{"tenant_" + e.name, tenant.Wildcard(e.subject), "a tenant's " + e.subject + ": " + e.desc},
 		} {
 			if err := svc.AddEndpoint(ep.name, s.traced(ep.name, e.subject, s.tenanted(e.h)), micro.WithEndpointSubject(ep.subject),
 				micro.WithEndpointMetadata(map[string]string{"description": ep.desc})); err != nil {
-				_ = svc.Stop()
-				return nil, fmt.Errorf("api: endpoint %s: %w", ep.name, err)
+				return fmt.Errorf("api: endpoint %s: %w", ep.name, err)
 			}
 		}
 	}
-	go func() {
-		<-ctx.Done()
-		_ = svc.Stop()
-	}()
-	return s, nil
+	return nil
 }
 
 // tenanted answers a request for the tenant its subject names, once the

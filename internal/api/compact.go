@@ -85,39 +85,47 @@ func (s *Server) compact(r micro.Request) {
 		}
 		res, cerr := s.d.Pipeline.Compact(ctx, events.Request(req.RequestData, req.RequestID, req.Trigger, time.Time{}))
 		telemetry.Fail(span, cerr)
-		interrupted := cerr != nil && s.work.Err() != nil
-		disp := events.Dispose(res, interrupted, false)
-		if s.d.Observe != nil && !interrupted {
-			s.d.Observe(res)
-		}
-		if !interrupted {
-			pipeline.LogResult(ctx, s.log, res)
-		}
-		if disp != events.Retry {
-			// A repeated request may have been answered before.
-			if err := s.d.Publisher.Once(ctx, res, res.Strategy == pipeline.StrategyRedelivered); err != nil {
-				s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
-				disp = events.Retry // the caller's retry publishes it
-			}
-		}
-		// The answer goes straight to the reply subject: the micro request
-		// belongs to its handler, which has returned (its stats would race).
-		if cerr == nil && disp == events.Answer {
-			body, _ := json.Marshal(res)
-			s.replyTo(r, "", "", body)
-			return
-		}
-		body, _ := json.Marshal(events.FailedData(res))
-		code := failedCode(res.Reason, res.Retryable)
-		if disp == events.Retry {
-			code = "503"
-		}
-		desc := string(res.Reason) + ": " + res.Error
-		if cerr == nil { // answered, but the event could not be published
-			desc = "the result could not be published: retry with the same request_id"
-		}
-		s.replyTo(r, code, events.HeaderValue(desc), body)
+		s.answerCompaction(ctx, r, res, cerr)
 	})
+}
+
+// answerCompaction publishes a synchronous compaction's result event (as
+// the durable consumer does, events.Dispose) and answers the request: the
+// CompactionCompleted data, or an error whose body is the CompactionFailed
+// data (503 when a retry may fix it: nothing was published).
+func (s *Server) answerCompaction(ctx context.Context, r micro.Request, res *pipeline.Result, cerr error) {
+	interrupted := cerr != nil && s.work.Err() != nil
+	disp := events.Dispose(res, interrupted, false)
+	if s.d.Observe != nil && !interrupted {
+		s.d.Observe(res)
+	}
+	if !interrupted {
+		pipeline.LogResult(ctx, s.log, res)
+	}
+	if disp != events.Retry {
+		// A repeated request may have been answered before.
+		if err := s.d.Publisher.Once(ctx, res, res.Strategy == pipeline.StrategyRedelivered); err != nil {
+			s.log.Warn("result event not published", slog.String("session_id", res.SessionID), slog.String("request_id", res.RequestID), slog.String("error", err.Error()))
+			disp = events.Retry // the caller's retry publishes it
+		}
+	}
+	// The answer goes straight to the reply subject: the micro request
+	// belongs to its handler, which has returned (its stats would race).
+	if cerr == nil && disp == events.Answer {
+		body, _ := json.Marshal(res)
+		s.replyTo(r, "", "", body)
+		return
+	}
+	body, _ := json.Marshal(events.FailedData(res))
+	code := failedCode(res.Reason, res.Retryable)
+	if disp == events.Retry {
+		code = "503"
+	}
+	desc := string(res.Reason) + ": " + res.Error
+	if cerr == nil { // answered, but the event could not be published
+		desc = "the result could not be published: retry with the same request_id"
+	}
+	s.replyTo(r, code, events.HeaderValue(desc), body)
 }
 
 // failedCode is the status a failed compaction is answered with.
