@@ -740,6 +740,33 @@ var (
 
 // result records what a call's result says.
 func (x *extractor) result(c *call, text string, seq int64) {
+	x.resultFiles(text, seq)
+	exit := -1
+	from := c.name
+	if c.cmd != "" {
+		from = c.shown
+		if strings.Contains(text, "xit") || strings.Contains(text, "XIT") || strings.Contains(text, "returncode") {
+			if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
+				exit, _ = strconv.Atoi(ms[len(ms)-1][1])
+				e := exit
+				x.l.Commands[c.cmdAt].Exit = &e
+			}
+		}
+	}
+	errs, tests := scan(text)
+	for _, t := range tests {
+		outcome := "passed"
+		if reFailWord.MatchString(t) && !reZeroFail.MatchString(t) {
+			outcome = "failed"
+		}
+		x.l.Tests = append(x.l.Tests, Test{Cmd: from, Outcome: outcome, Detail: clip(t), Seq: seq})
+	}
+	x.errorsOf(c, from, errs, exit, seq)
+}
+
+// resultFiles records the files a tool's output names as read, created or
+// edited, and the file an editor has open.
+func (x *extractor) resultFiles(text string, seq int64) {
 	if m := reFileHeader.FindStringSubmatch(strings.TrimSpace(text)); m != nil {
 		x.file(m[1], OpRead, seq)
 		x.openFile = cleanPath(m[1])
@@ -766,29 +793,14 @@ func (x *extractor) result(c *call, text string, seq int64) {
 			x.file(m[1], OpRead, seq)
 		}
 	}
-	exit := -1
-	from := c.name
-	if c.cmd != "" {
-		from = c.shown
-		if strings.Contains(text, "xit") || strings.Contains(text, "XIT") || strings.Contains(text, "returncode") {
-			if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
-				exit, _ = strconv.Atoi(ms[len(ms)-1][1])
-				e := exit
-				x.l.Commands[c.cmdAt].Exit = &e
-			}
-		}
-	}
-	errs, tests := scan(text)
-	for _, t := range tests {
-		outcome := "passed"
-		if reFailWord.MatchString(t) && !reZeroFail.MatchString(t) {
-			outcome = "failed"
-		}
-		x.l.Tests = append(x.l.Tests, Test{Cmd: from, Outcome: outcome, Detail: clip(t), Seq: seq})
-	}
-	failed := len(errs) > 0 || exit > 0
+}
+
+// errorsOf records the errors of a call's output (errs, or its exit status
+// when none is quoted) as waiting for a fix; a clean run of the program
+// that reported errors fixes them, by what was edited since.
+func (x *extractor) errorsOf(c *call, from string, errs []string, exit int, seq int64) {
 	prog := program(c)
-	if !failed {
+	if len(errs) == 0 && exit <= 0 {
 		// The program that reported errors now runs clean: what was edited
 		// since fixed them.
 		var keep []*pendingError
