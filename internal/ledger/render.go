@@ -242,41 +242,57 @@ func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 		r.Files = append(r.Files, "tests: "+strings.Join(parts, "; "))
 	}
 	if n := lim.commands; n > 0 {
-		// The newest n commands, each once (where it ran last), oldest
-		// first; an exit status other than 0 is shown.
-		cmds := distinctCommands(l.Commands)
-		var parts []string
-		for _, c := range cmds[len(cmds)-min(n, len(cmds)):] {
-			s := "`" + strings.ReplaceAll(short(c.Cmd, 60), "`", "'") + "`"
-			if c.Exit != nil && *c.Exit != 0 {
-				s += fmt.Sprintf(" (exit %d)", *c.Exit)
-			}
-			parts = append(parts, s)
-		}
-		b := "commands: " + strings.Join(parts, "; ")
-		if left := len(cmds) - len(parts); left > 0 {
-			b += fmt.Sprintf(" (and %d older)", left)
-		}
-		r.Files = append(r.Files, b)
+		r.Files = append(r.Files, l.commandsBullet(n))
 	}
 	if n := lim.attachments; n > 0 {
-		var parts []string
-		for _, a := range l.Attachments[len(l.Attachments)-n:] {
-			s := a.Placeholder + " from " + a.Role
-			if a.Seq > 0 {
-				s += fmt.Sprintf(" (message %d)", a.Seq)
-			}
-			parts = append(parts, s)
-		}
-		b := "attachments: " + strings.Join(parts, ", ")
-		if left := len(l.Attachments) - n; left > 0 {
-			b += fmt.Sprintf(" (and %d older)", left)
-		}
-		r.Files = append(r.Files, b)
+		r.Files = append(r.Files, l.attachmentsBullet(n))
 	}
 	if n := lim.refs; n > 0 {
 		r.Files = append(r.Files, "ids: "+strings.Join(l.Refs[len(l.Refs)-n:], ", "))
 	}
+	r.Errors = l.errorBullets(lim)
+	return r
+}
+
+// commandsBullet shows the newest n commands, each once (where it ran
+// last), oldest first; an exit status other than 0 is shown.
+func (l *Ledger) commandsBullet(n int) string {
+	cmds := distinctCommands(l.Commands)
+	var parts []string
+	for _, c := range cmds[len(cmds)-min(n, len(cmds)):] {
+		s := "`" + strings.ReplaceAll(short(c.Cmd, 60), "`", "'") + "`"
+		if c.Exit != nil && *c.Exit != 0 {
+			s += fmt.Sprintf(" (exit %d)", *c.Exit)
+		}
+		parts = append(parts, s)
+	}
+	b := "commands: " + strings.Join(parts, "; ")
+	if left := len(cmds) - len(parts); left > 0 {
+		b += fmt.Sprintf(" (and %d older)", left)
+	}
+	return b
+}
+
+// attachmentsBullet shows the newest n attachments.
+func (l *Ledger) attachmentsBullet(n int) string {
+	var parts []string
+	for _, a := range l.Attachments[len(l.Attachments)-n:] {
+		s := a.Placeholder + " from " + a.Role
+		if a.Seq > 0 {
+			s += fmt.Sprintf(" (message %d)", a.Seq)
+		}
+		parts = append(parts, s)
+	}
+	b := "attachments: " + strings.Join(parts, ", ")
+	if left := len(l.Attachments) - n; left > 0 {
+		b += fmt.Sprintf(" (and %d older)", left)
+	}
+	return b
+}
+
+// errorBullets are the newest lim.fixed fixed errors and lim.open open
+// ones, oldest first.
+func (l *Ledger) errorBullets(lim limits) []string {
 	fixed, open := 0, 0
 	var errs []string
 	// Newest first when counting, so a cut list keeps the latest.
@@ -311,10 +327,11 @@ func (l *Ledger) render(byOp map[string][]string, lim limits) Rendered {
 		}
 		errs = append(errs, b)
 	}
+	var out []string
 	for i := len(errs) - 1; i >= 0; i-- {
-		r.Errors = append(r.Errors, errs[i])
+		out = append(out, errs[i])
 	}
-	return r
+	return out
 }
 
 // list writes "op: a, b, c" with the newest n paths, relative to prefix.
@@ -391,37 +408,7 @@ func (l *Ledger) renderState(lim limits) []string {
 		out = append(out, TaskPrefix+oneLine(short(l.Task, lim.task)))
 	}
 	if p := l.Plan; p != nil && len(p.Items) > 0 {
-		n := map[string]int{}
-		for _, it := range p.Items {
-			n[it.Status]++
-		}
-		head := "plan"
-		switch {
-		case p.From == planStated:
-			head += " (as stated, not tracked)"
-		case p.From != "":
-			head += " (" + p.From + ")"
-		}
-		if p.Seq > 0 {
-			head += fmt.Sprintf(", as of message %d", p.Seq)
-		}
-		if p.tracked() {
-			var parts []string
-			for _, st := range []string{PlanDone, PlanInProgress, PlanPending, PlanCancelled} {
-				if n[st] > 0 {
-					parts = append(parts, fmt.Sprintf("%d %s", n[st], st))
-				}
-			}
-			head += ": " + strings.Join(parts, ", ") + "; done items are finished, not next steps"
-		}
-		out = append(out, head)
-		shown := p.Items[len(p.Items)-min(lim.plan, len(p.Items)):]
-		if left := len(p.Items) - len(shown); left > 0 {
-			out = append(out, fmt.Sprintf("(%d earlier plan items not shown)", left))
-		}
-		for _, it := range shown {
-			out = append(out, "["+it.Status+"] "+it.Text)
-		}
+		out = append(out, p.bullets(lim.plan)...)
 	}
 	if n := min(lim.approvals, len(l.Approvals)); n > 0 {
 		for _, a := range l.Approvals[len(l.Approvals)-n:] {
@@ -440,17 +427,7 @@ func (l *Ledger) renderState(lim limits) []string {
 		out = append(out, fmt.Sprintf("(%d earlier calls in flight not shown)", left))
 	}
 	for _, p := range l.InFlight[len(l.InFlight)-min(lim.inFlight, len(l.InFlight)):] {
-		b := "awaiting the result of " + p.Name
-		if p.Agent {
-			b = "sub-agent running: " + p.Name
-		}
-		if p.What != "" {
-			b += ": " + strings.ReplaceAll(p.What, "`", "'")
-		}
-		if p.ID != "" {
-			b += " (call " + p.ID + ")"
-		}
-		out = append(out, b)
+		out = append(out, p.bullet())
 	}
 	if l.Editing != "" {
 		out = append(out, "editing: "+l.Editing)
@@ -474,6 +451,59 @@ func (l *Ledger) renderState(lim limits) []string {
 		out = append(out, fmt.Sprintf("open errors: %d, the last `%s`", open, strings.ReplaceAll(short(last, 80), "`", "'")))
 	}
 	return out
+}
+
+// bullets are the plan's head (its source, when it was, and its counts by
+// status when tracked) and its newest n items.
+func (p *Plan) bullets(n int) []string {
+	counts := map[string]int{}
+	for _, it := range p.Items {
+		counts[it.Status]++
+	}
+	head := "plan"
+	switch {
+	case p.From == planStated:
+		head += " (as stated, not tracked)"
+	case p.From != "":
+		head += " (" + p.From + ")"
+	}
+	if p.Seq > 0 {
+		head += fmt.Sprintf(", as of message %d", p.Seq)
+	}
+	if p.tracked() {
+		var parts []string
+		for _, st := range []string{PlanDone, PlanInProgress, PlanPending, PlanCancelled} {
+			if counts[st] > 0 {
+				parts = append(parts, fmt.Sprintf("%d %s", counts[st], st))
+			}
+		}
+		head += ": " + strings.Join(parts, ", ") + "; done items are finished, not next steps"
+	}
+	out := []string{head}
+	shown := p.Items[len(p.Items)-min(n, len(p.Items)):]
+	if left := len(p.Items) - len(shown); left > 0 {
+		out = append(out, fmt.Sprintf("(%d earlier plan items not shown)", left))
+	}
+	for _, it := range shown {
+		out = append(out, "["+it.Status+"] "+it.Text)
+	}
+	return out
+}
+
+// bullet is a call in flight: a tool's awaited result, or a sub-agent
+// running.
+func (p Pending) bullet() string {
+	b := "awaiting the result of " + p.Name
+	if p.Agent {
+		b = "sub-agent running: " + p.Name
+	}
+	if p.What != "" {
+		b += ": " + strings.ReplaceAll(p.What, "`", "'")
+	}
+	if p.ID != "" {
+		b += " (call " + p.ID + ")"
+	}
+	return b
 }
 
 // distinctCommands is cmds with each command once, where it ran last; a
