@@ -19,99 +19,121 @@ func shellFiles(cmd string) []fileOp {
 		if len(words) == 0 {
 			continue
 		}
-		// Redirections write their target, whatever the command.
 		var args []string
-		for i := 0; i < len(words); i++ {
-			w := words[i]
-			switch {
-			case w == ">" || w == ">>":
-				if i+1 < len(words) {
-					out = add(out, words[i+1], OpEdited)
-					i++
-				}
-				continue
-			case strings.HasPrefix(w, ">>") && len(w) > 2:
-				out = add(out, w[2:], OpEdited)
-				continue
-			case strings.HasPrefix(w, ">") && len(w) > 1 && w[1] != '&':
-				out = add(out, w[1:], OpEdited)
-				continue
-			case w == "<" || w == "2>" || w == "2>&1" || w == "&>" || strings.HasPrefix(w, "2>"):
-				if (w == "<" || w == "2>" || w == "&>") && i+1 < len(words) {
-					i++
-				}
-				continue
-			}
-			args = append(args, w)
-		}
-		if len(args) == 0 {
+		out, args = redirections(out, words)
+		verb, rest, ok := commandOf(args)
+		if !ok {
 			continue
 		}
-		verb := args[0]
-		for (verb == "sudo" || verb == "env" || verb == "time" || verb == "cd") && len(args) > 1 {
-			if verb == "cd" {
-				args = nil
-				break
+		out = verbFiles(out, verb, rest)
+	}
+	return out
+}
+
+// redirections records the files a command's redirections write
+// (whatever the command), and returns its other words.
+func redirections(out []fileOp, words []string) ([]fileOp, []string) {
+	var args []string
+	for i := 0; i < len(words); i++ {
+		w := words[i]
+		switch {
+		case w == ">" || w == ">>":
+			if i+1 < len(words) {
+				out = add(out, words[i+1], OpEdited)
+				i++
 			}
-			args = args[1:]
-			verb = args[0]
-		}
-		if len(args) == 0 {
+			continue
+		case strings.HasPrefix(w, ">>") && len(w) > 2:
+			out = add(out, w[2:], OpEdited)
+			continue
+		case strings.HasPrefix(w, ">") && len(w) > 1 && w[1] != '&':
+			out = add(out, w[1:], OpEdited)
+			continue
+		case w == "<" || w == "2>" || w == "2>&1" || w == "&>" || strings.HasPrefix(w, "2>"):
+			if (w == "<" || w == "2>" || w == "&>") && i+1 < len(words) {
+				i++
+			}
 			continue
 		}
-		if i := strings.LastIndexByte(verb, '/'); i >= 0 && !looksLikePath(verb) {
-			verb = verb[i+1:]
+		args = append(args, w)
+	}
+	return out, args
+}
+
+// commandOf is the program a command's words run (past sudo, env and time;
+// by its base name unless it is a path) and its arguments; ok is false
+// when there is none (cd changes directory only).
+func commandOf(args []string) (verb string, rest []string, ok bool) {
+	if len(args) == 0 {
+		return "", nil, false
+	}
+	verb = args[0]
+	for (verb == "sudo" || verb == "env" || verb == "time" || verb == "cd") && len(args) > 1 {
+		if verb == "cd" {
+			return "", nil, false
 		}
-		rest := args[1:]
-		switch verb {
-		case "sed", "perl":
-			op := OpRead
-			for _, a := range rest {
-				if a == "-i" || strings.HasPrefix(a, "-i") || a == "--in-place" || strings.HasPrefix(a, "-pi") {
-					op = OpEdited
-				}
-			}
-			out = addAll(out, rest, op)
-		case "tee":
-			out = addAll(out, rest, OpEdited)
-		case "touch":
-			out = addAll(out, rest, OpCreated)
-		case "rm", "unlink":
-			out = addAll(out, rest, OpDeleted)
-		case "mv", "cp", "ln":
-			files := paths(rest)
-			if len(files) >= 2 {
-				for _, f := range files[:len(files)-1] {
-					op := OpRead
-					if verb == "mv" {
-						op = OpDeleted
-					}
-					out = add(out, f, op)
-				}
-				out = add(out, files[len(files)-1], OpCreated)
-			}
-		case "patch", "git":
-			if verb == "git" && len(rest) > 0 && (rest[0] == "checkout" || rest[0] == "restore") {
-				out = addAll(out, rest[1:], OpEdited)
-			} else if verb == "git" && len(rest) > 0 && rest[0] == "rm" {
-				out = addAll(out, rest[1:], OpDeleted)
-			} else if verb == "git" && len(rest) > 0 && (rest[0] == "add" || rest[0] == "diff" || rest[0] == "show" || rest[0] == "log") {
-				out = addAll(out, rest[1:], OpRead)
-			} else if verb == "patch" {
-				out = addAll(out, rest, OpEdited)
-			}
-		case "echo", "printf", "mkdir", "ls", "find", "cd", "export", "pwd", "which", "pip", "apt-get", "apt", "npm", "yarn", "chmod", "chown", "kill", "sleep":
-			// They name no file they read (their redirections are handled above).
-		default:
-			for _, a := range paths(rest) {
-				if namesFile(strings.Trim(a, `'"`)) {
-					out = add(out, a, OpRead)
-				}
-			}
-			if looksLikePath(verb) && strings.ContainsRune(verb, '/') {
-				out = add(out, verb, OpRead) // ./script.sh
+		args = args[1:]
+		verb = args[0]
+	}
+	if i := strings.LastIndexByte(verb, '/'); i >= 0 && !looksLikePath(verb) {
+		verb = verb[i+1:]
+	}
+	return verb, args[1:], true
+}
+
+// verbFiles records the files program verb reads, edits, creates or
+// deletes, by what it is known to do with its arguments.
+func verbFiles(out []fileOp, verb string, rest []string) []fileOp {
+	switch verb {
+	case "sed", "perl":
+		op := OpRead
+		for _, a := range rest {
+			if a == "-i" || strings.HasPrefix(a, "-i") || a == "--in-place" || strings.HasPrefix(a, "-pi") {
+				op = OpEdited
 			}
 		}
+		return addAll(out, rest, op)
+	case "tee":
+		return addAll(out, rest, OpEdited)
+	case "touch":
+		return addAll(out, rest, OpCreated)
+	case "rm", "unlink":
+		return addAll(out, rest, OpDeleted)
+	case "mv", "cp", "ln":
+		files := paths(rest)
+		if len(files) >= 2 {
+			for _, f := range files[:len(files)-1] {
+				op := OpRead
+				if verb == "mv" {
+					op = OpDeleted
+				}
+				out = add(out, f, op)
+			}
+			out = add(out, files[len(files)-1], OpCreated)
+		}
+		return out
+	case "patch":
+		return addAll(out, rest, OpEdited)
+	case "git":
+		switch {
+		case len(rest) > 0 && (rest[0] == "checkout" || rest[0] == "restore"):
+			return addAll(out, rest[1:], OpEdited)
+		case len(rest) > 0 && rest[0] == "rm":
+			return addAll(out, rest[1:], OpDeleted)
+		case len(rest) > 0 && (rest[0] == "add" || rest[0] == "diff" || rest[0] == "show" || rest[0] == "log"):
+			return addAll(out, rest[1:], OpRead)
+		}
+		return out
+	case "echo", "printf", "mkdir", "ls", "find", "cd", "export", "pwd", "which", "pip", "apt-get", "apt", "npm", "yarn", "chmod", "chown", "kill", "sleep":
+		return out // they name no file they read (their redirections are recorded)
+	}
+	for _, a := range paths(rest) {
+		if namesFile(strings.Trim(a, `'"`)) {
+			out = add(out, a, OpRead)
+		}
+	}
+	if looksLikePath(verb) && strings.ContainsRune(verb, '/') {
+		out = add(out, verb, OpRead) // ./script.sh
 	}
 	return out
 }
