@@ -191,26 +191,51 @@ func (u *unit) estCost() int {
 // date, with relative times resolved (Facts), their plans (Decisions).
 func fromMessages(msgs []session.Message) []*unit {
 	msgs = session.WithSpeakerNames(msgs)
-	var units []*unit
-	order, curMsg := 0, -1
-	var curDate time.Time
-	add := func(section, speaker, text string, extra float64) *unit {
-		text = strings.TrimSpace(text)
-		if text == "" {
-			return nil
-		}
-		prefix := ""
-		if speaker != "" {
-			prefix = speaker + ": "
-		}
-		u := &unit{section: section, text: prefix + text, speaker: prefix, msg: curMsg, order: order, bonus: extra, damp: 1}
-		order++
-		units = append(units, u)
-		return u
-	}
-	agent, namedAssistant := false, false
+	b := &units{curMsg: -1}
 	var names []string
-	lastUser := -1
+	b.people, names, b.lastUser = shapeOf(msgs)
+	if b.people {
+		sort.Strings(names) // the same bullet whichever speaks first in this part
+		who := strings.Join(names, " and ")
+		if len(names) < 2 {
+			who = "two people (as user and assistant)"
+		}
+		u := b.add(summary.Goal, "", "Conversation between "+who, 0)
+		u.must = true
+		b.goalDone = true
+		// A participant's name after a comma at a sentence's end is the
+		// other being addressed ("Congrats, Sam!"): it tells nothing.
+		quoted := make([]string, len(names))
+		for i, n := range names {
+			quoted[i] = regexp.QuoteMeta(n)
+		}
+		b.vocative = regexp.MustCompile(`,\s*(?:` + strings.Join(quoted, "|") + `)\s*([.!?…]+|$)`)
+	}
+	for i := range msgs {
+		b.message(&msgs[i], i)
+	}
+	return b.list
+}
+
+// units builds a part's units, message by message.
+type units struct {
+	list          []*unit
+	order, curMsg int
+	curDate       time.Time
+	// people: a conversation between people (no tools, the assistant
+	// named or the chat casual); vocative matches a participant addressed
+	// by name.
+	people   bool
+	vocative *regexp.Regexp
+	goalDone bool
+	lastUser int // the index of the last user message
+}
+
+// shapeOf says whether msgs are a conversation between people, the names
+// of up to four speakers, and the index of the last user message.
+func shapeOf(msgs []session.Message) (people bool, names []string, lastUser int) {
+	agent, namedAssistant := false, false
+	lastUser = -1
 	for i := range msgs {
 		m := &msgs[i]
 		if len(m.ToolCalls) > 0 || m.Role == session.RoleTool {
@@ -226,116 +251,124 @@ func fromMessages(msgs []session.Message) []*unit {
 			lastUser = i
 		}
 	}
-	people := !agent && (namedAssistant && len(names) >= 2 || casualChat(msgs))
-	if people {
-		sort.Strings(names) // the same bullet whichever speaks first in this part
-		curMsg = -1
-		who := strings.Join(names, " and ")
-		if len(names) < 2 {
-			who = "two people (as user and assistant)"
+	return !agent && (namedAssistant && len(names) >= 2 || casualChat(msgs)), names, lastUser
+}
+
+// add adds a unit of text in section, said by speaker, with a bonus.
+func (b *units) add(section, speaker, text string, extra float64) *unit {
+	text = strings.TrimSpace(text)
+	if text == "" {
+		return nil
+	}
+	prefix := ""
+	if speaker != "" {
+		prefix = speaker + ": "
+	}
+	u := &unit{section: section, text: prefix + text, speaker: prefix, msg: b.curMsg, order: b.order, bonus: extra, damp: 1}
+	b.order++
+	b.list = append(b.list, u)
+	return u
+}
+
+// message adds the units of message i.
+func (b *units) message(m *session.Message, i int) {
+	b.curMsg = i
+	speaker := m.Name
+	if speaker == "" {
+		speaker = string(m.Role)
+	}
+	if m.IsCompaction { // an earlier summary inside the chunk: reuse its bullets
+		for _, u := range fromSummaries([]session.Message{*m}) {
+			u.order, u.msg = b.order, -1
+			b.order++
+			b.list = append(b.list, u)
 		}
-		u := add(summary.Goal, "", "Conversation between "+who, 0)
+		return
+	}
+	text := m.Content.Text
+	if d, rest, ok := stamp(text); ok {
+		b.curDate, text = d, rest
+	}
+	switch m.Role {
+	case session.RoleTool:
+		if strings.HasPrefix(text, pipeline.ClearedPrefix) {
+			return // a placeholder: the call above it says what ran
+		}
+		for _, line := range toolLines(text) {
+			b.add(classifyTool(line), "tool", line, 0)
+		}
+		return
+	case session.RoleSystem:
+		for _, sent := range sentences(text) {
+			b.add(summary.Facts, "system", sent, 0)
+		}
+		return
+	}
+	for _, tc := range m.ToolCalls {
+		args := tc.Function.Arguments
+		if len(args) > 240 {
+			args = clipUTF8(args, 240) + "…"
+		}
+		b.add(summary.Facts, speaker, "called "+tc.Function.Name+" "+args, 1)
+	}
+	if b.people {
+		// A shared photo's caption is a fact of its own, not the end of
+		// the sentence before it.
+		text = strings.ReplaceAll(text, " [shares a photo:", "\n[shares a photo:")
+	}
+	for _, sent := range sentences(text) {
+		if b.people {
+			b.said(speaker, sent)
+		} else {
+			b.sentence(m, i, speaker, sent)
+		}
+	}
+}
+
+// said adds the clauses of a sentence of a conversation between people.
+func (b *units) said(speaker, sent string) {
+	for _, said := range clauses(resolve(sent, b.curDate)) {
+		cl := tighten(said, b.vocative)
+		// The clause goes on its date's line: a time counted from that
+		// date needs no second copy of it ("the Friday before").
+		cl = strings.ReplaceAll(cl, " before "+day(b.curDate), " before")
+		cl = strings.ReplaceAll(cl, " after "+day(b.curDate), " after")
+		if cl == "" {
+			continue
+		}
+		sec := summary.Facts
+		if reDecide.MatchString(said) || rePlan.MatchString(said) {
+			sec = summary.Decisions
+		}
+		u := b.add(sec, speaker, cl, 0)
+		u.date, u.raw = b.curDate, said
+		if strings.HasSuffix(sent, "?") {
+			u.damp = 0.4 // a question to the other asks more than it tells
+		}
+	}
+}
+
+// sentence adds a sentence of message i (m) of an agent's or an
+// assistant's session, in its section: the user's first goal, an
+// instruction kept whatever the budget, the last user message's question
+// or request an open task.
+func (b *units) sentence(m *session.Message, i int, speaker, sent string) {
+	sec := classify(m.Role, sent)
+	u := b.add(sec, speaker, resolve(sent, b.curDate), 0)
+	if u == nil {
+		return
+	}
+	if m.Role == session.RoleUser && !b.goalDone && sec != summary.Instructions && isGoal(sent) {
+		u.section, u.must, b.goalDone = summary.Goal, true, true
+		return
+	}
+	if sec == summary.Instructions {
 		u.must = true
 	}
-	goalDone := people
-	// A participant's name after a comma at a sentence's end is the other
-	// being addressed ("Congrats, Sam!"): it tells nothing.
-	var vocative *regexp.Regexp
-	if people {
-		quoted := make([]string, len(names))
-		for i, n := range names {
-			quoted[i] = regexp.QuoteMeta(n)
-		}
-		vocative = regexp.MustCompile(`,\s*(?:` + strings.Join(quoted, "|") + `)\s*([.!?…]+|$)`)
+	if i == b.lastUser && (strings.HasSuffix(sent, "?") || isRequest(sent)) && sec != summary.Instructions {
+		u.section = summary.OpenTasks
+		u.bonus += 2
 	}
-	for i := range msgs {
-		m := &msgs[i]
-		curMsg = i
-		speaker := m.Name
-		if speaker == "" {
-			speaker = string(m.Role)
-		}
-		if m.IsCompaction { // an earlier summary inside the chunk: reuse its bullets
-			for _, u := range fromSummaries([]session.Message{*m}) {
-				u.order, u.msg = order, -1
-				order++
-				units = append(units, u)
-			}
-			continue
-		}
-		text := m.Content.Text
-		if d, rest, ok := stamp(text); ok {
-			curDate, text = d, rest
-		}
-		switch m.Role {
-		case session.RoleTool:
-			if strings.HasPrefix(text, pipeline.ClearedPrefix) {
-				continue // a placeholder: the call above it says what ran
-			}
-			for _, line := range toolLines(text) {
-				add(classifyTool(line), "tool", line, 0)
-			}
-			continue
-		case session.RoleSystem:
-			for _, sent := range sentences(text) {
-				add(summary.Facts, "system", sent, 0)
-			}
-			continue
-		}
-		for _, tc := range m.ToolCalls {
-			args := tc.Function.Arguments
-			if len(args) > 240 {
-				args = clipUTF8(args, 240) + "…"
-			}
-			add(summary.Facts, speaker, "called "+tc.Function.Name+" "+args, 1)
-		}
-		if people {
-			// A shared photo's caption is a fact of its own, not the end of
-			// the sentence before it.
-			text = strings.ReplaceAll(text, " [shares a photo:", "\n[shares a photo:")
-		}
-		for _, sent := range sentences(text) {
-			if people {
-				for _, said := range clauses(resolve(sent, curDate)) {
-					cl := tighten(said, vocative)
-					// The clause goes on its date's line: a time counted from
-					// that date needs no second copy of it ("the Friday before").
-					cl = strings.ReplaceAll(cl, " before "+day(curDate), " before")
-					cl = strings.ReplaceAll(cl, " after "+day(curDate), " after")
-					if cl == "" {
-						continue
-					}
-					sec := summary.Facts
-					if reDecide.MatchString(said) || rePlan.MatchString(said) {
-						sec = summary.Decisions
-					}
-					u := add(sec, speaker, cl, 0)
-					u.date, u.raw = curDate, said
-					if strings.HasSuffix(sent, "?") {
-						u.damp = 0.4 // a question to the other asks more than it tells
-					}
-				}
-				continue
-			}
-			sec := classify(m.Role, sent)
-			u := add(sec, speaker, resolve(sent, curDate), 0)
-			if u == nil {
-				continue
-			}
-			if m.Role == session.RoleUser && !goalDone && sec != summary.Instructions && isGoal(sent) {
-				u.section, u.must, goalDone = summary.Goal, true, true
-				continue
-			}
-			if sec == summary.Instructions {
-				u.must = true
-			}
-			if i == lastUser && (strings.HasSuffix(sent, "?") || isRequest(sent)) && sec != summary.Instructions {
-				u.section = summary.OpenTasks
-				u.bonus += 2
-			}
-		}
-	}
-	return units
 }
 
 var (
