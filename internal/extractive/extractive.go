@@ -556,6 +556,52 @@ func fromSummaries(msgs []session.Message) []*unit {
 
 // compose selects units within maxTokens and renders them.
 func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string, int) {
+	df := score(units, focus)
+	n := float64(len(units)) + 1
+	p := &picker{s: s, covered: map[string]bool{}, chosen: make([]*unit, 0, 64),
+		budget: maxTokens - s.counter.Count(summary.New().Render()) - 2,
+		weight: func(w string) float64 { return math.Log(1 + n/float64(df[w])) }}
+	// Must-haves first, in order: the goal and the user's instructions.
+	var rest []*unit
+	for _, u := range units {
+		if u.must && p.gain(u) > 0 {
+			p.take(u)
+		} else {
+			rest = append(rest, u)
+		}
+	}
+	h := &unitHeap{}
+	for _, u := range rest {
+		if g := p.gain(u); g > 0 {
+			heap.Push(h, scored{u: u, ratio: g / float64(u.estCost())})
+		}
+	}
+	if len(p.chosen) == 0 && h.Len() == 0 {
+		// Nothing scores (only stop words, say): keep the text itself, oldest
+		// first, so that a summary never comes back empty.
+		for _, u := range units {
+			if p.used >= p.budget {
+				break
+			}
+			p.take(u)
+		}
+	}
+	for round := 0; ; round++ {
+		p.greedy(h)
+		text, n := s.render(p.chosen, maxTokens)
+		// Sentences of one message share a bullet, so the rendering is
+		// cheaper than the sum of its picks: spend the difference.
+		slack := maxTokens - n
+		if round >= 3 || h.Len() == 0 || slack < 12 {
+			return text, n
+		}
+		p.budget += slack
+	}
+}
+
+// score sets each unit's words, bonus and damping from its features, and
+// returns how many units hold each word.
+func score(units []*unit, focus string) map[string]int {
 	df := map[string]int{}
 	focusWords := map[string]bool{}
 	for _, w := range contentWords(focus) {
@@ -609,90 +655,66 @@ func (s *Summarizer) compose(units []*unit, maxTokens int, focus string) (string
 			}
 		}
 	}
-	n := float64(len(units)) + 1
-	weight := func(w string) float64 { return math.Log(1 + n/float64(df[w])) }
+	return df
+}
 
-	budget := maxTokens - s.counter.Count(summary.New().Render()) - 2
-	covered := map[string]bool{}
-	chosen := make([]*unit, 0, 64)
-	used := 0
-	gain := func(u *unit) float64 {
-		g := u.bonus
-		for _, w := range u.words {
-			if !covered[w] {
-				g += weight(w)
-			} else {
-				g += coveredWeight * weight(w)
-			}
-		}
-		return g * u.damp
-	}
-	take := func(u *unit) bool {
-		if u.cost == 0 {
-			u.cost = s.bulletCost(u)
-		}
-		if used+u.cost > budget {
-			return false
-		}
-		used += u.cost
-		chosen = append(chosen, u)
-		for _, w := range u.words {
-			covered[w] = true
-		}
-		return true
-	}
-	// Must-haves first, in order: the goal and the user's instructions.
-	var rest []*unit
-	for _, u := range units {
-		if u.must && gain(u) > 0 {
-			take(u)
+// picker picks units within a token budget, each by its gain: the weight
+// of the words it would cover first, plus its bonus, damped.
+type picker struct {
+	s            *Summarizer
+	weight       func(string) float64
+	covered      map[string]bool
+	chosen       []*unit
+	used, budget int
+}
+
+func (p *picker) gain(u *unit) float64 {
+	g := u.bonus
+	for _, w := range u.words {
+		if !p.covered[w] {
+			g += p.weight(w)
 		} else {
-			rest = append(rest, u)
+			g += coveredWeight * p.weight(w)
 		}
 	}
-	// Lazy greedy: gains only shrink as coverage grows, so a popped unit
-	// whose recomputed ratio still beats the next bound is the best pick.
-	h := &unitHeap{}
-	for _, u := range rest {
-		if g := gain(u); g > 0 {
-			heap.Push(h, scored{u: u, ratio: g / float64(u.estCost())})
-		}
+	return g * u.damp
+}
+
+// take picks u when it fits the budget.
+func (p *picker) take(u *unit) bool {
+	if u.cost == 0 {
+		u.cost = p.s.bulletCost(u)
 	}
-	if len(chosen) == 0 && h.Len() == 0 {
-		// Nothing scores (only stop words, say): keep the text itself, oldest
-		// first, so that a summary never comes back empty.
-		for _, u := range units {
-			if used >= budget {
-				break
-			}
-			take(u)
-		}
+	if p.used+u.cost > p.budget {
+		return false
 	}
-	for round := 0; ; round++ {
-		for h.Len() > 0 && used < budget {
-			top := heap.Pop(h).(scored)
-			if top.u.cost == 0 {
-				top.u.cost = s.bulletCost(top.u)
-			}
-			g := gain(top.u)
-			if g <= 0 {
-				continue
-			}
-			r := g / float64(top.u.cost)
-			if h.Len() > 0 && r < (*h)[0].ratio {
-				heap.Push(h, scored{u: top.u, ratio: r})
-				continue
-			}
-			take(top.u)
+	p.used += u.cost
+	p.chosen = append(p.chosen, u)
+	for _, w := range u.words {
+		p.covered[w] = true
+	}
+	return true
+}
+
+// greedy picks from h while there is budget, lazily: gains only shrink as
+// coverage grows, so a popped unit whose recomputed ratio still beats the
+// next bound is the best pick.
+func (p *picker) greedy(h *unitHeap) {
+	for h.Len() > 0 && p.used < p.budget {
+		top := heap.Pop(h).(scored)
+		if top.u.cost == 0 {
+			top.u.cost = p.s.bulletCost(top.u)
 		}
-		text, n := s.render(chosen, maxTokens)
-		// Sentences of one message share a bullet, so the rendering is
-		// cheaper than the sum of its picks: spend the difference.
-		slack := maxTokens - n
-		if round >= 3 || h.Len() == 0 || slack < 12 {
-			return text, n
+		g := p.gain(top.u)
+		if g <= 0 {
+			continue
 		}
-		budget += slack
+		r := g / float64(top.u.cost)
+		if h.Len() > 0 && r < (*h)[0].ratio {
+			heap.Push(h, scored{u: top.u, ratio: r})
+			continue
+		}
+		p.take(top.u)
 	}
 }
 
