@@ -746,6 +746,7 @@ func (s *Summarizer) render(chosen []*unit, maxTokens int) (string, int) {
 		out := summary.New()
 		sorted := append([]*unit(nil), chosen...)
 		sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].order < sorted[j].order })
+		dayLines := dayLinesOf(sorted)
 		var prev *unit
 		line := ""
 		flush := func() {
@@ -753,61 +754,13 @@ func (s *Summarizer) render(chosen []*unit, maxTokens int) (string, int) {
 				out.Add(prev.section, line)
 			}
 		}
-		// Dated units (a conversation) share a bullet per section and date:
-		// "8 May 2023: Caroline: ... ; Melanie: ...", in the order said.
-		type key struct {
-			section string
-			date    time.Time
-		}
-		dayLines := map[key]*strings.Builder{}
-		lastSpeaker := map[key]string{}
-		// A date's line tells each speaker's clauses together, in the order
-		// the speakers first spoke that day: a label per speaker, not per
-		// turn.
-		var dated []*unit
-		firstSpoke := map[string]int{}
-		spoke := func(u *unit) string { return day(u.date) + "\x00" + u.section + "\x00" + u.speaker }
-		for _, u := range sorted {
-			if u.date.IsZero() {
-				continue
-			}
-			dated = append(dated, u)
-			if _, ok := firstSpoke[spoke(u)]; !ok {
-				firstSpoke[spoke(u)] = u.order
-			}
-		}
-		sort.SliceStable(dated, func(i, j int) bool { return firstSpoke[spoke(dated[i])] < firstSpoke[spoke(dated[j])] })
-		for _, u := range dated {
-			k := key{u.section, u.date}
-			sb := dayLines[k]
-			if sb == nil {
-				sb = &strings.Builder{}
-				sb.WriteString(day(u.date) + ": ")
-				dayLines[k], lastSpeaker[k] = sb, "\x00"
-			}
-			body := strings.TrimPrefix(u.text, u.speaker)
-			switch {
-			case lastSpeaker[k] == u.speaker:
-				if !endsSentence(sb.String()) {
-					sb.WriteByte('.')
-				}
-				sb.WriteString(" " + body)
-			case lastSpeaker[k] == "\x00":
-				sb.WriteString(u.speaker + body)
-			case endsSentence(sb.String()):
-				sb.WriteString(" " + u.speaker + body)
-			default:
-				sb.WriteString("; " + u.speaker + body)
-			}
-			lastSpeaker[k] = u.speaker
-		}
 		for _, u := range sorted {
 			if !u.date.IsZero() {
-				if sb := dayLines[key{u.section, u.date}]; sb != nil {
+				if sb := dayLines[dayKey{u.section, u.date}]; sb != nil {
 					flush()
 					prev = nil
 					out.Add(u.section, sb.String())
-					delete(dayLines, key{u.section, u.date})
+					delete(dayLines, dayKey{u.section, u.date})
 				}
 				continue
 			}
@@ -826,6 +779,59 @@ func (s *Summarizer) render(chosen []*unit, maxTokens int) (string, int) {
 		}
 		chosen = chosen[:len(chosen)-1]
 	}
+}
+
+// dayKey is a bullet of dated units: a section's line for one date.
+type dayKey struct {
+	section string
+	date    time.Time
+}
+
+// dayLinesOf writes the bullets of the dated units (a conversation) of
+// sorted: one per section and date, "8 May 2023: Caroline: ... ; Melanie:
+// ...", each speaker's clauses together, in the order the speakers first
+// spoke that day (a label per speaker, not per turn).
+func dayLinesOf(sorted []*unit) map[dayKey]*strings.Builder {
+	dayLines := map[dayKey]*strings.Builder{}
+	lastSpeaker := map[dayKey]string{}
+	var dated []*unit
+	firstSpoke := map[string]int{}
+	spoke := func(u *unit) string { return day(u.date) + "\x00" + u.section + "\x00" + u.speaker }
+	for _, u := range sorted {
+		if u.date.IsZero() {
+			continue
+		}
+		dated = append(dated, u)
+		if _, ok := firstSpoke[spoke(u)]; !ok {
+			firstSpoke[spoke(u)] = u.order
+		}
+	}
+	sort.SliceStable(dated, func(i, j int) bool { return firstSpoke[spoke(dated[i])] < firstSpoke[spoke(dated[j])] })
+	for _, u := range dated {
+		k := dayKey{u.section, u.date}
+		sb := dayLines[k]
+		if sb == nil {
+			sb = &strings.Builder{}
+			sb.WriteString(day(u.date) + ": ")
+			dayLines[k], lastSpeaker[k] = sb, "\x00"
+		}
+		body := strings.TrimPrefix(u.text, u.speaker)
+		switch {
+		case lastSpeaker[k] == u.speaker:
+			if !endsSentence(sb.String()) {
+				sb.WriteByte('.')
+			}
+			sb.WriteString(" " + body)
+		case lastSpeaker[k] == "\x00":
+			sb.WriteString(u.speaker + body)
+		case endsSentence(sb.String()):
+			sb.WriteString(" " + u.speaker + body)
+		default:
+			sb.WriteString("; " + u.speaker + body)
+		}
+		lastSpeaker[k] = u.speaker
+	}
+	return dayLines
 }
 
 type scored struct {
