@@ -198,35 +198,29 @@ func ReplayOn(ctx context.Context, loop Loop, c transcript.Conversation, counter
 // message.
 func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *tokens.Counter, cfg pipeline.Config, limit int,
 	after func(view []session.Message, tail int64, res *pipeline.Result) error) (Report, error) {
-	rep := Report{Name: c.Name, Source: c.Source, Limit: limit, Incremental: cfg.EnableIncremental, Messages: len(c.Messages)}
+	r := &replayer{ctx: ctx, loop: loop, c: c, counter: counter, cfg: cfg, limit: limit, after: after, id: replayID(c.Name),
+		rep: Report{Name: c.Name, Source: c.Source, Limit: limit, Incremental: cfg.EnableIncremental, Messages: len(c.Messages)}}
+	rep := &r.rep
 	msgs := make([]session.Message, len(c.Messages))
 	copy(msgs, c.Messages)
 	for i := range msgs {
 		rep.Tokens += counter.Ensure(&msgs[i])
 	}
-	id := replayID(c.Name)
-	if err := loop.Create(ctx, id, limit); err != nil {
-		return rep, err
-	}
-	contextOf := func() ([]session.Message, int, error) {
-		view, err := loop.View(ctx, id)
-		if err != nil {
-			return nil, 0, err
-		}
-		return view, counter.Context(view), nil
+	if err := loop.Create(ctx, r.id, limit); err != nil {
+		return *rep, err
 	}
 	// The context is read after each compaction; between them a runtime
 	// knows what it appended (reading the whole view after every append
 	// made the replay through the service quadratic before a first
 	// compaction).
-	view, n, err := contextOf()
+	view, n, err := r.context()
 	if err != nil {
-		return rep, err
+		return *rep, err
 	}
 	for i := range msgs {
-		added, err := loop.Append(ctx, id, msgs[i])
+		added, err := loop.Append(ctx, r.id, msgs[i])
 		if err != nil {
-			return rep, err
+			return *rep, err
 		}
 		n += added
 		view = append(view, msgs[i])
@@ -234,72 +228,111 @@ func replay(ctx context.Context, loop Loop, c transcript.Conversation, counter *
 			rep.MaxTokens = max(rep.MaxTokens, n)
 			continue
 		}
-		res, err := loop.Compact(ctx, id, fmt.Sprintf("%s-%d", id, i))
+		res, err := loop.Compact(ctx, r.id, fmt.Sprintf("%s-%d", r.id, i))
 		if res != nil {
 			rep.LLMCalls += res.LLMCalls
 			rep.InputTokens += res.InputTokens
 		}
-		if err != nil {
-			if errors.Is(err, pipeline.ErrInvariant) {
-				return rep, fmt.Errorf("%s message %d: %w", c.Name, i, err)
-			}
-			if errors.Is(err, pipeline.ErrCircuitOpen) {
-				rep.CircuitOpen = true
-			} else {
-				rep.Failures++
-			}
-		} else if res.Outcome == pipeline.OutcomeCompacted {
-			rep.Compactions++
-			rep.PrefixKept += res.PrefixKeptTokens
-			if res.LLMCalls == 0 {
-				rep.NoModel++
-			}
-			all, err := loop.History(ctx, id)
-			if err != nil {
-				return rep, err
-			}
-			if view, n, err = contextOf(); err != nil {
-				return rep, err
-			}
-			if head := PinnedHead(view, cfg.KeepFirstUserMessage); head > 0 {
-				rep.PinnedHead += head
-				rep.HeadKept += min(res.PrefixKeptTokens, head)
-			}
-			if err := CheckContext(all, view, n, limit, counter, cfg.SummaryBound(limit)); err != nil {
-				return rep, fmt.Errorf("%s after message %d: %w", c.Name, i, err)
-			}
-			if after != nil {
-				tail, err := loop.TailStart(ctx, id)
-				if err != nil {
-					return rep, err
-				}
-				if err := after(view, tail, res); err != nil {
-					return rep, err
-				}
+		switch {
+		case errors.Is(err, pipeline.ErrInvariant):
+			return *rep, fmt.Errorf("%s message %d: %w", c.Name, i, err)
+		case errors.Is(err, pipeline.ErrCircuitOpen):
+			rep.CircuitOpen = true
+		case err != nil:
+			rep.Failures++
+		case res.Outcome == pipeline.OutcomeCompacted:
+			if view, n, err = r.compacted(i, res); err != nil {
+				return *rep, err
 			}
 		}
 		// n is the context the runtime sends next: compacted, or as it was
 		// when the compaction did not happen.
 		rep.MaxTokens = max(rep.MaxTokens, n)
 	}
-	final, n, err := contextOf()
+	err = r.finish()
+	return *rep, err
+}
+
+// replayer is one conversation's replay.
+type replayer struct {
+	ctx     context.Context
+	loop    Loop
+	id      string
+	c       transcript.Conversation
+	counter *tokens.Counter
+	cfg     pipeline.Config
+	limit   int
+	after   func(view []session.Message, tail int64, res *pipeline.Result) error
+	rep     Report
+}
+
+// context reads what the model sees, and its tokens.
+func (r *replayer) context() ([]session.Message, int, error) {
+	view, err := r.loop.View(r.ctx, r.id)
 	if err != nil {
-		return rep, err
+		return nil, 0, err
+	}
+	return view, r.counter.Context(view), nil
+}
+
+// compacted counts compaction res (after message i) and reads the context
+// it left, checked against the history and the limit (and by after).
+func (r *replayer) compacted(i int, res *pipeline.Result) ([]session.Message, int, error) {
+	rep := &r.rep
+	rep.Compactions++
+	rep.PrefixKept += res.PrefixKeptTokens
+	if res.LLMCalls == 0 {
+		rep.NoModel++
+	}
+	all, err := r.loop.History(r.ctx, r.id)
+	if err != nil {
+		return nil, 0, err
+	}
+	view, n, err := r.context()
+	if err != nil {
+		return nil, 0, err
+	}
+	if head := PinnedHead(view, r.cfg.KeepFirstUserMessage); head > 0 {
+		rep.PinnedHead += head
+		rep.HeadKept += min(res.PrefixKeptTokens, head)
+	}
+	if err := CheckContext(all, view, n, r.limit, r.counter, r.cfg.SummaryBound(r.limit)); err != nil {
+		return nil, 0, fmt.Errorf("%s after message %d: %w", r.c.Name, i, err)
+	}
+	if r.after != nil {
+		tail, err := r.loop.TailStart(r.ctx, r.id)
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := r.after(view, tail, res); err != nil {
+			return nil, 0, err
+		}
+	}
+	return view, n, nil
+}
+
+// finish reads the final context: the tokens saved, the model's cost, and
+// the LoCoMo answers it retains.
+func (r *replayer) finish() error {
+	rep := &r.rep
+	final, n, err := r.context()
+	if err != nil {
+		return err
 	}
 	rep.FinalTokens = n
 	rep.TokensSaved = rep.Tokens - rep.FinalTokens
 	if rep.Tokens > 0 {
 		rep.CostRatio = float64(rep.InputTokens) / float64(rep.Tokens)
 	}
-	if len(c.QA) > 0 {
-		tail, err := loop.TailStart(ctx, id)
+	if len(r.c.QA) > 0 {
+		tail, err := r.loop.TailStart(r.ctx, r.id)
 		if err != nil {
-			return rep, err
+			return err
 		}
-		r := Measure(c, func(i int) bool { return int64(i+1) < tail }, ContextUnits(final))
-		rep.Retention = &r
+		m := Measure(r.c, func(i int) bool { return int64(i+1) < tail }, ContextUnits(final))
+		rep.Retention = &m
 	}
-	return rep, nil
+	return nil
 }
 
 // replayID is a session id for a conversation name (letters, digits, '-'
