@@ -66,22 +66,37 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *model == "" {
 		*model = "gpt-4o"
 	}
+	return compactFile(ctx, pf, *file, session.Record{Model: *model, ContextLimit: *limit}, pipeline.Trigger(*trigger), *focus, stdout, stderr)
+}
 
+// readConversation reads a conversation from file ("-": stdin).
+func readConversation(file string) ([]session.Message, error) {
 	var data []byte
-	if *file == "-" {
+	var err error
+	if file == "-" {
 		data, err = io.ReadAll(os.Stdin)
 	} else {
-		data, err = os.ReadFile(*file)
+		data, err = os.ReadFile(file)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	msgs, err := transcript.Parse(data)
 	if err != nil {
-		return fmt.Errorf("%s: %w", *file, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
+	return msgs, nil
+}
 
-	counter, err := tokens.ForEncoding(pf.conf.Models.Lookup(*model).Encoding)
+// compactFile compacts the conversation in file in process, as a session
+// of rec's model and limit, and prints the result and the context it
+// leaves: exit 0 when compacted, 1 when the compaction failed.
+func compactFile(ctx context.Context, pf *pipelineFlags, file string, rec session.Record, trigger pipeline.Trigger, focus string, stdout, stderr io.Writer) error {
+	msgs, err := readConversation(file)
+	if err != nil {
+		return err
+	}
+	counter, err := tokens.ForEncoding(pf.conf.Models.Lookup(rec.Model).Encoding)
 	if err != nil {
 		return err
 	}
@@ -90,7 +105,8 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	store, breakers := memstore.New(), memstore.NewBreakers()
 	id := uuid.NewString()
-	if _, err := store.Create(ctx, session.Record{SessionID: id, Model: *model, ContextLimit: *limit}, msgs); err != nil {
+	rec.SessionID = id
+	if _, err := store.Create(ctx, rec, msgs); err != nil {
 		return err
 	}
 	sum, err := pf.summarizer(counter)
@@ -101,7 +117,7 @@ func runCompact(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	res, cerr := svc.Compact(ctx, pipeline.Request{ID: uuid.NewString(), SessionID: id, Trigger: pipeline.Trigger(*trigger), Focus: *focus})
+	res, cerr := svc.Compact(ctx, pipeline.Request{ID: uuid.NewString(), SessionID: id, Trigger: trigger, Focus: focus})
 	if cerr != nil && errors.Is(cerr, pipeline.ErrInvalidRequest) {
 		return fmt.Errorf("%w: %v", errUsage, cerr)
 	}

@@ -80,7 +80,7 @@ func TestCompactFileErrors(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, 2, "unknown command"},
 		{"id and file", []string{"compact", "abc", "--file", fixture}, 2, "not both"},
 		{"two ids", []string{"compact", "a", "b"}, 2, "one session ID"},
-		{"bad id", []string{"compact", "a.b"}, 2, "session ID"},
+		{"bad id", []string{"compact", "a.b"}, 2, "session_id must be 1-200"},
 		{"manual trigger by id", []string{"compact", "abc", "--trigger", "manual"}, 2, "over_budget or overflow"},
 		{"session without verb", []string{"session"}, 2, "needs a verb"},
 		{"session bad verb", []string{"session", "frob"}, 2, "unknown session verb"},
