@@ -56,16 +56,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := sf.pf.validate(); err != nil {
 		return err
 	}
-	data, name := demo.Trajectory, demo.Name+" (tau-bench, MIT licence © 2024 Sierra)"
-	if *file != "" {
-		if data, err = os.ReadFile(*file); err != nil {
-			return err
-		}
-		name = *file
-	}
-	msgs, err := transcript.Parse(data)
+	name, msgs, err := demoConversation(*file)
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return err
 	}
 	if *sf.nats.url != "" {
 		// A demo must never serve: against another server it would join
@@ -90,7 +83,36 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 
+	opts, err := sf.nats.options()
+	if err != nil {
+		return err
+	}
 	// The service runs until the replay is over.
+	return withService(ctx, sf, log, func(url string) error {
+		return replay(ctx, url, opts, name, msgs, *limit, sf.pf, kept, stdout)
+	})
+}
+
+// demoConversation is the bundled run, or the conversation in file.
+func demoConversation(file string) (string, []session.Message, error) {
+	data, name := demo.Trajectory, demo.Name+" (tau-bench, MIT licence © 2024 Sierra)"
+	if file != "" {
+		var err error
+		if data, err = os.ReadFile(file); err != nil {
+			return "", nil, err
+		}
+		name = file
+	}
+	msgs, err := transcript.Parse(data)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return name, msgs, nil
+}
+
+// withService runs the service as serve does, then f with its NATS URL,
+// then stops the service.
+func withService(ctx context.Context, sf *serveFlags, log *slog.Logger, f func(url string) error) error {
 	svcCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	ready := make(chan string, 1)
@@ -104,11 +126,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case <-time.After(time.Minute):
 		return errors.New("the service did not start within a minute")
 	}
-	opts, err := sf.nats.options()
-	if err != nil {
-		return err
-	}
-	err = replay(ctx, url, opts, name, msgs, *limit, sf.pf, kept, stdout)
+	err := f(url)
 	stop()
 	if serr := <-served; serr != nil && err == nil {
 		err = serr
@@ -145,21 +163,41 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 		return err
 	}
 	total := counter.Context(slices.Clone(msgs))
-	type row struct {
-		at     int
-		result map[string]any
-		failed bool
+	compacted, err := replayInto(ctx, c, sid, msgs, first, limit, w)
+	if err != nil {
+		return err
 	}
-	var rows []row
+	view, err := c.Context(ctx, sid)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nBefore: the whole conversation is %d messages, %d tokens: over the %d-token limit.\n", len(msgs), total, limit)
+	fmt.Fprintf(w, "After %d compaction(s): the model sees %d messages, %d tokens (%.0f %% fewer); every original message is still stored.\n\n",
+		compacted, len(view.Messages), view.Tokens, 100*(1-float64(view.Tokens)/float64(max(total, 1))))
+	showContext(w, view.Messages)
+	if dataDir == "" {
+		fmt.Fprintf(w, "\nThe demo's server and store are gone with it. To look at the session afterwards, run it with --data-dir DIR, then: compactor serve --data-dir DIR; compactor session show %s\n", sid)
+	} else {
+		fmt.Fprintf(w, "\nThe session stays in %s: compactor serve --data-dir %s, then compactor session context %s; compactor session show %s\n", dataDir, dataDir, sid, sid)
+	}
+	return nil
+}
+
+// replayInto appends msgs from first on to session sid, one by one, as a
+// runtime does, asking for a compaction whenever the context is over
+// limit before a model call, and prints each; it returns how many
+// compacted.
+func replayInto(ctx context.Context, c *client.Client, sid string, msgs []session.Message, first, limit int, w io.Writer) (int, error) {
+	compacted := 0
 	for i := first; i <= len(msgs); i++ {
 		if i > first {
 			if _, err := c.Append(ctx, sid, wire.Must[[]client.Message](msgs[i-1:i])); err != nil {
-				return err
+				return compacted, err
 			}
 		}
 		view, err := c.Context(ctx, sid)
 		if err != nil {
-			return err
+			return compacted, err
 		}
 		if view.Tokens <= limit || (i < len(msgs) && msgs[i-1].Role == session.RoleAssistant && len(msgs[i-1].ToolCalls) > 0) {
 			continue // fits, or the model is mid tool call: the runtime checks before its next model call
@@ -169,37 +207,27 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 		cancel()
 		var failed *client.FailedError
 		if err != nil && !errors.As(err, &failed) {
-			return err
+			return compacted, err
 		}
-		var d map[string]any
 		if failed != nil {
-			d = wire.Must[map[string]any](failed.Failed)
-		} else {
-			d = wire.Must[map[string]any](res)
-		}
-		rows = append(rows, row{at: i, result: d, failed: failed != nil})
-		if failed != nil {
+			d := wire.Must[map[string]any](failed.Failed)
 			fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → CompactionFailed: %v: %v\n", i, view.Tokens, limit, d["reason"], d["error"])
 			continue
+		}
+		d := wire.Must[map[string]any](res)
+		if d["outcome"] == string(pipeline.OutcomeCompacted) {
+			compacted++
 		}
 		fmt.Fprintf(w, "  message %2d: context %5d tokens > %d → %v: %s, %v → %v tokens (%v model call(s), %v ms)\n",
 			i, view.Tokens, limit, d["outcome"], whatItDid(d), d["tokens_before"], d["tokens_after"], d["llm_calls"], d["duration_ms"])
 	}
-	view, err := c.Context(ctx, sid)
-	if err != nil {
-		return err
-	}
-	compacted := 0
-	for _, r := range rows {
-		if !r.failed && r.result["outcome"] == string(pipeline.OutcomeCompacted) {
-			compacted++
-		}
-	}
-	fmt.Fprintf(w, "\nBefore: the whole conversation is %d messages, %d tokens: over the %d-token limit.\n", len(msgs), total, limit)
-	fmt.Fprintf(w, "After %d compaction(s): the model sees %d messages, %d tokens (%.0f %% fewer); every original message is still stored.\n\n",
-		compacted, len(view.Messages), view.Tokens, 100*(1-float64(view.Tokens)/float64(max(total, 1))))
+	return compacted, nil
+}
+
+// showContext prints the context's messages, then its summaries.
+func showContext(w io.Writer, msgs []client.Message) {
 	fmt.Fprintln(w, "The context now:")
-	shown := wire.Must[[]session.Message](view.Messages)
+	shown := wire.Must[[]session.Message](msgs)
 	for _, m := range shown {
 		fmt.Fprintf(w, "  [%3d] %-9s %5d tokens  %s\n", m.Seq, roleLabel(m), m.Tokens, preview(m))
 	}
@@ -208,12 +236,6 @@ func replay(ctx context.Context, url string, opts []nats.Option, name string, ms
 			fmt.Fprintf(w, "\nThe summary (compaction %s):\n%s\n", m.ID, indent(pipeline.SummaryText(&m), "  "))
 		}
 	}
-	if dataDir == "" {
-		fmt.Fprintf(w, "\nThe demo's server and store are gone with it. To look at the session afterwards, run it with --data-dir DIR, then: compactor serve --data-dir DIR; compactor session show %s\n", sid)
-	} else {
-		fmt.Fprintf(w, "\nThe session stays in %s: compactor serve --data-dir %s, then compactor session context %s; compactor session show %s\n", dataDir, dataDir, sid, sid)
-	}
-	return nil
 }
 
 func roleLabel(m session.Message) string {
