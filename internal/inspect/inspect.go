@@ -240,35 +240,54 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		v.Sessions = append(v.Sessions, listedView{Listed: l})
 	}
 	h.contexts(ctx, v.Sessions)
-	link := func(after string) template.URL {
-		q := url.Values{}
-		if after != "" {
-			q.Set("after", after)
-		}
-		if v.Prefix != "" {
-			q.Set("prefix", v.Prefix)
-		}
-		if tn != tenant.Default {
-			q.Set("tenant", tn)
-		}
-		if len(q) == 0 {
-			return Prefix
-		}
-		return template.URL(Prefix + "?" + q.Encode()) // built by url.Values: escaped
-	}
 	if page.Next != "" {
-		v.Next = link(page.Next)
+		v.Next = pageLink(page.Next, v.Prefix, tn)
 	}
 	if q.Get("after") != "" {
-		v.FirstPage = link("")
+		v.FirstPage = pageLink("", v.Prefix, tn)
 	}
 	all, partial, err := h.breakers(ctx)
 	if err != nil {
 		h.fail(w, r, status(err), err)
 		return
 	}
-	// Open first, the most recently opened first; then the others, the
-	// most recently written first.
+	v.withBreakers(all, partial)
+	// What needs a look first: an open breaker, then the fullest context.
+	slices.SortStableFunc(v.Sessions, func(a, b listedView) int {
+		if (a.Breaker == session.BreakerOpen) != (b.Breaker == session.BreakerOpen) {
+			if a.Breaker == session.BreakerOpen {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(use(b), use(a))
+	})
+	h.render(w, r, "list.html", tn, "Sessions", v)
+}
+
+// pageLink is the list's link to the page after after ("": the first),
+// keeping its prefix and tenant.
+func pageLink(after, prefix, tn string) template.URL {
+	q := url.Values{}
+	if after != "" {
+		q.Set("after", after)
+	}
+	if prefix != "" {
+		q.Set("prefix", prefix)
+	}
+	if tn != tenant.Default {
+		q.Set("tenant", tn)
+	}
+	if len(q) == 0 {
+		return Prefix
+	}
+	return template.URL(Prefix + "?" + q.Encode()) // built by url.Values: escaped
+}
+
+// withBreakers adds the stored breakers to the list: open first, the most
+// recently opened first, then the others, the most recently written
+// first (breakersShown of them); and each listed session's state.
+func (v *listView) withBreakers(all []session.Breaker, partial bool) {
 	slices.SortStableFunc(all, func(a, b session.Breaker) int {
 		if a.Open() != b.Open() {
 			if a.Open() {
@@ -292,17 +311,6 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 	for i := range v.Sessions {
 		v.Sessions[i].Breaker = states[v.Sessions[i].SessionID]
 	}
-	// What needs a look first: an open breaker, then the fullest context.
-	slices.SortStableFunc(v.Sessions, func(a, b listedView) int {
-		if (a.Breaker == session.BreakerOpen) != (b.Breaker == session.BreakerOpen) {
-			if a.Breaker == session.BreakerOpen {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Compare(use(b), use(a))
-	})
-	h.render(w, r, "list.html", tn, "Sessions", v)
 }
 
 // use is a session's context over its limit.
@@ -460,39 +468,65 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 	}
 	now := h.cfg.Now()
 	v := sessionView{Record: hist.Record, Tokens: cv.Tokens, Limit: cv.ContextLimit, Breaker: br, KeptFrom: 1}
-	byRequest := map[string]map[string]any{}
-	if h.cfg.Events != nil {
-		evs, err := h.cfg.Events(ctx, tenant.Subject(tn, "compaction.*."+sid), now.Add(-requestsSince), maxRequests+1)
-		if err != nil {
-			v.RequestsErr = err.Error()
-		}
-		if len(evs) > maxRequests {
-			evs, v.Partial = evs[len(evs)-maxRequests:], true
-		}
-		for _, ev := range evs {
-			if rid, _ := ev.Data["request_id"].(string); ev.Type == contract.TypeCompactionCompleted && rid != "" {
-				byRequest[rid] = ev.Data
-			}
-		}
-		slices.Reverse(evs)
-		v.Requests = evs
-	}
+	byRequest := h.requests(ctx, tn, sid, now, &v)
 	for _, m := range cv.Messages {
 		if !m.IsCompaction {
 			v.Raw++
 		}
 	}
+	v.Compactions, v.KeptFrom = compactionsOf(hist, byRequest)
+	for _, p := range hist.Prepared {
+		pv := preparedView{Prepared: p, Age: now.Sub(cmp.Or(p.ReadyAt, p.StartedAt))}
+		if p.Compaction != nil && p.Compaction.Compaction != nil {
+			pv.Tokens = p.Compaction.Compaction.TokensAfter
+		}
+		v.Prepared = append(v.Prepared, pv)
+	}
+	h.render(w, r, "session.html", tn, sid, v)
+}
+
+// requests reads the session's result events of the last requestsSince
+// (at most maxRequests, newest first) into v, and returns the completed
+// ones' data by request id.
+func (h *handler) requests(ctx context.Context, tn, sid string, now time.Time, v *sessionView) map[string]map[string]any {
+	byRequest := map[string]map[string]any{}
+	if h.cfg.Events == nil {
+		return byRequest
+	}
+	evs, err := h.cfg.Events(ctx, tenant.Subject(tn, "compaction.*."+sid), now.Add(-requestsSince), maxRequests+1)
+	if err != nil {
+		v.RequestsErr = err.Error()
+	}
+	if len(evs) > maxRequests {
+		evs, v.Partial = evs[len(evs)-maxRequests:], true
+	}
+	for _, ev := range evs {
+		if rid, _ := ev.Data["request_id"].(string); ev.Type == contract.TypeCompactionCompleted && rid != "" {
+			byRequest[rid] = ev.Data
+		}
+	}
+	slices.Reverse(evs)
+	v.Requests = evs
+	return byRequest
+}
+
+// compactionsOf is the session's compactions, newest first (what each
+// summarised and newly cleared, and its result), and the seq the raw
+// tail of the compaction in force starts at (1 when none is).
+func compactionsOf(hist sessions.History, byRequest map[string]map[string]any) ([]compactionView, int64) {
 	bySeq := make(map[int64]*session.Message, len(hist.Messages))
 	for i := range hist.Messages {
 		bySeq[hist.Messages[i].Seq] = &hist.Messages[i]
 	}
+	var out []compactionView
+	keptFrom := int64(1)
 	var before map[int64]bool // what the compaction before had cleared
 	for _, c := range hist.Compactions {
 		if c.Compaction == nil {
 			continue
 		}
 		m := *c.Compaction
-		view := compactionView{N: len(v.Compactions) + 1, ID: c.ID, Seq: c.Seq, InForce: c.ID == hist.Record.CompactionID, CreatedAt: m.CreatedAt,
+		view := compactionView{N: len(out) + 1, ID: c.ID, Seq: c.Seq, InForce: c.ID == hist.Record.CompactionID, CreatedAt: m.CreatedAt,
 			Meta: m, Saved: m.TokensBefore - m.TokensAfter, Ledger: ledgerCounts(m), Result: byRequest[m.RequestID]}
 		if m.Step != pipeline.StepClear {
 			for seq := m.FromSeq; seq > 0 && seq <= m.ToSeq; seq++ {
@@ -517,19 +551,12 @@ func (h *handler) session(w http.ResponseWriter, r *http.Request) {
 		}
 		before = now
 		if view.InForce {
-			v.KeptFrom = max(m.TailStartSeq, 1)
+			keptFrom = max(m.TailStartSeq, 1)
 		}
-		v.Compactions = append(v.Compactions, view)
+		out = append(out, view)
 	}
-	slices.Reverse(v.Compactions)
-	for _, p := range hist.Prepared {
-		pv := preparedView{Prepared: p, Age: now.Sub(cmp.Or(p.ReadyAt, p.StartedAt))}
-		if p.Compaction != nil && p.Compaction.Compaction != nil {
-			pv.Tokens = p.Compaction.Compaction.TokensAfter
-		}
-		v.Prepared = append(v.Prepared, pv)
-	}
-	h.render(w, r, "session.html", tn, sid, v)
+	slices.Reverse(out)
+	return out, keptFrom
 }
 
 // contextView is the context a session's runtime gets now.
