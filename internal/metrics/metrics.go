@@ -123,28 +123,33 @@ func New(version string, stats func() consumer.Stats) *Metrics {
 		f(c)
 	}
 	if stats != nil {
-		for _, d := range []struct {
-			name, help string
-			get        func(consumer.Stats) int64
-			gauge      bool
-		}{
-			{"deliveries_received_total", "Request deliveries pulled from AGENT_CONTEXT.", func(s consumer.Stats) int64 { return s.Received }, false},
-			{"deliveries_retried_total", "Deliveries handed back with a delay after a transient failure.", func(s consumer.Stats) int64 { return s.Retried }, false},
-			{"deliveries_released_total", "Deliveries handed back at shutdown for another replica.", func(s consumer.Stats) int64 { return s.Released }, false},
-			{"compactions_in_flight", "Requests being worked on now.", func(s consumer.Stats) int64 { return s.InFlight }, true},
-		} {
-			get := d.get
-			val := func() float64 { return float64(get(stats())) }
-			if d.gauge {
-				f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
-			} else {
-				f(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
-			}
-		}
-		f(deadLetters{stats: stats, desc: prometheus.NewDesc(ns+"_deliveries_dead_lettered_total",
-			"Requests copied to COMPACTION_DLQ and terminated, by reason: invalid_request, corrupt_session or max_deliveries.", []string{"reason"}, nil)})
+		registerStats(f, stats)
 	}
 	return m
+}
+
+// registerStats exports the durable consumer's counters (stats).
+func registerStats(f func(prometheus.Collector), stats func() consumer.Stats) {
+	for _, d := range []struct {
+		name, help string
+		get        func(consumer.Stats) int64
+		gauge      bool
+	}{
+		{"deliveries_received_total", "Request deliveries pulled from AGENT_CONTEXT.", func(s consumer.Stats) int64 { return s.Received }, false},
+		{"deliveries_retried_total", "Deliveries handed back with a delay after a transient failure.", func(s consumer.Stats) int64 { return s.Retried }, false},
+		{"deliveries_released_total", "Deliveries handed back at shutdown for another replica.", func(s consumer.Stats) int64 { return s.Released }, false},
+		{"compactions_in_flight", "Requests being worked on now.", func(s consumer.Stats) int64 { return s.InFlight }, true},
+	} {
+		get := d.get
+		val := func() float64 { return float64(get(stats())) }
+		if d.gauge {
+			f(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
+		} else {
+			f(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: ns, Name: d.name, Help: d.help}, val))
+		}
+	}
+	f(deadLetters{stats: stats, desc: prometheus.NewDesc(ns+"_deliveries_dead_lettered_total",
+		"Requests copied to COMPACTION_DLQ and terminated, by reason: invalid_request, corrupt_session or max_deliveries.", []string{"reason"}, nil)})
 }
 
 // StoreFull exports compactor_store_full: 1 while the session store
