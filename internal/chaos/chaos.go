@@ -991,9 +991,42 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 	rep.Hostile.Codes = maps.Clone(r.hostileRep.Codes)
 	rep.ContextsChecked, rep.OverLimit = r.checkedLimit, slices.Clone(r.overLimit)
 	r.mu.Unlock()
-	store, err := kvstore.NewSessions(ctx, r.nc, r.js)
+	if err := r.verifyMessages(ctx, rep); err != nil {
+		return nil, err
+	}
+	outcome, lat, err := r.verifyResults(ctx, rep)
 	if err != nil {
 		return nil, err
+	}
+	r.verifyRates(rep, outcome)
+	if err := r.verifyCalls(ctx, rep); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	answered, published := r.answered, maps.Clone(r.published)
+	r.mu.Unlock()
+	// The slowest requests, for whoever reads the replicas' logs.
+	ids := slices.Collect(maps.Keys(answered))
+	slices.SortFunc(ids, func(a, b string) int { return int(answered[b] - answered[a]) })
+	for _, id := range ids[:min(3, len(ids))] {
+		r.logf("slow request %s (%s): published at %.1fs, answered after %v", id, outcome[id], published[id].Sub(r.start).Seconds(), answered[id].Round(time.Millisecond))
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		rep.LatencyP50, rep.LatencyP99, rep.LatencyMax = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
+	}
+	if err, ok := r.firstErr.Load().(error); ok && err != nil {
+		r.logf("first runtime error: %v", err)
+	}
+	return rep, nil
+}
+
+// verifyMessages reads every session a runtime appended to and counts
+// its acknowledged messages lost and any message stored twice.
+func (r *run) verifyMessages(ctx context.Context, rep *Report) error {
+	store, err := kvstore.NewSessions(ctx, r.nc, r.js)
+	if err != nil {
+		return err
 	}
 	r.mu.Lock()
 	acked := r.acked
@@ -1015,7 +1048,7 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 			time.Sleep(500 * time.Millisecond)
 		}
 		if herr != nil {
-			return nil, fmt.Errorf("history of %s: %w", sid, herr)
+			return fmt.Errorf("history of %s: %w", sid, herr)
 		}
 		byID, byText := map[string]int{}, map[string]int{}
 		for _, m := range msgs {
@@ -1044,6 +1077,14 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		}
 	}
 
+	return nil
+}
+
+// verifyResults reads the result stream: each request's one result (a
+// completion stored after a retryable failure of the same request is its
+// outcome), what the outage may and may not have answered, and the
+// latencies; it returns each request's outcome and its answer's delay.
+func (r *run) verifyResults(ctx context.Context, rep *Report) (map[string]string, []time.Duration, error) {
 	// Results: the stream's, by request.
 	r.mu.Lock()
 	published := maps.Clone(r.published)
@@ -1053,7 +1094,7 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 	rep.Requests = len(published)
 	stored, err := r.storedResults(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	outcome := map[string]string{}
 	var lat []time.Duration
@@ -1109,6 +1150,12 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 			r.logf("result event %s seen %d times by a core subscriber", id, n)
 		}
 	}
+	return outcome, lat, nil
+}
+
+// verifyRates counts the pairs of requests compacted twice and the
+// append rates before and during the pause.
+func (r *run) verifyRates(rep *Report, outcome map[string]string) {
 	r.mu.Lock()
 	pairs := slices.Clone(r.pairs)
 	ackedAt := slices.Clone(r.ackedAt)
@@ -1137,13 +1184,18 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		pauseEnd = r.loadEnd
 	}
 	rep.AppendRatePaused = rate(r.pauseFrom, pauseEnd)
+}
+
+// verifyCalls counts the breakers left open and the model's calls: those
+// results account for, preparations', and those in flight at the faults.
+func (r *run) verifyCalls(ctx context.Context, rep *Report) error {
 	breakers, err := kvstore.NewBreakers(ctx, r.nc, r.js)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	list, err := breakers.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list breakers: %w", err)
+		return fmt.Errorf("list breakers: %w", err)
 	}
 	for _, b := range list {
 		if b.Open() {
@@ -1159,20 +1211,7 @@ func (r *run) verify(ctx context.Context) (*Report, error) {
 		// results account for; preparations are counted apart.
 		rep.CallsPerRequest = float64(rep.ModelCallsAnswered-rep.PreparationCalls) / float64(rep.ModelCallsNeeded)
 	}
-	// The slowest requests, for whoever reads the replicas' logs.
-	ids := slices.Collect(maps.Keys(answered))
-	slices.SortFunc(ids, func(a, b string) int { return int(answered[b] - answered[a]) })
-	for _, id := range ids[:min(3, len(ids))] {
-		r.logf("slow request %s (%s): published at %.1fs, answered after %v", id, outcome[id], published[id].Sub(r.start).Seconds(), answered[id].Round(time.Millisecond))
-	}
-	slices.Sort(lat)
-	if len(lat) > 0 {
-		rep.LatencyP50, rep.LatencyP99, rep.LatencyMax = lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)], lat[len(lat)-1]
-	}
-	if err, ok := r.firstErr.Load().(error); ok && err != nil {
-		r.logf("first runtime error: %v", err)
-	}
-	return rep, nil
+	return nil
 }
 
 type sessionMessage struct{ ID, Text string }
