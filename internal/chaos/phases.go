@@ -350,31 +350,65 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 	if err != nil {
 		return fail(err)
 	}
-	addr, err := freeAddr()
+	addr, stop, err := r.fullStoreReplica(srv.ClientURL())
 	if err != nil {
 		return fail(err)
+	}
+	defer stop()
+	request := requester(nc)
+	acked, err := fillStore(request, &rep)
+	if err != nil {
+		return fail(err)
+	}
+	rep.Readyz, rep.ReadyzBody = probe(addr, "/readyz")
+	r.logf("full store: refused %s %s in %v after %d appends: %s", rep.Code, rep.Status, rep.RefusedIn.Round(time.Millisecond), rep.Acknowledged, rep.Message)
+	if err := resumeAfterDelete(request, acked, &rep); err != nil {
+		return fail(err)
+	}
+	c2, _ := probe(addr, "/readyz")
+	rep.ReadyAfter = c2 == 200
+	if rep.Lost, err = lostOf(ctx, nc, js, acked); err != nil {
+		return fail(err)
+	}
+	rep.Done = true
+	return rep
+}
+
+// fullStoreReplica starts a replica on the full-store node at url and
+// waits until it is ready; stop kills it.
+func (r *run) fullStoreReplica(url string) (addr string, stop func(), err error) {
+	if addr, err = freeAddr(); err != nil {
+		return "", nil, err
 	}
 	logf, err := os.Create(filepath.Join(r.dir, "replica-full.log"))
 	if err != nil {
-		return fail(err)
+		return "", nil, err
 	}
-	cmd := exec.Command(r.o.Binary, "serve", "--nats-url", srv.ClientURL(), "--provision=false", "--metrics-addr", addr,
+	cmd := exec.Command(r.o.Binary, "serve", "--nats-url", url, "--provision=false", "--metrics-addr", addr,
 		"--log-format", "json", "--log-level", "warn", "--shutdown-grace", "5s")
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		logf.Close()
-		return fail(err)
+		return "", nil, err
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() }()
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); logf.Close() }
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if c, _ := probe(addr, "/readyz"); c == 200 {
-			break
+			return addr, stop, nil
 		}
 		if time.Now().After(deadline) {
-			return fail(fmt.Errorf("the full-store replica was not ready within a minute (log in %s)", r.dir))
+			stop()
+			return "", nil, fmt.Errorf("the full-store replica was not ready within a minute (log in %s)", r.dir)
 		}
 	}
-	request := func(subject string, body any) (string, contract.ErrorBody, time.Duration, error) {
+}
+
+// requestFunc sends an endpoint request and reads its error code and body
+// ("" when answered), and how long it took.
+type requestFunc func(subject string, body any) (string, contract.ErrorBody, time.Duration, error)
+
+func requester(nc *nats.Conn) requestFunc {
+	return func(subject string, body any) (string, contract.ErrorBody, time.Duration, error) {
 		b, _ := json.Marshal(body)
 		start := time.Now()
 		m, err := nc.Request(subject, b, 60*time.Second)
@@ -389,20 +423,26 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 		}
 		return code, eb, took, nil
 	}
+}
+
+// fillStore creates sessions and appends 4 KB messages to them until the
+// store refuses one (rep says how); it returns the ids acknowledged, by
+// session.
+func fillStore(request requestFunc, rep *FullReport) (map[string][]string, error) {
 	text := strings.Repeat("the quick brown fox jumps over the lazy dog ", 90) // about 4 KB
 	acked := map[string][]string{}
 	const sessionsN = 4
 	for i := range sessionsN {
 		sid := fmt.Sprint("full-", i)
 		if c, eb, _, err := request(contract.SubjectCreate, map[string]any{"session_id": sid, "messages": []map[string]any{{"role": "system", "content": "an agent"}}}); err != nil || c != "" {
-			return fail(fmt.Errorf("create %s: %v %s %s", sid, err, c, eb.Error))
+			return nil, fmt.Errorf("create %s: %v %s %s", sid, err, c, eb.Error)
 		}
 	}
 	for i := 0; rep.Code == "" && i < 10000; i++ {
 		sid, id := fmt.Sprint("full-", i%sessionsN), fmt.Sprint("m", i)
 		code, eb, took, err := request(contract.SubjectAppend, map[string]any{"session_id": sid, "messages": []map[string]any{{"id": id, "role": "user", "content": text}}})
 		if err != nil {
-			return fail(err)
+			return nil, err
 		}
 		if code == "" {
 			acked[sid] = append(acked[sid], id)
@@ -411,11 +451,15 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 		}
 		rep.Code, rep.Status, rep.Message, rep.RefusedIn = code, string(eb.Status), eb.Error, took
 	}
-	rep.Readyz, rep.ReadyzBody = probe(addr, "/readyz")
-	r.logf("full store: refused %s %s in %v after %d appends: %s", rep.Code, rep.Status, rep.RefusedIn.Round(time.Millisecond), rep.Acknowledged, rep.Message)
+	return acked, nil
+}
+
+// resumeAfterDelete deletes a session of the full store and waits until an
+// append to another is stored again.
+func resumeAfterDelete(request requestFunc, acked map[string][]string, rep *FullReport) error {
 	c, eb, _, err := request(contract.SubjectDelete, map[string]any{"session_id": "full-0"})
 	if err != nil || c != "" {
-		return fail(fmt.Errorf("delete on the full store: %v %s %s", err, c, eb.Error))
+		return fmt.Errorf("delete on the full store: %v %s %s", err, c, eb.Error)
 	}
 	rep.Deleted = true
 	deleted := time.Now()
@@ -425,23 +469,26 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 		if err == nil && code == "" {
 			rep.ResumedIn = time.Since(deleted)
 			acked["full-1"] = append(acked["full-1"], "after")
-			break
+			return nil
 		}
 		if time.Since(deleted) > time.Minute {
-			return fail(fmt.Errorf("appends did not resume within a minute of the delete: %v %s %s", err, code, eb.Error))
+			return fmt.Errorf("appends did not resume within a minute of the delete: %v %s %s", err, code, eb.Error)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	c2, _ := probe(addr, "/readyz")
-	rep.ReadyAfter = c2 == 200
+}
+
+// lostOf counts the acknowledged messages the store does not hold.
+func lostOf(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, acked map[string][]string) (int, error) {
 	store, err := kvstore.NewSessions(ctx, nc, js)
 	if err != nil {
-		return fail(err)
+		return 0, err
 	}
+	lost := 0
 	for sid, ids := range acked {
 		ms, _, err := store.History(ctx, sid)
 		if err != nil {
-			return fail(fmt.Errorf("history of %s: %w", sid, err))
+			return 0, fmt.Errorf("history of %s: %w", sid, err)
 		}
 		have := map[string]bool{}
 		for _, m := range ms {
@@ -449,10 +496,9 @@ func (r *run) fullStore(ctx context.Context) (rep FullReport) {
 		}
 		for _, id := range ids {
 			if !have[id] {
-				rep.Lost++
+				lost++
 			}
 		}
 	}
-	rep.Done = true
-	return rep
+	return lost, nil
 }
