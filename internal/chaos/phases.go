@@ -216,8 +216,23 @@ func (r *run) restartAll(ctx context.Context) (rep RestartReport) {
 		}
 	}
 	r.fault("started the three nodes and the two replicas")
+	if err := r.awaitServing(ctx, names, start, &rep); err != nil {
+		rep.Error = err.Error()
+		return rep
+	}
+	r.fault("both replicas ready %v after the leaders", rep.ServingAfter.Round(100*time.Millisecond))
+
+	r.appendAfterRestart(ctx, &rep)
+	rep.Done = true
+	return rep
+}
+
+// awaitServing waits until JetStream has every leader of the streams
+// named back and both replicas are live and ready, and says how long each
+// took from start (the nodes' start).
+func (r *run) awaitServing(ctx context.Context, names []string, start time.Time, rep *RestartReport) error {
 	r.mu.Lock()
-	reps = slices.Clone(r.replicas)
+	reps := slices.Clone(r.replicas)
 	r.mu.Unlock()
 	livez := make([]time.Duration, len(reps))
 	ready := make([]time.Time, len(reps))
@@ -245,8 +260,7 @@ func (r *run) restartAll(ctx context.Context) (rep RestartReport) {
 			break
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
-			rep.Error = fmt.Sprintf("after 3 minutes: leaders back %v, /livez %v, ready %v", !leaders.IsZero(), livez, ready)
-			return rep
+			return fmt.Errorf("after 3 minutes: leaders back %v, /livez %v, ready %v", !leaders.IsZero(), livez, ready)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -255,10 +269,12 @@ func (r *run) restartAll(ctx context.Context) (rep RestartReport) {
 		rep.LivezAfter = max(rep.LivezAfter, livez[i])
 		rep.ServingAfter = max(rep.ServingAfter, ready[i].Sub(leaders))
 	}
-	r.fault("both replicas ready %v after the leaders", rep.ServingAfter.Round(100*time.Millisecond))
+	return nil
+}
 
-	// The service works through it: every runtime appends a turn and
-	// requests a compaction.
+// appendAfterRestart has every runtime append a turn and request a
+// compaction: the service works through the restart.
+func (r *run) appendAfterRestart(ctx context.Context, rep *RestartReport) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for i := range r.o.Runtimes {
@@ -282,8 +298,6 @@ func (r *run) restartAll(ctx context.Context) (rep RestartReport) {
 		}()
 	}
 	wg.Wait()
-	rep.Done = true
-	return rep
 }
 
 // allLeaders reports whether every stream named has a leader.
