@@ -404,54 +404,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 
-	r.logf("starting a three-node JetStream cluster")
-	if r.c, err = embedded.StartCluster(3, filepath.Join(dir, "cluster")); err != nil {
+	stop, err := r.setUp(ctx)
+	defer stop()
+	if err != nil {
 		return nil, err
 	}
-	defer r.c.Shutdown()
-	if r.fp, err = fakeprovider.Start(r.model()); err != nil {
-		return nil, err
-	}
-	defer r.fp.Close()
-	if r.nc, err = nats.Connect(r.c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond)); err != nil {
-		return nil, err
-	}
-	defer r.nc.Close()
-	if r.js, err = jetstream.New(r.nc); err != nil {
-		return nil, err
-	}
-	if err := r.provision(ctx); err != nil {
-		return nil, err
-	}
-	if _, err := r.nc.Subscribe(contract.ResultSubjects, r.onResult); err != nil {
-		return nil, err
-	}
-	for i := range 2 {
-		if err := r.startReplica(i); err != nil {
-			return nil, err
-		}
-	}
-	defer r.stopReplicas()
-	if err := r.waitForService(ctx); err != nil {
-		return nil, err
-	}
-
-	r.logf("%d runtimes for %v; model failing %.0f%% of calls", o.Runtimes, o.Duration, 100*o.FailRate)
-	r.loadStart = time.Now()
-	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
-	defer stopLoad()
-	var wg sync.WaitGroup
-	for i := range o.Runtimes {
-		wg.Add(1)
-		go func() { defer wg.Done(); r.runtime(loadCtx, i) }()
-	}
-	wg.Add(1)
-	go func() { defer wg.Done(); r.hostile(loadCtx) }()
-	r.chaos(loadCtx)
-	wg.Wait()
-	r.mu.Lock()
-	r.loadEnd = time.Now()
-	r.mu.Unlock()
+	r.load(ctx)
 	r.logf("load over; waiting for the requests still open")
 	r.drain(ctx, o.Drain)
 	restart := r.restartAll(ctx)
@@ -469,6 +427,69 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.logf("a store filled to its limit (a node of its own, max_file_store %d MiB)", fullStoreBytes>>20)
 	rep.FullStore = r.fullStore(ctx)
 	return rep, nil
+}
+
+// setUp starts the three-node cluster, the model, the connection, the
+// streams and both replicas, and waits for the service; stop undoes what
+// was started (also after an error).
+func (r *run) setUp(ctx context.Context) (stop func(), err error) {
+	var undo []func()
+	stop = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	r.logf("starting a three-node JetStream cluster")
+	if r.c, err = embedded.StartCluster(3, filepath.Join(r.dir, "cluster")); err != nil {
+		return stop, err
+	}
+	undo = append(undo, r.c.Shutdown)
+	if r.fp, err = fakeprovider.Start(r.model()); err != nil {
+		return stop, err
+	}
+	undo = append(undo, r.fp.Close)
+	if r.nc, err = nats.Connect(r.c.URLs(), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond)); err != nil {
+		return stop, err
+	}
+	undo = append(undo, r.nc.Close)
+	if r.js, err = jetstream.New(r.nc); err != nil {
+		return stop, err
+	}
+	if err := r.provision(ctx); err != nil {
+		return stop, err
+	}
+	if _, err := r.nc.Subscribe(contract.ResultSubjects, r.onResult); err != nil {
+		return stop, err
+	}
+	undo = append(undo, r.stopReplicas)
+	for i := range 2 {
+		if err := r.startReplica(i); err != nil {
+			return stop, err
+		}
+	}
+	return stop, r.waitForService(ctx)
+}
+
+// load runs the runtimes, the hostile client and the faults for the run's
+// duration.
+func (r *run) load(ctx context.Context) {
+	o := r.o
+	r.logf("%d runtimes for %v; model failing %.0f%% of calls", o.Runtimes, o.Duration, 100*o.FailRate)
+	r.loadStart = time.Now()
+	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
+	defer stopLoad()
+	var wg sync.WaitGroup
+	for i := range o.Runtimes {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.runtime(loadCtx, i) }()
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); r.hostile(loadCtx) }()
+	r.chaos(loadCtx)
+	wg.Wait()
+	r.mu.Lock()
+	r.loadEnd = time.Now()
+	r.mu.Unlock()
 }
 
 func (r *run) provision(ctx context.Context) error {
@@ -614,41 +635,10 @@ func (r *run) chaos(ctx context.Context) {
 			return true
 		}
 	}
-	killNode := func(what string, l int, back float64) {
-		if l < 0 {
-			r.fault("no node leads %s: not killed", what)
-			return
-		}
-		r.fault("killed node N%d, %s", l+1, what)
-		r.c.Kill(l)
-		at(back)
-		if err := r.c.Restart(l); err != nil {
-			r.fault("restart N%d failed: %v", l+1, err)
-			return
-		}
-		if err := r.c.WaitCurrent(l, 20*time.Second); err != nil {
-			r.fault("%v", err)
-			return
-		}
-		r.fault("restarted node N%d (current)", l+1)
-	}
 	if !at(0.04) {
 		return
 	}
-	r.fp.SetBehaviour(func(string) fakeprovider.Action { return fakeprovider.Action{Status: 503} })
-	r.mu.Lock()
-	r.outageStart = time.Now()
-	r.mu.Unlock()
-	r.fault("model outage: every call answered 503 for %v", r.o.Outage)
-	select {
-	case <-ctx.Done():
-	case <-time.After(r.o.Outage):
-	}
-	r.fp.SetBehaviour(r.model())
-	r.mu.Lock()
-	r.outageEnd = time.Now()
-	r.mu.Unlock()
-	r.fault("model back")
+	r.modelOutage(ctx)
 	// A replica killed and restarted early, so that it has long served
 	// again when the other is paused.
 	if !at(0.14) {
@@ -687,13 +677,58 @@ func (r *run) chaos(ctx context.Context) {
 		if !at(st.from) {
 			return
 		}
-		killNode(st.what, st.leader(), st.to)
+		r.killNode(st.what, st.leader(), func() { at(st.to) })
 	}
 	if !at(0.64) {
 		return
 	}
+	r.pauseReplica()
+}
+
+// modelOutage answers every model call 503 for the outage, then lets the
+// model answer again.
+func (r *run) modelOutage(ctx context.Context) {
+	r.fp.SetBehaviour(func(string) fakeprovider.Action { return fakeprovider.Action{Status: 503} })
 	r.mu.Lock()
-	p = r.replicas[1]
+	r.outageStart = time.Now()
+	r.mu.Unlock()
+	r.fault("model outage: every call answered 503 for %v", r.o.Outage)
+	select {
+	case <-ctx.Done():
+	case <-time.After(r.o.Outage):
+	}
+	r.fp.SetBehaviour(r.model())
+	r.mu.Lock()
+	r.outageEnd = time.Now()
+	r.mu.Unlock()
+	r.fault("model back")
+}
+
+// killNode kills node l (the leader of what), and restarts it once back
+// returns, waiting until it is current.
+func (r *run) killNode(what string, l int, back func()) {
+	if l < 0 {
+		r.fault("no node leads %s: not killed", what)
+		return
+	}
+	r.fault("killed node N%d, %s", l+1, what)
+	r.c.Kill(l)
+	back()
+	if err := r.c.Restart(l); err != nil {
+		r.fault("restart N%d failed: %v", l+1, err)
+		return
+	}
+	if err := r.c.WaitCurrent(l, 20*time.Second); err != nil {
+		r.fault("%v", err)
+		return
+	}
+	r.fault("restarted node N%d (current)", l+1)
+}
+
+// pauseReplica pauses replica 2 (SIGSTOP) for the pause, then resumes it.
+func (r *run) pauseReplica() {
+	r.mu.Lock()
+	p := r.replicas[1]
 	r.mu.Unlock()
 	if p == nil {
 		return
