@@ -415,42 +415,11 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	defer os.RemoveAll(dir)
 	n := &noisy{o: o, dir: dir}
 
-	// The server in a process of its own (`compactor nats --config`), as
-	// a deployment runs it: in this process it shared the run's garbage
-	// collector and scheduler with the flood's clients.
-	clientURL, stopServer, err := startNATS(ctx, o.Binary, o.NATSConf, filepath.Join(dir, "js"), filepath.Join(dir, "nats.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer stopServer()
-	n.url = func(user, pass string) string {
-		return strings.Replace(clientURL, "nats://", "nats://"+user+":"+pass+"@", 1)
-	}
-	admin, err := nats.Connect(n.url("admin", "admin-secret"))
-	if err != nil {
-		return nil, fmt.Errorf("connect as admin (%s's operator user): %w", o.NATSConf, err)
-	}
-	defer admin.Close()
-	js, err := jetstream.New(admin)
-	if err != nil {
-		return nil, err
-	}
-	pctx, cancel := context.WithTimeout(ctx, time.Minute)
-	err = app.ProvisionAll(pctx, admin, js, app.Provisioning{})
-	cancel()
-	if err != nil {
-		return nil, err
-	}
-	fp, err := fakeprovider.Start(func(string) fakeprovider.Action { return fakeprovider.Action{Delay: o.ModelDelay} })
-	if err != nil {
-		return nil, err
-	}
-	defer fp.Close()
-	stop, reload, err := n.serve(fp.URL)
-	if err != nil {
-		return nil, err
-	}
+	stop, reload, err := n.setUp(ctx)
 	defer stop()
+	if err != nil {
+		return nil, err
+	}
 
 	a, err := n.client("tenant-a", "tenant-a-secret")
 	if err != nil {
@@ -497,6 +466,65 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 		UnprotectedStored: n.stored.Load() - stored2, UnprotectedSent: n.sent.Load() - sent2, UnprotectedUnanswered: n.unanswered.Load(), Quota: quota,
 		AppendFlood: AppendFloodReport{PerSecond: o.AppendFlood, Compactions: latencies(besideAppends.compactions), Appends: latencies(besideAppends.appends),
 			Sent: af.sent.Load(), Stored: af.stored.Load(), Failed: af.failed.Load(), Refused: af.counts()}}
+	rep.ratios()
+	n.mu.Lock()
+	rep.Errors = slices.Clone(n.errors)
+	n.mu.Unlock()
+	return rep, nil
+}
+
+// setUp starts the server in a process of its own (`compactor nats
+// --config`), as a deployment runs it (in this process it shared the
+// run's garbage collector and scheduler with the flood's clients),
+// provisions it, and starts the model and the replicas; stop undoes what
+// was started (also after an error), reload reloads the replicas' tenant
+// limits.
+func (n *noisy) setUp(ctx context.Context) (stop func(), reload func(map[string]tenant.Limits) error, err error) {
+	var undo []func()
+	stop = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	o := n.o
+	clientURL, stopServer, err := startNATS(ctx, o.Binary, o.NATSConf, filepath.Join(n.dir, "js"), filepath.Join(n.dir, "nats.log"))
+	if err != nil {
+		return stop, nil, err
+	}
+	undo = append(undo, stopServer)
+	n.url = func(user, pass string) string {
+		return strings.Replace(clientURL, "nats://", "nats://"+user+":"+pass+"@", 1)
+	}
+	admin, err := nats.Connect(n.url("admin", "admin-secret"))
+	if err != nil {
+		return stop, nil, fmt.Errorf("connect as admin (%s's operator user): %w", o.NATSConf, err)
+	}
+	undo = append(undo, admin.Close)
+	js, err := jetstream.New(admin)
+	if err != nil {
+		return stop, nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	err = app.ProvisionAll(pctx, admin, js, app.Provisioning{})
+	cancel()
+	if err != nil {
+		return stop, nil, err
+	}
+	fp, err := fakeprovider.Start(func(string) fakeprovider.Action { return fakeprovider.Action{Delay: o.ModelDelay} })
+	if err != nil {
+		return stop, nil, err
+	}
+	undo = append(undo, fp.Close)
+	stopReplicas, reload, err := n.serve(fp.URL)
+	if err != nil {
+		return stop, nil, err
+	}
+	undo = append(undo, stopReplicas)
+	return stop, reload, nil
+}
+
+// ratios are tenant B's p99s beside the floods against alone.
+func (rep *NoisyReport) ratios() {
 	ratio := func(x, y Latencies) float64 {
 		if y.P99 <= 0 {
 			return 0
@@ -507,10 +535,6 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	rep.AppendRatio = ratio(rep.BesideAppends, rep.AloneAppends)
 	rep.AppendFlood.CompactionRatio = ratio(rep.AppendFlood.Compactions, rep.Alone)
 	rep.AppendFlood.AppendRatio = ratio(rep.AppendFlood.Appends, rep.AloneAppends)
-	n.mu.Lock()
-	rep.Errors = slices.Clone(n.errors)
-	n.mu.Unlock()
-	return rep, nil
 }
 
 // beside runs tenant B for a phase while flood runs (started a moment
