@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/compactor/compactor/client"
@@ -334,55 +335,22 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 	if err != nil {
 		return row, err
 	}
-	standIn, err := StartStandIn(opt.ModelDelay, extractive.New(counter), counter)
-	if err != nil {
-		return row, err
-	}
-	defer standIn.Close()
-	dir, err := os.MkdirTemp("", "compactor-prepared-")
-	if err != nil {
-		return row, err
-	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: dir})
-	if err != nil {
-		return row, err
-	}
-	defer embedded.Stop(srv)
-	sum, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: standIn.URL, Timeout: time.Minute,
-		Extractive: extractive.New(counter), Getenv: func(string) string { return "" }})
+	standIn, srv, sum, stop, err := modelAndServer(counter, opt.ModelDelay)
+	defer stop()
 	if err != nil {
 		return row, err
 	}
 	cfg.SummaryModel, cfg.SummaryProvider = "gpt-4o-mini", "openai"
-	enc := json.NewEncoder(opt.Trace)
 	start := time.Now()
-	var (
-		mu   sync.Mutex
-		reqs []request
-		ret  eval.Retention
-		errs []error
-		wg   sync.WaitGroup
-	)
-	names := make(map[string]string, len(convs))
+	pr := &pacedRun{enc: json.NewEncoder(opt.Trace), names: make(map[string]string, len(convs))}
 	for i := range convs {
-		names[fmt.Sprintf("prep-%d", i)] = convs[i].Name
+		pr.names[fmt.Sprintf("prep-%d", i)] = convs[i].Name
 	}
 	traced := func(out pipeline.Preparation, err error) {
 		if out.Outcome == pipeline.PrepareBelow && err == nil {
 			return // (a read of a session not due)
 		}
-		tl := PrepTraceLine{Mode: mode, Kind: "preparation", Session: names[out.SessionID], AtMS: time.Since(start).Milliseconds(), Outcome: string(out.Outcome),
-			Detail: out.Detail, TokensBefore: out.TokensBefore, TokensAfter: out.TokensAfter, LLMCalls: out.LLMCalls, InputTokens: out.InputTokens,
-			WastedTokens: out.WastedTokens, DurationMS: out.DurationMS, Cause: out.Cause, CauseDetail: out.CauseDetail, QueuedMS: out.QueuedMS}
-		if err != nil {
-			tl.Error = err.Error()
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err := enc.Encode(tl); err != nil {
-			errs = append(errs, fmt.Errorf("trace: %w", err))
-		}
+		pr.trace(prepTraceLine(mode, pr.names[out.SessionID], time.Since(start), out, err))
 	}
 	svc, err := app.Start(ctx, app.Config{NATSURL: srv.ClientURL(), Provision: true, Workers: 64, PrepareWorkers: 16,
 		Pipeline: cfg, Summarizer: sum, ObservePreparation: traced})
@@ -401,59 +369,165 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 	}
 	store := svc.Sessions.Store()
 
+	var wg sync.WaitGroup
 	for i := range convs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rs, r, err := runPaced(ctx, cl, store, fmt.Sprintf("prep-%d", i), convs[i], counter, opt)
-			mu.Lock()
-			defer mu.Unlock()
-			for _, rq := range rs {
-				tl := TraceLine{Mode: mode, Session: convs[i].Name, Message: rq.message, Possible: rq.possible, WaitMS: rq.wait.Milliseconds(), Failed: rq.failed != nil}
-				if rq.failed != nil {
-					tl.Error = fmt.Sprintf("%s: %s", rq.failed.Reason, rq.failed.Failed.Error)
-				}
-				if c := rq.res; c != nil {
-					tl.Strategy, tl.TokensBefore, tl.TokensAfter, tl.MessagesSummarised = c.Strategy, c.TokensBefore, c.TokensAfter, c.MessagesSummarised
-					tl.LLMCalls, tl.SummaryInputTokens, tl.PreparedAgeMS, tl.SummaryTokens = c.LLMCalls, c.InputTokens, c.PreparedAgeMS, c.SummaryTokens
-				}
-				if err := enc.Encode(tl); err != nil {
-					errs = append(errs, fmt.Errorf("trace: %w", err))
-				}
-			}
-			reqs = append(reqs, rs...)
-			ret = ret.Add(r)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", convs[i].Name, err))
-			}
+			pr.done(mode, convs[i].Name, rs, r, err)
 		}()
 	}
 	wg.Wait()
 	row.Seconds = time.Since(start).Seconds()
-	mu.Lock()
-	defer mu.Unlock()
-	if len(errs) > 0 {
-		return row, errs[0]
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	reqs, ret := pr.reqs, pr.ret
+	if len(pr.errs) > 0 {
+		return row, pr.errs[0]
 	}
-	if ps, ok := store.(pipeline.PreparedStore); ok {
-		for i := range convs {
-			id := fmt.Sprintf("prep-%d", i)
-			p, err := ps.Prepared(ctx, id)
-			if errors.Is(err, session.ErrNotFound) {
-				continue
-			} else if err != nil {
-				return row, err
-			}
-			rec, err := store.Record(ctx, id)
-			if err != nil {
-				return row, err
-			}
-			if p.State == session.PreparedReady && p.Compaction != nil && rec.CompactionID != p.Compaction.ID {
-				row.UnusedAtEnd++
-				row.UnusedAtEndInput += int64(p.InputTokens)
-			}
+	if row.UnusedAtEnd, row.UnusedAtEndInput, err = unusedAtEnd(ctx, store, len(convs)); err != nil {
+		return row, err
+	}
+	row.tally(reqs)
+	st := standIn.Stats()
+	row.ModelCalls, row.InputTokens, row.OutputTokens = st.Calls, st.InputTokens, st.OutputTokens
+	row.PrepCalls, row.PrepInputTokens = st.PrepCalls, st.PrepInputTokens
+	ps := svc.Pipeline.PrepareStats()
+	row.WastedTokens, row.StalePreparation = ps.WastedTokens, ps.Stale
+	row.PacedTriggers = svc.Preparer.Stats().Paced
+	row.Retention, row.RetentionShare = ret, ret.Share()
+	return row, nil
+}
+
+// pacedRun gathers a paced replay's requests, retention, trace lines and
+// errors from its runtimes and the preparer.
+type pacedRun struct {
+	mu    sync.Mutex
+	enc   *json.Encoder
+	names map[string]string // conversation names by session id
+	reqs  []request
+	ret   eval.Retention
+	errs  []error
+}
+
+// trace writes a trace line.
+func (pr *pacedRun) trace(v any) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.encode(v)
+}
+
+func (pr *pacedRun) encode(v any) {
+	if err := pr.enc.Encode(v); err != nil {
+		pr.errs = append(pr.errs, fmt.Errorf("trace: %w", err))
+	}
+}
+
+// done adds a conversation's requests (traced), retention and error.
+func (pr *pacedRun) done(mode, name string, rs []request, r eval.Retention, err error) {
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	for _, rq := range rs {
+		pr.encode(traceLineOf(mode, name, rq))
+	}
+	pr.reqs = append(pr.reqs, rs...)
+	pr.ret = pr.ret.Add(r)
+	if err != nil {
+		pr.errs = append(pr.errs, fmt.Errorf("%s: %w", name, err))
+	}
+}
+
+// modelAndServer starts the stand-in model (every call takes delay), an
+// embedded NATS server on a store of its own, and the router that calls
+// the model as an OpenAI-compatible provider; stop undoes what was
+// started (also after an error).
+func modelAndServer(counter *tokens.Counter, delay time.Duration) (*StandIn, *server.Server, pipeline.Summarizer, func(), error) {
+	var undo []func()
+	stop := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
 		}
 	}
+	standIn, err := StartStandIn(delay, extractive.New(counter), counter)
+	if err != nil {
+		return nil, nil, nil, stop, err
+	}
+	undo = append(undo, standIn.Close)
+	dir, err := os.MkdirTemp("", "compactor-prepared-")
+	if err != nil {
+		return nil, nil, nil, stop, err
+	}
+	undo = append(undo, func() { os.RemoveAll(dir) })
+	srv, err := embedded.Start(embedded.Options{Port: -1, DataDir: dir})
+	if err != nil {
+		return nil, nil, nil, stop, err
+	}
+	undo = append(undo, func() { embedded.Stop(srv) })
+	sum, err := router.FromSettings(router.Settings{Provider: "openai", BaseURL: standIn.URL, Timeout: time.Minute,
+		Extractive: extractive.New(counter), Getenv: func(string) string { return "" }})
+	if err != nil {
+		return nil, nil, nil, stop, err
+	}
+	return standIn, srv, sum, stop, nil
+}
+
+// prepTraceLine is the trace line of a preparation (out, err) of the
+// session named name, at since the run's start.
+func prepTraceLine(mode, name string, since time.Duration, out pipeline.Preparation, err error) PrepTraceLine {
+	tl := PrepTraceLine{Mode: mode, Kind: "preparation", Session: name, AtMS: since.Milliseconds(), Outcome: string(out.Outcome),
+		Detail: out.Detail, TokensBefore: out.TokensBefore, TokensAfter: out.TokensAfter, LLMCalls: out.LLMCalls, InputTokens: out.InputTokens,
+		WastedTokens: out.WastedTokens, DurationMS: out.DurationMS, Cause: out.Cause, CauseDetail: out.CauseDetail, QueuedMS: out.QueuedMS}
+	if err != nil {
+		tl.Error = err.Error()
+	}
+	return tl
+}
+
+// traceLineOf is the trace line of request rq of the session named name.
+func traceLineOf(mode, name string, rq request) TraceLine {
+	tl := TraceLine{Mode: mode, Session: name, Message: rq.message, Possible: rq.possible, WaitMS: rq.wait.Milliseconds(), Failed: rq.failed != nil}
+	if rq.failed != nil {
+		tl.Error = fmt.Sprintf("%s: %s", rq.failed.Reason, rq.failed.Failed.Error)
+	}
+	if c := rq.res; c != nil {
+		tl.Strategy, tl.TokensBefore, tl.TokensAfter, tl.MessagesSummarised = c.Strategy, c.TokensBefore, c.TokensAfter, c.MessagesSummarised
+		tl.LLMCalls, tl.SummaryInputTokens, tl.PreparedAgeMS, tl.SummaryTokens = c.LLMCalls, c.InputTokens, c.PreparedAgeMS, c.SummaryTokens
+	}
+	return tl
+}
+
+// unusedAtEnd counts the sessions prep-0 to prep-(n-1) whose ready
+// preparation no request committed, and the input it cost.
+func unusedAtEnd(ctx context.Context, store sessions.Store, n int) (count int, input int64, err error) {
+	ps, ok := store.(pipeline.PreparedStore)
+	if !ok {
+		return 0, 0, nil
+	}
+	for i := range n {
+		id := fmt.Sprintf("prep-%d", i)
+		p, err := ps.Prepared(ctx, id)
+		if errors.Is(err, session.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return 0, 0, err
+		}
+		rec, err := store.Record(ctx, id)
+		if err != nil {
+			return 0, 0, err
+		}
+		if p.State == session.PreparedReady && p.Compaction != nil && rec.CompactionID != p.Compaction.ID {
+			count++
+			input += int64(p.InputTokens)
+		}
+	}
+	return count, input, nil
+}
+
+// tally counts the requests into the row: compacted, from a preparation,
+// failed, and the latencies, all and where a preparation was possible, by
+// set too.
+func (row *PreparedRow) tally(reqs []request) {
 	var all, possible []time.Duration
 	bySet := map[string][]time.Duration{}
 	row.BySet = map[string]SetLatency{}
@@ -493,14 +567,6 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		sl.Latency = quantiles(d)
 		row.BySet[set] = sl
 	}
-	st := standIn.Stats()
-	row.ModelCalls, row.InputTokens, row.OutputTokens = st.Calls, st.InputTokens, st.OutputTokens
-	row.PrepCalls, row.PrepInputTokens = st.PrepCalls, st.PrepInputTokens
-	ps := svc.Pipeline.PrepareStats()
-	row.WastedTokens, row.StalePreparation = ps.WastedTokens, ps.Stale
-	row.PacedTriggers = svc.Preparer.Stats().Paced
-	row.Retention, row.RetentionShare = ret, ret.Share()
-	return row, nil
 }
 
 // runPaced is one runtime: it appends its conversation's messages at
