@@ -20,6 +20,18 @@ func (r *Report) Markdown(chart string) string {
 		"the service as `serve` wires it (8 workers, the durable consumer, KV stores), the floor and the clients.\n\n", m.CPU, m.Cores, m.Memory, m.Go, m.OS)
 	w("![Overhead and model cost against session length](%s)\n\n", chart)
 
+	for _, section := range []func(func(string, ...any)){r.mdOverhead, r.mdThroughput, r.mdModelCost, r.mdScale, r.mdLadder, r.mdPrepared, r.mdLong, r.mdWindow} {
+		section(w)
+	}
+	w("\n## Against the thresholds\n\n")
+	for _, f := range r.Flags() {
+		w("- %s\n", f)
+	}
+	return b.String()
+}
+
+// mdOverhead writes the section of the overhead per compaction against the floor.
+func (r *Report) mdOverhead(w func(string, ...any)) {
 	w("## 1. Overhead per compaction\n\n")
 	w("A runtime publishes a `ContextOverBudget` event for a session that has outgrown its %d-token window (two thirds of a shorter one) and waits for the "+
 		"`CompactionCompleted` event. *End to end* is that wait; *model* is the time inside the summariser (the offline `extractive` one); "+
@@ -33,6 +45,10 @@ func (r *Report) Markdown(chart string) string {
 		w("| %d | %d | %d | %.2f / %.2f | %.2f | %.2f / %.2f | %.2f / %.2f | **%.1f×** / %.1f× |\n", o.Messages, o.Tokens, o.Samples,
 			o.EndToEnd.P50, o.EndToEnd.P99, o.Model.P50, o.Overhead.P50, o.Overhead.P99, o.Floor.P50, o.Floor.P99, o.RatioP50, o.RatioP99)
 	}
+}
+
+// mdThroughput writes the section of compactions per second against the floor.
+func (r *Report) mdThroughput(w func(string, ...any)) {
 	w("\n## 2. Throughput\n\n")
 	w("Compactions per second of 50-message sessions with 1, 8 and 64 runtimes each waiting for its result before the next request. " +
 		"The service runs with the extractive model (whose CPU time is most of a compaction here) and with an *instant* model that answers " +
@@ -42,6 +58,10 @@ func (r *Report) Markdown(chart string) string {
 	for _, t := range r.Throughput {
 		w("| %d | %d | %.0f | %.0f | %.0f | %.2f | **%.2f** |\n", t.Concurrency, t.Requests, t.Service, t.Instant, t.Floor, t.Ratio, t.InstantRatio)
 	}
+}
+
+// mdModelCost writes the section of the model cost over the LoCoMo replay.
+func (r *Report) mdModelCost(w func(string, ...any)) {
 	w("\n## 3. Model cost\n\n")
 	if len(r.ModelCost) == 0 {
 		w("%s.\n", r.CostNote)
@@ -83,6 +103,10 @@ func (r *Report) Markdown(chart string) string {
 				share(t.incK), t.scr, float64(t.scr)/float64(t.tokens), t.scrC, share(t.scrK))
 		}
 	}
+}
+
+// mdScale writes the section of one compaction of a long session.
+func (r *Report) mdScale(w func(string, ...any)) {
 	w("\n## 4. Scale\n\n")
 	w("One compaction of a long session on the KV store (its first: everything before the tail is summarised, chunked to the summary " +
 		"model's window and merged), with the heap sampled every millisecond while it runs (peak above the heap before it).\n\n")
@@ -95,6 +119,10 @@ func (r *Report) Markdown(chart string) string {
 		w("\nFrom %d to %d messages (%.1f× the tokens): time %.1f×, peak heap %.1f× — %s.\n", a.Messages, z.Messages,
 			float64(z.Tokens)/float64(a.Tokens), z.Millis/a.Millis, z.PeakHeapMB/math.Max(a.PeakHeapMB, 0.1), linearity(float64(z.Tokens)/float64(a.Tokens), z.Millis/a.Millis))
 	}
+}
+
+// mdLadder writes the section of the reduction ladder against summary only.
+func (r *Report) mdLadder(w func(string, ...any)) {
 	w("\n## 5. The reduction ladder against summary only\n\n")
 	if len(r.Ladder) == 0 {
 		w("%s.\n", r.LadderNote)
@@ -123,6 +151,10 @@ func (r *Report) Markdown(chart string) string {
 				ratio, l.Ladder.MeanPrefixKept, l.SummaryOnly.MeanPrefixKept, head, l.Ladder.TokensSaved, l.SummaryOnly.TokensSaved, ret)
 		}
 	}
+}
+
+// mdPrepared writes the section of prepared compactions against blocking ones.
+func (r *Report) mdPrepared(w func(string, ...any)) {
 	w("\n## 6. Prepared compactions against blocking ones\n\n")
 	if c := r.Prepared; c == nil {
 		w("%s.\n", r.PreparedNote)
@@ -149,6 +181,10 @@ func (r *Report) Markdown(chart string) string {
 			}
 		}
 	}
+}
+
+// mdLong writes the section of prepared compactions on the long agent runs.
+func (r *Report) mdLong(w func(string, ...any)) {
 	w("\n## 7. Prepared compactions on long agent runs\n\n")
 	if len(r.Long) == 0 {
 		w("%s.\n", r.LongNote)
@@ -160,6 +196,10 @@ func (r *Report) Markdown(chart string) string {
 			preparedTable(w, c)
 		}
 	}
+}
+
+// mdWindow writes the section of prepared compactions on the bundled sets at a real pace.
+func (r *Report) mdWindow(w func(string, ...any)) {
 	w("\n## 8. Prepared compactions on the bundled sets at a real pace\n\n")
 	if c := r.Window; c == nil {
 		w("%s.\n", r.WindowNote)
@@ -168,11 +208,6 @@ func (r *Report) Markdown(chart string) string {
 			together(c, ""))
 		preparedTable(w, c)
 	}
-	w("\n## Against the thresholds\n\n")
-	for _, f := range r.Flags() {
-		w("- %s\n", f)
-	}
-	return b.String()
 }
 
 // together says how a comparison's modes ran, when at once (more says

@@ -54,6 +54,14 @@ func (r *ScaleReport) Markdown() string {
 		w("| %d | %.0f | %.0f | %.2f | %.3f | %.3f | %.3f | %.3f | %v |", a.Runtimes, a.Floor, a.Appends, a.Ratio, a.FloorServerMS, a.ServerMS, a.FloorClientMS, a.ServiceMS, a.PerShardAppends)
 	}
 	w("")
+	for _, section := range []func(func(string, ...any)){r.mdEndpoint, r.mdDurability, r.mdPerMessage, r.mdSweep, r.mdCompactions, r.mdCluster, r.mdEval, r.mdSizing} {
+		section(w)
+	}
+	return b.String()
+}
+
+// mdEndpoint writes the section of the appends through the endpoint, and at lengths.
+func (r *ScaleReport) mdEndpoint(w func(string, ...any)) {
 	if len(r.Endpoint) > 0 {
 		w("## Appends as a runtime makes them")
 		w("")
@@ -77,6 +85,10 @@ func (r *ScaleReport) Markdown() string {
 			w("")
 		}
 	}
+}
+
+// mdDurability writes the section of the appends at each way of syncing the store.
+func (r *ScaleReport) mdDurability(w func(string, ...any)) {
 	if len(r.Durability) > 0 {
 		w("## Durability")
 		w("")
@@ -90,6 +102,10 @@ func (r *ScaleReport) Markdown() string {
 		}
 		w("")
 	}
+}
+
+// mdPerMessage writes the section of what a message costs.
+func (r *ScaleReport) mdPerMessage(w func(string, ...any)) {
 	p := r.PerMsg
 	w("## What a message costs")
 	w("")
@@ -109,6 +125,10 @@ func (r *ScaleReport) Markdown() string {
 	}
 	w("A session holds %.1f subjects (its record, its log, its compactions and preparation when it has them); its record is %.0f bytes.", p.SubjectsPerSess, p.RecordBytes)
 	w("")
+}
+
+// mdSweep writes the section of the idle sweep.
+func (r *ScaleReport) mdSweep(w func(string, ...any)) {
 	w("## The idle sweep")
 	w("")
 	w("One sweep with nothing to delete (every record read once, by the replica holding the sweep lease) against reading as many records from a bucket of records only.")
@@ -119,12 +139,20 @@ func (r *ScaleReport) Markdown() string {
 		w("| %d | %.0f ms | %.0f ms | %.2f | %.1f | %.1f MB |", s.Sessions, s.SweepMS, s.FloorMS, s.Ratio, s.PerSessionUS, s.PeakGrowthMB)
 	}
 	w("")
+}
+
+// mdCompactions writes the section of compactions per second against the floor.
+func (r *ScaleReport) mdCompactions(w func(string, ...any)) {
 	if c := r.Compact; c != nil {
 		w("## Compactions per second")
 		w("")
 		w("%d compactions of 50-message sessions, %d at once, through the service with an instant model, against the floor (the same JetStream reads and writes by a minimal program): %.0f/s against %.0f/s, **%.2fx**. With the extractive summariser: %.0f/s (%.2fx).", c.Requests, c.Concurrency, c.Instant, c.Floor, c.InstantRatio, c.Service, c.Ratio)
 		w("")
 	}
+}
+
+// mdCluster writes the section of three nodes against one.
+func (r *ScaleReport) mdCluster(w func(string, ...any)) {
 	if c := r.Cluster; c != nil {
 		t := c.Replicated
 		w("## Three nodes against one")
@@ -139,6 +167,10 @@ func (r *ScaleReport) Markdown() string {
 		w("Leaders (node of each stream): %s, on %d nodes. Appends per leader node (of the data streams): %s; the busiest took %.2fx an even third.", leadersText(t.Leaders), t.Nodes, perNodeText(t.PerNode), t.Imbalance)
 		w("")
 	}
+}
+
+// mdEval writes the section of eval through the service against in process.
+func (r *ScaleReport) mdEval(w func(string, ...any)) {
 	if ev := r.Eval; ev != nil {
 		w("## eval through the service")
 		w("")
@@ -150,6 +182,10 @@ func (r *ScaleReport) Markdown() string {
 		w("| through the service | %.1f (%.2fx) | %d |", ev.ServiceS, ev.Ratio, ev.ServiceCompactions)
 		w("")
 	}
+}
+
+// mdSizing writes the section of the sizing model.
+func (r *ScaleReport) mdSizing(w func(string, ...any)) {
 	w("## Sizing")
 	w("")
 	w("From the figures above (%s). Memory is the server's live heap per message and disk the stream bytes per message measured above, both per replica; server cores are the whole cluster's.", r.SizingFor)
@@ -160,7 +196,6 @@ func (r *ScaleReport) Markdown() string {
 		w("| %d | %.0e | %.0f | %.1f GB | %.1f GB | %.1f | %.1f | %d | %d | %.0f s | %s |", s.Sessions, s.Messages, s.AppendsPerS, s.DiskGB, s.MemoryGB, s.ServerCores, s.ServiceCores, s.Shards, s.Nodes, s.SweepS, s.Limit)
 	}
 	w("")
-	return b.String()
 }
 
 // leadersText lists each stream's leader node, by stream.
