@@ -593,60 +593,11 @@ func (e *scaleEnv) sweep(ctx context.Context, n, base int, have *int, pool []ses
 	row := SweepRow{Sessions: n}
 	total := n
 	n -= base // the idle sessions to have beside the base ones
-	var next atomic.Int64
-	next.Store(int64(*have))
-	var wg sync.WaitGroup
-	var firstErr atomic.Value
-	for range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := next.Add(1) - 1; s < int64(n); s = next.Add(1) - 1 {
-				sid := fmt.Sprintf("idle-%d", s)
-				if _, err := e.svc.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o"}, pool[:2]); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				if _, err := floor.Put(ctx, fmt.Sprintf("_.idle-%d", s), recordValue); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := e.idleSessions(ctx, *have, n, pool, recordValue, floor); err != nil {
 		return row, err
 	}
 	*have = n
-	peak := func(f func() error) (time.Duration, float64, error) {
-		_, before := procStat(e.srv.PID)
-		var top atomic.Int64
-		stop := make(chan struct{})
-		sampled := make(chan struct{})
-		go func() {
-			defer close(sampled)
-			t := time.NewTicker(20 * time.Millisecond)
-			defer t.Stop()
-			for {
-				_, rss := procStat(e.srv.PID)
-				if rss > top.Load() {
-					top.Store(rss)
-				}
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-				}
-			}
-		}()
-		start := time.Now()
-		err := f()
-		took := time.Since(start)
-		close(stop)
-		<-sampled
-		return took, float64(max(top.Load()-before, 0)) / (1 << 20), err
-	}
+	peak := func(f func() error) (time.Duration, float64, error) { return peakOf(e.srv.PID, f) }
 	floorTook, _, err := peak(func() error {
 		w, err := floor.WatchAll(ctx, jetstream.IgnoreDeletes())
 		if err != nil {
@@ -690,6 +641,66 @@ func (e *scaleEnv) sweep(ctx context.Context, n, base int, have *int, pool []ses
 	return row, nil
 }
 
+// idleSessions creates the idle sessions from to n (64 at once), and
+// their records in the floor's bucket.
+func (e *scaleEnv) idleSessions(ctx context.Context, from, n int, pool []session.Message, recordValue []byte, floor jetstream.KeyValue) error {
+	var next atomic.Int64
+	next.Store(int64(from))
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for s := next.Add(1) - 1; s < int64(n); s = next.Add(1) - 1 {
+				sid := fmt.Sprintf("idle-%d", s)
+				if _, err := e.svc.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o"}, pool[:2]); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				if _, err := floor.Put(ctx, fmt.Sprintf("_.idle-%d", s), recordValue); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	err, _ := firstErr.Load().(error)
+	return err
+}
+
+// peakOf runs f and says how long it took and the peak growth of process
+// pid's resident memory meanwhile, in MB (sampled every 20 ms).
+func peakOf(pid int, f func() error) (time.Duration, float64, error) {
+	_, before := procStat(pid)
+	var top atomic.Int64
+	stop := make(chan struct{})
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			_, rss := procStat(pid)
+			if rss > top.Load() {
+				top.Store(rss)
+			}
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	start := time.Now()
+	err := f()
+	took := time.Since(start)
+	close(stop)
+	<-sampled
+	return took, float64(max(top.Load()-before, 0)) / (1 << 20), err
+}
+
 // RunScale runs the scale benchmark.
 func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 	opt.defaults()
@@ -725,49 +736,8 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 			c, row.Appends, row.Floor, row.Ratio, row.ServerMS, row.FloorServerMS, row.ServiceMS, row.FloorClientMS)
 		rep.Appends = append(rep.Appends, row)
 	}
-	if rep.PerMsg, err = e.fill(ctx, opt.Fill, 100, pool, raws); err != nil {
-		return nil, fmt.Errorf("fill: %w", err)
-	}
-	if rep.Separate {
-		pm := &rep.PerMsg
-		if pm.ServerMemory, pm.FloorMemory, err = memoryPerMessage(ctx, opt, filepath.Join(dir, "memory"), opt.Fill, 100, pool, raws); err != nil {
-			return nil, fmt.Errorf("memory per message: %w", err)
-		}
-		pm.MemoryMeasurable = true
-		if pm.FloorMemory > 0 {
-			pm.MemoryRatio = pm.ServerMemory / pm.FloorMemory
-		}
-	}
-	p("per message: %.3f subjects (KV %.0f), %.0f bytes (KV %.0f), server memory %.0f B (KV %.0f B)",
-		rep.PerMsg.Subjects, rep.PerMsg.FloorSubjects, rep.PerMsg.Bytes, rep.PerMsg.FloorBytes, rep.PerMsg.ServerMemory, rep.PerMsg.FloorMemory)
-	recBucket, recKey, _ := e.store.RecordKey(ctx, "fill-0")
-	recKV, err := e.js.KeyValue(ctx, recBucket)
-	if err != nil {
+	if err := e.storage(ctx, opt, rep, dir, pool, raws, p); err != nil {
 		return nil, err
-	}
-	recEntry, err := recKV.Get(ctx, recKey)
-	if err != nil {
-		return nil, err
-	}
-	floorRecs, err := e.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_records", History: 1, Storage: jetstream.FileStorage})
-	if err != nil {
-		return nil, err
-	}
-	// The sweep floor: the fill's sessions are records too.
-	have := 0
-	for i := range rep.PerMsg.Sessions {
-		if _, err := floorRecs.Put(ctx, fmt.Sprintf("_.fill-%d", i), recEntry.Value()); err != nil {
-			return nil, err
-		}
-	}
-	for _, n := range opt.Sweeps {
-		row, err := e.sweep(ctx, n, rep.PerMsg.Sessions, &have, pool, recEntry.Value(), floorRecs)
-		if err != nil {
-			return nil, fmt.Errorf("sweep %d: %w", n, err)
-		}
-		p("sweep of %d sessions: %.0f ms against %.0f ms reading records only: %.2f; peak server memory +%.1f MB",
-			n, row.SweepMS, row.FloorMS, row.Ratio, row.PeakGrowthMB)
-		rep.Sweeps = append(rep.Sweeps, row)
 	}
 	for i, sync := range []time.Duration{0, time.Second} {
 		rows, lengths, err := endpointRows(ctx, filepath.Join(dir, fmt.Sprint("endpoint-", i)), opt, sync, pool, raws, p)
@@ -782,34 +752,93 @@ func RunScale(ctx context.Context, opt ScaleOptions) (*ScaleReport, error) {
 	if rep.Durability, err = durability(ctx, dir, opt, pool, raws, p); err != nil {
 		return nil, fmt.Errorf("durability: %w", err)
 	}
-	if opt.Compactions > 0 {
-		ce, err := startEnv(ctx, 32)
-		if err != nil {
-			return nil, err
-		}
-		row, err := ce.throughput(ctx, 16, opt.Compactions, opt.Progress)
-		ce.close()
-		if err != nil {
-			return nil, fmt.Errorf("compactions: %w", err)
-		}
-		rep.Compact = &row
-	}
-	if opt.Cluster {
-		if rep.Cluster, err = clusterRun(ctx, filepath.Join(dir, "cluster"), opt, pool, raws, p); err != nil {
-			return nil, fmt.Errorf("cluster: %w", err)
-		}
-	}
-	if len(opt.Conversations) > 0 {
-		if rep.Eval, err = evalRun(ctx, opt.Conversations, opt.EvalLimit); err != nil {
-			return nil, fmt.Errorf("eval: %w", err)
-		}
-		p("eval of %d sessions at %d tokens: %.1f s through the service against %.1f s in process: %.2f; compactions %d and %d",
-			rep.Eval.Sessions, rep.Eval.Limit, rep.Eval.ServiceS, rep.Eval.InProcessS, rep.Eval.Ratio, rep.Eval.ServiceCompactions, rep.Eval.InProcessCompactions)
+	if err := moreRuns(ctx, opt, rep, dir, pool, raws, p); err != nil {
+		return nil, err
 	}
 	rep.Sizing, rep.SizingFor = sizing(rep)
 	rep.Goals = scaleGoals(rep)
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil
+}
+
+// storage measures what a message costs (subjects, bytes, the server's
+// memory) and the idle sweep against reading records only.
+func (e *scaleEnv) storage(ctx context.Context, opt ScaleOptions, rep *ScaleReport, dir string, pool []session.Message, raws []json.RawMessage, p func(string, ...any)) (err error) {
+	if rep.PerMsg, err = e.fill(ctx, opt.Fill, 100, pool, raws); err != nil {
+		return fmt.Errorf("fill: %w", err)
+	}
+	if rep.Separate {
+		pm := &rep.PerMsg
+		if pm.ServerMemory, pm.FloorMemory, err = memoryPerMessage(ctx, opt, filepath.Join(dir, "memory"), opt.Fill, 100, pool, raws); err != nil {
+			return fmt.Errorf("memory per message: %w", err)
+		}
+		pm.MemoryMeasurable = true
+		if pm.FloorMemory > 0 {
+			pm.MemoryRatio = pm.ServerMemory / pm.FloorMemory
+		}
+	}
+	p("per message: %.3f subjects (KV %.0f), %.0f bytes (KV %.0f), server memory %.0f B (KV %.0f B)",
+		rep.PerMsg.Subjects, rep.PerMsg.FloorSubjects, rep.PerMsg.Bytes, rep.PerMsg.FloorBytes, rep.PerMsg.ServerMemory, rep.PerMsg.FloorMemory)
+	recBucket, recKey, _ := e.store.RecordKey(ctx, "fill-0")
+	recKV, err := e.js.KeyValue(ctx, recBucket)
+	if err != nil {
+		return err
+	}
+	recEntry, err := recKV.Get(ctx, recKey)
+	if err != nil {
+		return err
+	}
+	floorRecs, err := e.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "bench_records", History: 1, Storage: jetstream.FileStorage})
+	if err != nil {
+		return err
+	}
+	// The sweep floor: the fill's sessions are records too.
+	have := 0
+	for i := range rep.PerMsg.Sessions {
+		if _, err := floorRecs.Put(ctx, fmt.Sprintf("_.fill-%d", i), recEntry.Value()); err != nil {
+			return err
+		}
+	}
+	for _, n := range opt.Sweeps {
+		row, err := e.sweep(ctx, n, rep.PerMsg.Sessions, &have, pool, recEntry.Value(), floorRecs)
+		if err != nil {
+			return fmt.Errorf("sweep %d: %w", n, err)
+		}
+		p("sweep of %d sessions: %.0f ms against %.0f ms reading records only: %.2f; peak server memory +%.1f MB",
+			n, row.SweepMS, row.FloorMS, row.Ratio, row.PeakGrowthMB)
+		rep.Sweeps = append(rep.Sweeps, row)
+	}
+	return nil
+}
+
+// moreRuns measures compactions per second, three nodes against one and
+// eval through the service, as opt asks.
+func moreRuns(ctx context.Context, opt ScaleOptions, rep *ScaleReport, dir string, pool []session.Message, raws []json.RawMessage, p func(string, ...any)) (err error) {
+	if opt.Compactions > 0 {
+		ce, err := startEnv(ctx, 32)
+		if err != nil {
+			return err
+		}
+		row, err := ce.throughput(ctx, 16, opt.Compactions, opt.Progress)
+		ce.close()
+		if err != nil {
+			return fmt.Errorf("compactions: %w", err)
+		}
+		rep.Compact = &row
+	}
+	if opt.Cluster {
+		if rep.Cluster, err = clusterRun(ctx, filepath.Join(dir, "cluster"), opt, pool, raws, p); err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+	}
+	if len(opt.Conversations) > 0 {
+		if rep.Eval, err = evalRun(ctx, opt.Conversations, opt.EvalLimit); err != nil {
+			return fmt.Errorf("eval: %w", err)
+		}
+		p("eval of %d sessions at %d tokens: %.1f s through the service against %.1f s in process: %.2f; compactions %d and %d",
+			rep.Eval.Sessions, rep.Eval.Limit, rep.Eval.ServiceS, rep.Eval.InProcessS, rep.Eval.Ratio, rep.Eval.ServiceCompactions, rep.Eval.InProcessCompactions)
+	}
+	return nil
 }
 
 // DurabilityRow is what one way of syncing the store costs: 8 runtimes
