@@ -89,7 +89,7 @@ describe("a runtime's calls against compactor serve", () => {
     assert.deepEqual(await c.delete("s1"), { session_id: "s1", deleted: true });
     assert.deepEqual(await c.delete("s1"), { session_id: "s1", deleted: true }, "a repeated delete answers the same");
     await assert.rejects(c.context("s1"), NotFoundError);
-    await assert.rejects(c.create("bad id", {}), /session id/);
+    await assert.rejects(c.create("bad id", {}), /session_id must be 1-200/);
   });
 
   test("messages over the server's max_payload go in parts, and come back whole", async () => {
