@@ -88,8 +88,8 @@ type Server struct {
 	log        *slog.Logger
 	sem        chan struct{}
 	ops        *slots         // session and breaker operations running
-	run        *workers       // the goroutines operations and compactions run on
 	opsWG      sync.WaitGroup // them
+	run        *workers       // the goroutines operations and compactions run on
 	counts     counts         // answers by endpoint and code
 	nc         *nats.Conn
 	ctx        context.Context // operations: values of Start's, never cancelled
