@@ -284,20 +284,9 @@ func DecodeEvent(h map[string][]string, body []byte) (Event, error) {
 			return Event{}, err
 		}
 	} else {
-		for k, v := range h {
-			name, ok := CutPrefixFold(k, HeaderPrefix)
-			if !ok || len(v) == 0 {
-				continue
-			}
-			name = strings.ToLower(name)
-			val, err := DecodeHeaderValue(v[0])
-			if err != nil {
-				return Event{}, fmt.Errorf("header %s: %v", k, err)
-			}
-			if prev, dup := attrs[name]; dup && prev != val {
-				return Event{}, fmt.Errorf("attribute %s given twice, as %q and %q", name, prev, val)
-			}
-			attrs[name] = val
+		var err error
+		if attrs, err = BinaryAttributes(h); err != nil {
+			return Event{}, err
 		}
 		if _, ok := attrs["datacontenttype"]; !ok {
 			if ct, ok := Header(h, "Content-Type"); ok {
@@ -309,6 +298,30 @@ func DecodeEvent(h map[string][]string, body []byte) (Event, error) {
 		}
 	}
 	return fromAttrs(attrs, data)
+}
+
+// BinaryAttributes reads the attributes of an event in binary mode: every
+// ce- header (names in any case, lower-cased), its value decoded by
+// DecodeHeaderValue; an attribute given twice with two values is an
+// error.
+func BinaryAttributes(h map[string][]string) (map[string]string, error) {
+	attrs := map[string]string{}
+	for k, v := range h {
+		name, ok := CutPrefixFold(k, HeaderPrefix)
+		if !ok || len(v) == 0 {
+			continue
+		}
+		name = strings.ToLower(name)
+		val, err := DecodeHeaderValue(v[0])
+		if err != nil {
+			return nil, fmt.Errorf("header %s: %v", k, err)
+		}
+		if prev, dup := attrs[name]; dup && prev != val {
+			return nil, fmt.Errorf("attribute %s given twice, as %q and %q", name, prev, val)
+		}
+		attrs[name] = val
+	}
+	return attrs, nil
 }
 
 // structured reads a structured-mode event's attributes (as strings) and

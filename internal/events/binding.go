@@ -40,25 +40,13 @@ func DecodeEvent(h map[string][]string, body []byte) (cloudevents.Event, error) 
 		}
 		return ev, validate(ev)
 	}
-	attrs := map[string]string{}
-	for k, v := range h {
-		name, ok := contract.CutPrefixFold(k, contract.HeaderPrefix)
-		if !ok || len(v) == 0 {
-			continue
-		}
-		name = strings.ToLower(name)
-		val, err := contract.DecodeHeaderValue(v[0])
-		if err != nil {
-			return cloudevents.Event{}, fmt.Errorf("contract.Header %s: %v", k, err)
-		}
-		if prev, dup := attrs[name]; dup && prev != val {
-			return cloudevents.Event{}, fmt.Errorf("attribute %s given twice, as %q and %q", name, prev, val)
-		}
-		attrs[name] = val
+	attrs, err := contract.BinaryAttributes(h)
+	if err != nil {
+		return cloudevents.Event{}, err
 	}
 	spec, ok := attrs["specversion"]
 	if !ok {
-		return cloudevents.Event{}, fmt.Errorf("binary mode without a ce-specversion contract.Header")
+		return cloudevents.Event{}, fmt.Errorf("binary mode without a ce-specversion header")
 	}
 	if spec != cloudevents.CloudEventsVersionV1 {
 		return cloudevents.Event{}, fmt.Errorf("specversion %q is not %s", spec, cloudevents.CloudEventsVersionV1)
@@ -66,7 +54,7 @@ func DecodeEvent(h map[string][]string, body []byte) (cloudevents.Event, error) 
 	ev := cloudevents.New(spec)
 	for name, val := range attrs {
 		if err := setAttr(&ev, name, val); err != nil {
-			return ev, fmt.Errorf("contract.Header %s%s: %v", contract.HeaderPrefix, name, err)
+			return ev, fmt.Errorf("header %s%s: %v", contract.HeaderPrefix, name, err)
 		}
 	}
 	if _, ok := attrs["datacontenttype"]; !ok {
