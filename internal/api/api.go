@@ -278,6 +278,7 @@ func (s *Server) Stop() error {
 			<-done
 		}
 		s.cancelWork()
+		s.run.stop()
 	})
 	return err
 }

@@ -1,6 +1,9 @@
 package api
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // workers run the endpoints' operations on goroutines kept between them.
 // An operation grows its goroutine's stack (decoding the body, the store,
@@ -12,9 +15,17 @@ import "time"
 type workers struct {
 	next chan func()
 	idle time.Duration
+	quit chan struct{} // closed by stop: workers end once idle
+	once sync.Once
 }
 
-func newWorkers(idle time.Duration) *workers { return &workers{next: make(chan func()), idle: idle} }
+func newWorkers(idle time.Duration) *workers {
+	return &workers{next: make(chan func()), idle: idle, quit: make(chan struct{})}
+}
+
+// stop ends the idle workers, and each busy one after its operation (one
+// run after stop still runs, on a goroutine of its own).
+func (w *workers) stop() { w.once.Do(func() { close(w.quit) }) }
 
 // run runs f on a waiting worker, or on a new one when none waits.
 func (w *workers) run(f func()) {
@@ -35,6 +46,8 @@ func (w *workers) loop(f func()) {
 			f()
 			t.Reset(w.idle)
 		case <-t.C:
+			return
+		case <-w.quit:
 			return
 		}
 	}

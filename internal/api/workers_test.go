@@ -47,4 +47,23 @@ func TestWorkersRunAtOnceAndAreKept(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+
+	// Stopped, the workers end at once, however long their idle time.
+	before = runtime.NumGoroutine()
+	kept := newWorkers(time.Hour)
+	var busy sync.WaitGroup
+	busy.Add(10)
+	for range 10 {
+		kept.run(func() { busy.Done(); busy.Wait() })
+	}
+	busy.Wait()
+	kept.stop()
+	ran := make(chan struct{})
+	kept.run(func() { close(ran) }) // after stop: still runs
+	<-ran
+	for deadline := time.Now().Add(time.Minute); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left after stop", runtime.NumGoroutine()-before)
+		}
+	}
 }

@@ -300,6 +300,14 @@ func TestReplicasRaceToCommitAPreparation(t *testing.T) {
 	b, _ := service(t, srv.ClientURL(), nil, func(c *app.Config) { noMessageCount(c); c.Pipeline.PrepareAt = 0 })
 	rt := newRuntime(t, srv.ClientURL(), "prep-race")
 	rt.grow(0.75)
+	// The appends reached either replica, and b prepares nothing: when
+	// the last ones all went to b, a never heard the session pass
+	// prepare_at (the test failed so under load). a is asked as a
+	// ContextNearBudget event asks it, so that the race is always between
+	// two commits of one preparation.
+	if _, err := a.Pipeline.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: rt.sid, Trigger: pipeline.PrepareNearBudget}); err != nil {
+		t.Fatal(err)
+	}
 	prepared(t, srv.ClientURL(), rt.sid)
 	rt.grow(1.01)
 	var wg sync.WaitGroup
