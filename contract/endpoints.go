@@ -125,7 +125,8 @@ const (
 	// MaxMessagesPerCall bounds the messages of one create or append.
 	MaxMessagesPerCall = 499
 	// MaxUploadPartBytes bounds a part of an upload (compactor.session.upload)
-	// and of a message or answer read in parts.
+	// and of a message or answer read in parts: a request carrying it,
+	// base64-encoded, fits the default 1 MB max_payload.
 	MaxUploadPartBytes = 512 << 10
 	// MaxUploadParts bounds an upload's parts: a message is at most
 	// MaxUploadParts x MaxUploadPartBytes (64 MiB).
