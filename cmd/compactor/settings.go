@@ -46,7 +46,7 @@ func addPipelineFlags(fs *flag.FlagSet, args []string, timeoutUsage string) (*pi
 	p.timeout = fs.Duration("timeout", 0, timeoutUsage)
 	p.hedge = fs.Bool("hedge", true, "make a second call beside a request's summary call that runs past three times the provider's p95 (at least 2 s; a quarter of --timeout until 20 calls have answered), the first answer winning, so a hung call does not hold the request for --timeout")
 	fs.IntVar(&cfg.KeepRecentTurns, "keep-recent-turns", cfg.KeepRecentTurns, "turns kept raw")
-	fs.IntVar(&cfg.MaxSummaryTokens, "max-summary-tokens", cfg.MaxSummaryTokens, "summary budget in tokens")
+	fs.IntVar(&cfg.MaxSummaryTokens, "max-summary-tokens", cfg.MaxSummaryTokens, "the compaction message's budget in tokens (preamble, ledger and summary)")
 	fs.IntVar(&cfg.MaxMessages, "max-messages", cfg.MaxMessages, "compact when the context has more messages (0: never)")
 	fs.StringVar(&cfg.SummaryModel, "summary-model", cfg.SummaryModel, "summary `MODEL` (default: the session's model)")
 	fs.IntVar(&cfg.SummaryContextLimit, "summary-context-limit", cfg.SummaryContextLimit, "the summary model's input limit in `TOKENS` (default: from the model table)")

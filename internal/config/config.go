@@ -91,6 +91,9 @@ func Load(path string) (Loaded, error) {
 		return l, fmt.Errorf("config %s: %w", path, err)
 	}
 	if len(f.Compaction) > 0 {
+		if err := removedFields(f.Compaction); err != nil {
+			return l, fmt.Errorf("config %s: compaction: %w", path, err)
+		}
 		dec := json.NewDecoder(bytes.NewReader(f.Compaction))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&l.Compaction); err != nil {
@@ -129,4 +132,25 @@ func Load(path string) (Loaded, error) {
 	}
 	l.Tenants = f.Tenants
 	return l, nil
+}
+
+// removed are compaction fields a release took out, with what replaces
+// them: a file that still sets one is told why, not only that the field
+// is unknown.
+var removed = map[string]string{
+	"ledger_window_share": "removed: max_summary_tokens bounds the whole compaction message (ledger, working state and prose) at any window; raise it for a longer ledger",
+}
+
+// removedFields reports the first removed field that raw sets.
+func removedFields(raw json.RawMessage) error {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(raw, &fields) != nil {
+		return nil // the strict decode says what is wrong
+	}
+	for name, why := range removed {
+		if _, ok := fields[name]; ok {
+			return fmt.Errorf("%s is %s", name, why)
+		}
+	}
+	return nil
 }

@@ -64,4 +64,8 @@ func TestLoadErrors(t *testing.T) {
 	if _, err := config.Load(write(t, "provider: openai\n")); err == nil || !strings.Contains(err.Error(), "the config file is JSON") {
 		t.Errorf("yaml: %v", err)
 	}
+	// A removed field says what replaced it.
+	if _, err := config.Load(write(t, `{"compaction": {"ledger_window_share": 0.1}}`)); err == nil || !strings.Contains(err.Error(), "max_summary_tokens bounds the whole compaction message") {
+		t.Errorf("removed field: %v", err)
+	}
 }

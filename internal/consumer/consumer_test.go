@@ -44,7 +44,7 @@ func (e *env) checkCompacted(sid string, limit int) []session.Message {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if err := eval.CheckContext(all, view, e.counter.Context(view), limit, e.counter, pipeline.DefaultConfig().SummaryBound(limit)); err != nil {
+	if err := eval.CheckContext(all, view, e.counter.Context(view), limit, e.counter, pipeline.DefaultConfig().MaxSummaryTokens); err != nil {
 		e.t.Fatal(err)
 	}
 	for _, m := range view {

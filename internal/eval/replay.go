@@ -296,7 +296,7 @@ func (r *replayer) compacted(i int, res *pipeline.Result) ([]session.Message, in
 		rep.PinnedHead += head
 		rep.HeadKept += min(res.PrefixKeptTokens, head)
 	}
-	if err := CheckContext(all, view, n, r.limit, r.counter, r.cfg.SummaryBound(r.limit)); err != nil {
+	if err := CheckContext(all, view, n, r.limit, r.counter, r.cfg.MaxSummaryTokens); err != nil {
 		return nil, 0, fmt.Errorf("%s after message %d: %w", r.c.Name, i, err)
 	}
 	if r.after != nil {
@@ -373,8 +373,8 @@ func CheckContext(all, view []session.Message, viewTokens, limit int, counter *t
 	got := map[pipeline.ToolCall]int{}
 	for _, m := range view {
 		if m.IsCompaction {
-			if n := counter.Count(m.Compaction.SummaryText); n > maxSummary {
-				return fmt.Errorf("summary of %d tokens, over %d", n, maxSummary)
+			if n := counter.Message(&m); n > maxSummary {
+				return fmt.Errorf("compaction message of %d tokens, over max_summary_tokens %d", n, maxSummary)
 			}
 			continue
 		}

@@ -193,7 +193,7 @@ func TestLadderClearsWithoutModel(t *testing.T) {
 		t.Fatalf("clearing dropped messages: %d -> %d", len(before), len(after))
 	}
 	all, _, _ := e.store.History(context.Background(), "s")
-	if err := eval.CheckContext(all, after, e.counter.Context(after), 8000, e.counter, cfg.SummaryBound(8000)); err != nil {
+	if err := eval.CheckContext(all, after, e.counter.Context(after), 8000, e.counter, cfg.MaxSummaryTokens); err != nil {
 		t.Fatal(err)
 	}
 	firstCleared := -1

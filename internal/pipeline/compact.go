@@ -19,6 +19,7 @@ import (
 	"github.com/compactor/compactor/internal/summary"
 	"github.com/compactor/compactor/internal/telemetry"
 	"github.com/compactor/compactor/internal/tenant"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // Service is the compaction orchestrator: it composes the stages over a
@@ -458,9 +459,13 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		}
 	}
 	a := s.assemble(p, req, key, r, res)
+	written := 0
+	if r.step == StepSummarise {
+		written = a.msg.Tokens // (a summary in force kept word for word was bounded when written)
+	}
 	if err := step(ctx, "verify", func(context.Context) error {
 		return Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
-			Limit: p.limit, Summary: r.summary != "", SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, s.maxSummary(p.limit)), State: r.state})
+			Limit: p.limit, Summary: r.summary != "", MessageTokens: written, MaxSummaryTokens: s.cfg.MaxSummaryTokens, State: r.state})
 	}); err != nil {
 		return &Error{Reason: ReasonInvariantViolated, Err: err}
 	}
@@ -618,9 +623,9 @@ func (s *Service) ledgerPart(p *plan, r *reduction, prev *session.Message, input
 	}
 	led.ledger = ledgerOf(prev, input, after(p.sess.Messages, input), r.incremental, pinsUser(p.pinned))
 	if r.budget < roomyBudget {
-		led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit))
+		led.rendered = ledger.Render(led.ledger, p.counter.Count, s.ledgerBudget(r.budget))
 	} else {
-		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget, p.limit), s.stateBudget(r.budget, p.limit))
+		led.rendered = ledger.RenderWithState(led.ledger, p.counter.Count, s.ledgerBudget(r.budget), s.stateBudget(r.budget))
 	}
 	if led.ledger.Empty() {
 		led.ledger = nil
@@ -747,9 +752,18 @@ func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r 
 	return nil
 }
 
-// summaryFraming is the preamble and overhead of a compaction message on
-// top of its summary.
-const summaryFraming = 40
+// summaryFraming is the most the preamble and overhead of a compaction
+// message add to its summary, whatever its seqs (framingOf is a given
+// message's).
+const summaryFraming = 48
+
+// framingOf is what a compaction message summarising up to seq last adds
+// to its summary: the preamble with both seqs as wide as last (a range
+// starts at or before its end, and a number of fewer digits is no more
+// tokens), the message's overhead, and a token the join may add.
+func framingOf(c *tokens.Counter, last int64) int {
+	return c.Message(&session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf(summaryPreamble, last, last))}) + 1
+}
 
 func (s *Service) checkProgress(d Decision, before, after, afterMessages int) error {
 	if d.Reason == DecisionMessages && afterMessages <= s.cfg.MaxMessages {

@@ -13,8 +13,10 @@ type Config struct {
 	// KeepRecentTurns is how many of the latest turns stay raw. A turn
 	// starts at a user message and runs to the next one.
 	KeepRecentTurns int `json:"keep_recent_turns"`
-	// MaxSummaryTokens bounds every summary, and is the max_tokens of every
-	// summary model call.
+	// MaxSummaryTokens bounds every compaction message as a whole: its
+	// preamble, working state, artifact ledger and the summariser's prose
+	// share it (the ledger's sections shrink first, by their priority).
+	// It is also the most max_tokens of a summary model call.
 	MaxSummaryTokens int `json:"max_summary_tokens"`
 	// MaxMessages triggers compaction when the context holds more messages.
 	// Zero disables the message-count trigger.
@@ -56,13 +58,6 @@ type Config struct {
 	// (files, commands, errors and fixes, tests, identifiers, extracted
 	// from the summarised messages) may take; 0 turns the ledger off.
 	LedgerShare float64 `json:"ledger_share"`
-	// LedgerWindowShare is the share of the context limit the ledger and
-	// the working state may take where that is more than their share of
-	// max_summary_tokens (at most 8,000 tokens): beyond max_summary_tokens,
-	// so a session tens of thousands of tokens deep keeps the commands and
-	// files it ran and touched. Default 0.1 (at a 32k window, 3,200
-	// tokens; at 4k and under, no more than ledger_share gives).
-	LedgerWindowShare float64 `json:"ledger_window_share"`
 	// ImageTokens is what an image whose size cannot be read (a remote
 	// URL) counts; 0: 765, a 1024x1024 image in high detail. Images whose
 	// data is inline count by OpenAI's rule (tokens.ImageTokens).
@@ -166,7 +161,6 @@ func DefaultConfig() Config {
 		MinReduction:        0.10,
 		CondenseRatio:       0.75,
 		LedgerShare:         0.4,
-		LedgerWindowShare:   0.1,
 		ToolOutputMaxTokens: 2000,
 		MaxChunkDepth:       6,
 		CommitRetries:       3,
@@ -178,27 +172,6 @@ func DefaultConfig() Config {
 		PreparedMaxAge:      Duration(30 * time.Minute),
 	}
 }
-
-// SummaryBound is the most tokens a summary may hold at a window of limit
-// tokens: max_summary_tokens and what the ledger may take beyond its share
-// of it (LedgerExtra).
-func (c Config) SummaryBound(limit int) int { return c.MaxSummaryTokens + c.LedgerExtra(limit) }
-
-// LedgerExtra is what the artifact ledger and the working state may take
-// beyond their share of max_summary_tokens where the window is large:
-// ledger_window_share of the limit less that share, at most
-// maxLedgerTokens in all. An agent tens of thousands of tokens deep has
-// run more commands and touched more files than a 1,000-token summary
-// can list, and its window has the room.
-func (c Config) LedgerExtra(limit int) int {
-	if c.LedgerShare <= 0 {
-		return 0
-	}
-	return max(0, min(int(c.LedgerWindowShare*float64(limit)), maxLedgerTokens)-int(c.LedgerShare*float64(c.MaxSummaryTokens)))
-}
-
-// maxLedgerTokens bounds the ledger at any window.
-const maxLedgerTokens = 8000
 
 // DefaultBreakerCooldown is BreakerCooldown's default.
 const DefaultBreakerCooldown = 30 * time.Second
@@ -234,7 +207,8 @@ func (c Config) Validate() error {
 		}
 	}
 	check(c.KeepRecentTurns >= 0, "keep_recent_turns must be >= 0, got %d", c.KeepRecentTurns)
-	check(c.MaxSummaryTokens >= minSummaryTokens, "max_summary_tokens must be >= %d, got %d", minSummaryTokens, c.MaxSummaryTokens)
+	check(c.MaxSummaryTokens >= minSummaryTokens+summaryFraming, "max_summary_tokens must be >= %d (a summary of %d and its message's framing), got %d",
+		minSummaryTokens+summaryFraming, minSummaryTokens, c.MaxSummaryTokens)
 	check(c.MaxMessages >= 0, "max_messages must be >= 0, got %d", c.MaxMessages)
 	check(c.MaxMessages == 0 || c.MaxMessages > c.KeepRecentTurns, "max_messages (%d) must exceed keep_recent_turns (%d)", c.MaxMessages, c.KeepRecentTurns)
 	check(c.SummaryContextLimit >= 0, "summary_context_limit must be >= 0, got %d", c.SummaryContextLimit)
@@ -246,7 +220,6 @@ func (c Config) Validate() error {
 	check(c.MinReduction >= 0 && c.MinReduction < 1, "min_reduction must be in [0, 1), got %g", c.MinReduction)
 	check(c.ImageTokens >= 0, "image_tokens must be >= 0, got %d", c.ImageTokens)
 	check(c.LedgerShare >= 0 && c.LedgerShare <= 0.8, "ledger_share must be in [0, 0.8], got %g", c.LedgerShare)
-	check(c.LedgerWindowShare >= 0 && c.LedgerWindowShare <= 0.2, "ledger_window_share must be in [0, 0.2], got %g", c.LedgerWindowShare)
 	check(c.CondenseRatio >= 0.2 && c.CondenseRatio <= 1, "condense_ratio must be in [0.2, 1], got %g", c.CondenseRatio)
 	check(c.ToolOutputMaxTokens >= 50, "tool_output_max_tokens must be >= 50, got %d", c.ToolOutputMaxTokens)
 	check(c.MaxChunkDepth >= 1 && c.MaxChunkDepth <= 16, "max_chunk_depth must be in [1, 16], got %d", c.MaxChunkDepth)

@@ -119,7 +119,7 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	if rb, ok := rebased(stored, rec, p.sess.Summary); ok {
 		stored = rb
 	}
-	if !stored.Usable(rec) || pp.tooOld(stored) {
+	if !stored.Usable(rec) || pp.tooOld(stored) || pp.overCap(stored) {
 		pp.retire(ctx, ps, stored, rec)
 		return nil, false, nil
 	}
@@ -137,7 +137,7 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 		return pp.topUp(p, p2, d, stored, age)
 	}
 	if err := Verify(VerifyInput{Before: p.before, After: p2.before, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: p2.beforeTokens,
-		Limit: p.limit, Summary: true, SummaryTokens: meta.SummaryTokens, MaxSummaryTokens: pp.s.maxSummary(p.limit)}); err != nil {
+		Limit: p.limit, Summary: true, MessageTokens: m.Tokens, MaxSummaryTokens: pp.s.cfg.MaxSummaryTokens}); err != nil {
 		pp.s.log.LogAttrs(ctx, slog.LevelDebug, "prepared compaction fails its checks now; compacting anew", slog.String("session_id", req.SessionID), slog.String("error", err.Error()))
 		return nil, false, nil
 	}
@@ -170,7 +170,7 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 			return nil, true, nil
 		}
 		// This request wrote the compaction and another committed the
-		// record to it: it is this request'pp.s.
+		// record to it: it is what this request did.
 	}
 	pp.stats.used.Add(1)
 	pp.markUsed(ctx, ps, stored)
@@ -211,6 +211,12 @@ func (pp *preparations) topUp(p, p2 *plan, d Decision, stored session.PreparedCo
 		r.budget = max(r.budget, meta.SummaryTokens)
 	}
 	return r, false, nil
+}
+
+// overCap reports whether a preparation's compaction message is over
+// max_summary_tokens (written before it was lowered).
+func (pp *preparations) overCap(stored session.PreparedCompaction) bool {
+	return stored.Compaction != nil && stored.Compaction.Tokens > pp.s.cfg.MaxSummaryTokens
 }
 
 // withPrepared is the plan of the session as it would be with prepared

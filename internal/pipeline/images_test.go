@@ -96,7 +96,7 @@ func TestScreenshotsCompact(t *testing.T) {
 		t.Fatal("no screenshot stays raw in the tail")
 	}
 	all, _, _ := e.store.History(context.Background(), "s")
-	if err := eval.CheckContext(all, after, e.counter.Context(after), 8000, e.counter, cfg.SummaryBound(8000)); err != nil {
+	if err := eval.CheckContext(all, after, e.counter.Context(after), 8000, e.counter, cfg.MaxSummaryTokens); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -388,7 +388,7 @@ func TestWorkingStateKept(t *testing.T) {
 		!strings.Contains(view[1].Content.Text, "## Working state\n- task, as the user gave it") {
 		t.Fatalf("stored ledger %+v\n%s", meta.Ledger, view[1].Content.Text)
 	}
-	if bound := cfg.SummaryBound(2400); res.SummaryTokens > bound {
+	if bound := cfg.MaxSummaryTokens; res.SummaryTokens > bound {
 		t.Fatalf("summary %d tokens, over %d", res.SummaryTokens, bound)
 	}
 

@@ -121,21 +121,22 @@ func (s *Service) target(p *plan) int {
 // preparations never used). Preparations are redesigned in issue 26.
 func (s *Service) summaryReserve(p *plan) int {
 	if p.growth > 0 {
-		return s.maxSummary(p.limit)
+		return s.maxSummary()
 	}
-	return max(minSummaryTokens, min(s.maxSummary(p.limit), (s.target(p)-p.pinnedTokens-2*summaryFraming)*2/3))
+	return max(minSummaryTokens, min(s.maxSummary(), (s.target(p)-p.pinnedTokens-2*summaryFraming)*2/3))
 }
 
-// maxSummary bounds a summary at a window of limit tokens
-// (Config.SummaryBound).
-func (s *Service) maxSummary(limit int) int { return s.cfg.SummaryBound(limit) }
+// maxSummary is what a summary may hold at most whatever its message's
+// seqs: max_summary_tokens less the widest framing (a plan knows its own
+// framing, framingOf, and gives the summary what that leaves).
+func (s *Service) maxSummary() int { return s.cfg.MaxSummaryTokens - summaryFraming }
 
 // ledgerBudget is what the artifact ledger may take of a summary's budget:
 // its share of max_summary_tokens, so that a summary shortened to fit a
 // small window keeps the files, commands and errors it would have kept
 // and shortens its prose first; never over maxLedgerShare of the budget.
-func (s *Service) ledgerBudget(budget, limit int) int {
-	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens))+s.cfg.LedgerExtra(limit), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
+func (s *Service) ledgerBudget(budget int) int {
+	return max(0, min(int(s.cfg.LedgerShare*float64(s.cfg.MaxSummaryTokens)), int(max(s.cfg.LedgerShare, maxLedgerShare)*float64(budget)),
 		budget-minSummariserTokens))
 }
 
@@ -144,8 +145,8 @@ func (s *Service) ledgerBudget(budget, limit int) int {
 // summariser's prose: an eighth of the budget, at most 200 tokens, so
 // that at a small window it does not crowd out the commands, files and
 // identifiers the ledger lists.
-func (s *Service) stateBudget(budget, limit int) int {
-	return max(0, min(budget/8, 200, budget-minSummariserTokens-s.ledgerBudget(budget, limit)))
+func (s *Service) stateBudget(budget int) int {
+	return max(0, min(budget/8, 200, budget-minSummariserTokens-s.ledgerBudget(budget)))
 }
 
 // roomyBudget is the summary budget from which the working state has a
@@ -288,11 +289,14 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	// and the tail (so the context lands on the target, not near the
 	// limit); only when the tail alone is past the target, what the limit
 	// leaves.
-	room := p.limit - p.growth - p.pinnedTokens - summaryFraming - tailTokens
-	if aim := target - p.pinnedTokens - summaryFraming - tailTokens; aim >= minSummaryTokens && p.growth == 0 {
+	// The compaction message, its framing and summary, is within
+	// max_summary_tokens.
+	frame := framingOf(p.counter, r.selected[len(r.selected)-1].Seq)
+	room := p.limit - p.growth - p.pinnedTokens - frame - tailTokens
+	if aim := target - p.pinnedTokens - frame - tailTokens; aim >= minSummaryTokens && p.growth == 0 {
 		room = aim // (a preparation: see summaryReserve)
 	}
-	r.budget = min(s.maxSummary(p.limit), room, replaced-summaryFraming-1)
+	r.budget = min(s.cfg.MaxSummaryTokens-frame, room, replaced-frame-1)
 	if r.budget < minSummaryTokens {
 		if cleared {
 			return asCleared(), nil

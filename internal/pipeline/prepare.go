@@ -508,7 +508,7 @@ func (pp *preparations) run(ctx context.Context, ps PreparedStore, req PrepareRe
 		a := pp.s.assemble(p, req2, r.key(req.SessionID, rec.HeadSeq), r, &res)
 		a.msg.Compaction.RequestID = ""
 		err = Verify(VerifyInput{Before: p.before, After: a.context, Pinned: p.pinned, BeforeTokens: p.beforeTokens, AfterTokens: a.tokens,
-			Limit: p.limit, Summary: true, SummaryTokens: r.summaryTokens, MaxSummaryTokens: max(r.budget, pp.s.maxSummary(p.limit))})
+			Limit: p.limit, Summary: true, MessageTokens: a.msg.Tokens, MaxSummaryTokens: pp.s.cfg.MaxSummaryTokens})
 		if err == nil {
 			// Progress as the request will see it: both sides grown by
 			// what the preparation planned for.

@@ -137,7 +137,7 @@ func TestPropertyCompaction(t *testing.T) {
 			}
 		}
 		// No call separated from its results, summary and context in budget.
-		if err := eval.CheckContext(all, out, c.Context(out), limit, c, cfg.SummaryBound(limit)); err != nil {
+		if err := eval.CheckContext(all, out, c.Context(out), limit, c, cfg.MaxSummaryTokens); err != nil {
 			t.Fatal(err)
 		}
 		// The last K turns stay raw unless they alone overflow the headroom.
@@ -160,7 +160,7 @@ func TestPropertyCompaction(t *testing.T) {
 			for i := 0; i < len(all) && all[i].Role == session.RoleSystem; i++ {
 				pinned += all[i].Tokens
 			}
-			reserve := cfg.SummaryBound(limit) + 40 // the summary's bound, with the ledger's window share
+			reserve := cfg.MaxSummaryTokens + 3 // the whole compaction message's bound
 			overBudget := float64(lastK+pinned+reserve) > cfg.HeadroomRatio*float64(limit) || lastK+pinned+reserve > limit
 			overCount := cfg.MaxMessages > 0 && len(all)-turnStart > cfg.MaxMessages-2
 			if !overBudget && !overCount {
@@ -223,7 +223,7 @@ func TestPropertyCompaction(t *testing.T) {
 			sess2, _ := store.Load(ctx, "s", false)
 			all2, _, _ := store.History(ctx, "s")
 			out2 := pipeline.ContextOf(sess2)
-			if err := eval.CheckContext(all2, out2, c.Context(out2), limit, c, cfg.SummaryBound(limit)); err != nil {
+			if err := eval.CheckContext(all2, out2, c.Context(out2), limit, c, cfg.MaxSummaryTokens); err != nil {
 				t.Fatalf("second compaction: %v", err)
 			}
 		}

@@ -53,7 +53,7 @@ func TestReplayRealData(t *testing.T) {
 			after := e.context(t, id)
 			if res.Outcome == pipeline.OutcomeCompacted {
 				all, _, _ := e.store.History(context.Background(), id)
-				if err := eval.CheckContext(all, after, e.counter.Context(after), limit, e.counter, cfg.SummaryBound(limit)); err != nil {
+				if err := eval.CheckContext(all, after, e.counter.Context(after), limit, e.counter, cfg.MaxSummaryTokens); err != nil {
 					t.Fatalf("%s: %v", id, err)
 				}
 			}

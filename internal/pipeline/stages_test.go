@@ -228,7 +228,7 @@ func TestVerify(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := pipeline.Verify(pipeline.VerifyInput{Before: before, After: tt.after, Pinned: pinned, BeforeTokens: 800, AfterTokens: tt.tokens,
-				Limit: 1000, Summary: true, SummaryTokens: tt.summary, MaxSummaryTokens: 500})
+				Limit: 1000, Summary: true, MessageTokens: tt.summary, MaxSummaryTokens: 500})
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Verify = %v, wantErr %v", err, tt.wantErr)
 			}

@@ -17,8 +17,12 @@ type VerifyInput struct {
 	Limit                     int
 	// Summary says the after context has a summary (a compaction that only
 	// cleared tool results before any summary has none).
-	Summary          bool
-	SummaryTokens    int
+	Summary bool
+	// MessageTokens is the count of the compaction message this
+	// compaction writes (its preamble and summary; 0 when it writes none
+	// and keeps the one in force word for word), and MaxSummaryTokens
+	// its bound.
+	MessageTokens    int
 	MaxSummaryTokens int
 	// State is the working state the summary must hold, bullet for
 	// bullet, under its heading.
@@ -34,7 +38,8 @@ type VerifyInput struct {
 //     in the context before (a result orphaned in the input stays as it was);
 //   - no tool call is in the context without its result, when the result was
 //     in the context before;
-//   - the summary is within its budget and the context within its limit;
+//   - the compaction message written is within max_summary_tokens and the
+//     context within its limit;
 //   - the summary holds the working state it was given, every bullet;
 //   - the context is smaller than it was: a compaction never makes it
 //     bigger.
@@ -102,8 +107,8 @@ func Verify(in VerifyInput) error {
 			}
 		}
 	}
-	if in.SummaryTokens > in.MaxSummaryTokens {
-		return fmt.Errorf("%w: summary has %d tokens, over max_summary_tokens %d", ErrInvariant, in.SummaryTokens, in.MaxSummaryTokens)
+	if in.MessageTokens > in.MaxSummaryTokens {
+		return fmt.Errorf("%w: the compaction message has %d tokens, over max_summary_tokens %d", ErrInvariant, in.MessageTokens, in.MaxSummaryTokens)
 	}
 	if in.AfterTokens > in.Limit {
 		return fmt.Errorf("%w: context would have %d tokens, over its limit %d", ErrInvariant, in.AfterTokens, in.Limit)
