@@ -231,6 +231,17 @@ func lastN[T any](s []T, n int) []T {
 	return slices.Clone(s[len(s)-n:])
 }
 
+// has reports whether the ledger lists path (under either of its names).
+func (l *Ledger) has(path string) bool {
+	for i := range l.Files {
+		have := l.Files[i].Path
+		if have == path || strings.HasSuffix(have, "/"+strings.TrimPrefix(path, "./")) || strings.HasSuffix(path, "/"+strings.TrimPrefix(have, "./")) {
+			return true
+		}
+	}
+	return false
+}
+
 func (l *Ledger) file(path, op string, seq int64) {
 	path = cleanPath(path)
 	if path == "" {
@@ -453,19 +464,14 @@ func (x *extractor) message(msgs []Message, i int) {
 	}
 }
 
-// fileKeys are argument names that name a file.
-var fileKeys = []string{"path", "file", "file_path", "filepath", "filename", "file_name", "target_file", "target", "source", "destination", "notebook_path"}
+// fileKeys are argument names that name a file, as canonKey writes them
+// (path, file_path, filePath and FilePath are one key).
+var fileKeys = []string{"path", "file", "filepath", "filename", "targetfile", "target", "source", "destination", "notebookpath", "absolutepath"}
 
 // action records what a call does before its result is known.
 func (x *extractor) action(c *call) {
-	name := strings.ToLower(c.name)
-	if s, ok := c.args["command"].(string); ok && isShellTool(name) {
-		c.cmd = s
-	} else if s, ok := c.args["cmd"].(string); ok {
-		c.cmd = s
-	} else if s, ok := c.args["script"].(string); ok && isShellTool(name) {
-		c.cmd = s
-	}
+	name := canonName(c.name)
+	c.cmd = shellCommand(name, c.args)
 	if c.cmd != "" {
 		c.shown, c.cmdAt = clip(reHeredoc.ReplaceAllString(oneLine(c.cmd), "$1")), len(x.l.Commands)
 		x.l.Commands = append(x.l.Commands, Command{Cmd: c.shown, Seq: c.seq})
@@ -473,9 +479,15 @@ func (x *extractor) action(c *call) {
 			x.file(f.path, f.op, c.seq)
 		}
 	}
+	for _, f := range patchFiles(c.args) {
+		x.file(f.path, f.op, c.seq) // a Codex-style patch envelope, whichever tool carries it
+	}
 	sub, _ := c.args["command"].(string)
 	op := toolOp(name, sub)
 	paths := argPaths(c.args)
+	if searchTools[name] {
+		paths = slices.DeleteFunc(paths, func(p string) bool { return !namesFile(p) }) // a search's root is no file it read
+	}
 	if op != "" && len(paths) == 0 && (name == "edit" || name == "insert" || name == "append") && x.openFile != "" {
 		paths = []string{x.openFile} // SWE-agent edits the open file
 	}
@@ -484,7 +496,7 @@ func (x *extractor) action(c *call) {
 			op = OpRead // a tool that names a file reads it, unless it says more
 		}
 		x.file(p, op, c.seq)
-		if name == "open" || (name == "str_replace_editor" && sub == "view") || name == "create" {
+		if name == "open" || (editorTools[name] && sub == "view") || name == "create" {
 			x.openFile = cleanPath(p)
 		}
 	}
@@ -505,6 +517,13 @@ func (x *extractor) file(path, op string, seq int64) {
 	if path == "" || !looksLikePath(path) {
 		return
 	}
+	if op == opWritten {
+		// A whole file written: created, unless the ledger has seen it.
+		op = OpCreated
+		if x.l.has(path) {
+			op = OpEdited
+		}
+	}
 	x.l.file(path, op, seq)
 	if op == OpEdited || op == OpCreated || op == OpDeleted {
 		for _, p := range x.pending {
@@ -515,59 +534,136 @@ func (x *extractor) file(path, op string, seq int64) {
 	}
 }
 
+// isShellTool reports whether a tool (by canonName) runs shell commands.
 func isShellTool(name string) bool {
 	switch name {
-	case "bash", "execute_bash", "shell", "run", "run_command", "terminal", "exec", "execute_command", "run_shell_command", "cmd", "sh", "run_terminal_cmd", "execute":
+	case "bash", "executebash", "shell", "run", "runcommand", "terminal", "exec", "executecommand", "runshellcommand", "cmd", "sh", "zsh", "runterminalcmd", "execute":
 		return true
 	}
 	return strings.Contains(name, "bash") || strings.Contains(name, "shell") || strings.Contains(name, "terminal")
 }
 
-// toolOp is what an editor-like tool does to the files it names.
+// opWritten is a whole file written (Write, write_file, a shell's >):
+// created when the ledger has not seen the file, else edited.
+const opWritten = "written"
+
+// canonName is a tool's name as the vocabularies below are written: lower
+// case, without an MCP server's or a namespace's prefix
+// ("mcp__filesystem__write_file", "functions.Read"), without '_' and '-'
+// (MultiEdit, multi_edit and multi-edit are one tool).
+func canonName(name string) string {
+	name = strings.ToLower(name)
+	if i := strings.LastIndex(name, "__"); i >= 0 && i+2 < len(name) {
+		name = name[i+2:]
+	}
+	if i := strings.LastIndexAny(name, "./:"); i >= 0 && i+1 < len(name) {
+		name = name[i+1:]
+	}
+	return strings.NewReplacer("_", "", "-", "").Replace(name)
+}
+
+// canonKey is an argument's name as fileKeys are written.
+func canonKey(k string) string { return canonName(k) }
+
+// editorTools take a sub-command (view, create, str_replace, ...): OpenHands'
+// and Anthropic's text editors.
+var editorTools = map[string]bool{"strreplaceeditor": true, "strreplacebasededittool": true, "texteditor": true, "editor": true, "fileeditor": true}
+
+// toolOps is what a file tool of the common vocabularies does to the files
+// it names, by canonName: Claude Code (Read, Write, Edit, MultiEdit,
+// NotebookEdit), opencode and pi (read, write, edit, patch), Gemini CLI
+// (read_file, read_many_files, write_file, replace), Cline (read_file,
+// write_to_file, replace_in_file), Cursor (read_file, edit_file), Codex
+// (apply_patch), SWE-agent (open, create, edit).
+var toolOps = map[string]string{
+	"write": opWritten, "writefile": opWritten, "writetofile": opWritten, "createfile": OpCreated, "newfile": OpCreated, "create": OpCreated,
+	"edit": OpEdited, "editfile": OpEdited, "multiedit": OpEdited, "notebookedit": OpEdited, "strreplace": OpEdited, "replace": OpEdited,
+	"replaceinfile": OpEdited, "searchreplace": OpEdited, "applypatch": OpEdited, "patch": OpEdited, "insert": OpEdited, "append": OpEdited,
+	"delete": OpDeleted, "deletefile": OpDeleted, "removefile": OpDeleted, "rm": OpDeleted,
+	"open": OpRead, "read": OpRead, "readfile": OpRead, "readmanyfiles": OpRead, "notebookread": OpRead, "view": OpRead, "viewfile": OpRead,
+	"cat": OpRead, "openfile": OpRead,
+}
+
+// searchTools name a directory to search, not a file they read (one that
+// names a file by its extension reads it).
+var searchTools = map[string]bool{"glob": true, "grep": true, "search": true, "ls": true, "list": true, "listdir": true, "listdirectory": true,
+	"listfiles": true, "find": true, "findfile": true, "searchfile": true, "searchdir": true, "codebasesearch": true, "filesearch": true,
+	"searchfilecontent": true, "grepsearch": true}
+
+// toolOp is what a file tool does to the files it names ("" when its
+// name says nothing: a tool that names a file reads it).
 func toolOp(name, sub string) string {
-	switch name {
-	case "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "editor", "file_editor":
+	if editorTools[name] {
 		switch sub {
 		case "view":
 			return OpRead
 		case "create":
-			return OpCreated
+			return opWritten
 		case "str_replace", "insert", "undo_edit", "edit", "write":
 			return OpEdited
 		}
 		return ""
-	case "create", "create_file", "write_file", "new_file":
-		return OpCreated
-	case "edit", "edit_file", "str_replace", "apply_patch", "patch", "insert", "append", "replace_in_file", "write_to_file", "multi_edit":
-		return OpEdited
-	case "delete", "delete_file", "remove_file", "rm":
-		return OpDeleted
-	case "open", "read", "read_file", "view", "view_file", "cat", "open_file":
-		return OpRead
+	}
+	return toolOps[name]
+}
+
+// shellCommand is the command line a shell tool runs: its command, cmd or
+// script argument; a command given as an argv array (Codex's shell tool,
+// ["bash", "-lc", "script"]) is its script, or its words quoted and
+// joined (a patch given as one word is not read as commands).
+func shellCommand(name string, args map[string]any) string {
+	shell := isShellTool(name)
+	for _, k := range []string{"command", "cmd", "script"} {
+		switch v := args[k].(type) {
+		case string:
+			if shell || k == "cmd" {
+				return v
+			}
+		case []any:
+			if !shell && k != "cmd" {
+				continue
+			}
+			words := make([]string, 0, len(v))
+			for _, w := range v {
+				if s, ok := w.(string); ok {
+					words = append(words, s)
+				}
+			}
+			if len(words) == 3 && (words[1] == "-lc" || words[1] == "-c") && isShellTool(words[0]) {
+				return words[2]
+			}
+			for i, w := range words {
+				if w == "" || strings.ContainsAny(w, " \t\n'\"\\;&|<>$`*?()") {
+					words[i] = "'" + strings.ReplaceAll(w, "'", `'"'"'`) + "'"
+				}
+			}
+			return strings.Join(words, " ")
+		}
 	}
 	return ""
 }
 
+// argPaths are the files a call's arguments name, by fileKeys in their
+// order and then any paths list.
 func argPaths(args map[string]any) []string {
 	var out []string
-	for _, k := range fileKeys {
-		switch v := args[k].(type) {
-		case string:
-			if looksLikePath(v) {
-				out = append(out, v)
-			}
-		case []any:
-			for _, e := range v {
-				if s, ok := e.(string); ok && looksLikePath(s) {
-					out = append(out, s)
-				}
-			}
-		}
+	byKey := make(map[string][]any, len(args))
+	for k, v := range args {
+		byKey[canonKey(k)] = append(byKey[canonKey(k)], v)
 	}
-	if v, ok := args["paths"].([]any); ok {
-		for _, e := range v {
-			if s, ok := e.(string); ok && looksLikePath(s) {
-				out = append(out, s)
+	for _, k := range append(fileKeys, "paths") {
+		for _, v := range byKey[k] {
+			switch v := v.(type) {
+			case string:
+				if k != "paths" && looksLikePath(v) {
+					out = append(out, v)
+				}
+			case []any:
+				for _, e := range v {
+					if s, ok := e.(string); ok && looksLikePath(s) {
+						out = append(out, s)
+					}
+				}
 			}
 		}
 	}
@@ -916,3 +1012,18 @@ func oneLine(s string) string {
 
 // clip keeps a command or an error's text to maxText bytes.
 func clip(s string) string { return short(strings.TrimSpace(s), maxText) }
+
+// Records reports whether the ledger records what a call of tool name
+// with arguments (JSON, perhaps cut short) did: a file it touched or a
+// command it ran. Arguments cut short are judged by the tool's name: a
+// shell or file tool of the vocabularies the ledger reads.
+func Records(name, arguments string) bool {
+	var args map[string]any
+	if json.Unmarshal([]byte(arguments), &args) != nil {
+		n := canonName(name)
+		return isShellTool(n) || toolOps[n] != "" || editorTools[n]
+	}
+	x := &extractor{l: &Ledger{}, calls: map[string]*call{}}
+	x.action(&call{name: name, args: args})
+	return len(x.l.Files) > 0 || len(x.l.Commands) > 0
+}

@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,11 +35,12 @@ func TestShellCommands(t *testing.T) {
 		bash("3", `cd /repo && mv a.txt b.txt && cp conf.yaml conf.yaml.bak`, 3),
 		bash("4", `python -m pytest tests/test_app.py -k "not slow" 2>&1 | tee out.log`, 4),
 		bash("5", `git checkout -- src/app.py && ls -la && pip install requests`, 5),
+		bash("6", `echo more >> notes2.txt; printf 'y' > src/util.py`, 6),
 	})
 	for path, want := range map[string]string{
-		"src/app.py": ledger.OpEdited, "src/util.py": ledger.OpEdited, "notes.txt": ledger.OpEdited, "new_module.go": ledger.OpCreated,
+		"src/app.py": ledger.OpEdited, "src/util.py": ledger.OpEdited, "notes.txt": ledger.OpCreated, "new_module.go": ledger.OpCreated,
 		"old.c": ledger.OpDeleted, "a.txt": ledger.OpDeleted, "b.txt": ledger.OpCreated, "conf.yaml": ledger.OpRead,
-		"conf.yaml.bak": ledger.OpCreated, "tests/test_app.py": ledger.OpRead, "out.log": ledger.OpEdited,
+		"conf.yaml.bak": ledger.OpCreated, "tests/test_app.py": ledger.OpRead, "out.log": ledger.OpCreated, "notes2.txt": ledger.OpEdited,
 	} {
 		if got := ops(l, path); !slices.Contains(got, want) {
 			t.Errorf("%s: ops %v, want %s", path, got, want)
@@ -47,7 +49,10 @@ func TestShellCommands(t *testing.T) {
 	if got := ops(l, "src/app.py"); !slices.Contains(got, ledger.OpRead) {
 		t.Errorf("src/app.py was read first: %v", got)
 	}
-	if len(l.Commands) != 5 || l.Commands[3].Cmd != `python -m pytest tests/test_app.py -k "not slow" 2>&1 | tee out.log` {
+	if got := ops(l, "src/util.py"); slices.Contains(got, ledger.OpCreated) {
+		t.Errorf("src/util.py, edited before, was written over, not created: %v", got)
+	}
+	if len(l.Commands) != 6 || l.Commands[3].Cmd != `python -m pytest tests/test_app.py -k "not slow" 2>&1 | tee out.log` {
 		t.Fatalf("commands %+v", l.Commands)
 	}
 	for _, bad := range []string{"-la", "requests", "/repo", "s/a/b/"} {
@@ -293,4 +298,75 @@ func TestTextActionCutFromItsOutput(t *testing.T) {
 	if len(l.Instructions) != 0 {
 		t.Fatalf("the output was read as the user's words: %q", l.Instructions)
 	}
+}
+
+// The file tools of the common agent vocabularies: what each call does to
+// the file it names, one session per call (a file not seen before).
+func TestToolVocabularies(t *testing.T) {
+	patch := "*** Begin Patch\n*** Add File: src/new.py\n+print(1)\n*** Update File: src/app.py\n@@\n-a\n+b\n*** Delete File: src/old.py\n*** End Patch"
+	for _, tc := range []struct {
+		vocab, name, args string
+		want              map[string]string
+	}{
+		{"Claude Code", "Read", `{"file_path": "/repo/src/app.py"}`, map[string]string{"/repo/src/app.py": ledger.OpRead}},
+		{"Claude Code", "Write", `{"file_path": "/repo/src/new.py", "content": "x = 1"}`, map[string]string{"/repo/src/new.py": ledger.OpCreated}},
+		{"Claude Code", "Edit", `{"file_path": "/repo/src/app.py", "old_string": "a", "new_string": "b"}`, map[string]string{"/repo/src/app.py": ledger.OpEdited}},
+		{"Claude Code", "MultiEdit", `{"file_path": "/repo/src/app.py", "edits": [{"old_string": "a", "new_string": "b"}]}`, map[string]string{"/repo/src/app.py": ledger.OpEdited}},
+		{"Claude Code", "NotebookEdit", `{"notebook_path": "/repo/nb.ipynb", "new_source": "x"}`, map[string]string{"/repo/nb.ipynb": ledger.OpEdited}},
+		{"Claude Code", "Glob", `{"pattern": "**/*.go", "path": "/repo/internal"}`, map[string]string{}},
+		{"Claude Code", "Grep", `{"pattern": "func main", "path": "/repo/cmd"}`, map[string]string{}},
+		{"Claude Code", "Bash", `{"command": "cat > /repo/run.sh <<'EOF'\nrm -rf build.log\npython x.py > out.txt\nEOF\nchmod +x /repo/run.sh"}`, map[string]string{"/repo/run.sh": ledger.OpCreated}},
+		{"OpenHands", "str_replace_editor", `{"command": "create", "path": "/workspace/a.py", "file_text": "x"}`, map[string]string{"/workspace/a.py": ledger.OpCreated}},
+		{"OpenHands", "str_replace_editor", `{"command": "str_replace", "path": "/workspace/a.py", "old_str": "x", "new_str": "y"}`, map[string]string{"/workspace/a.py": ledger.OpEdited}},
+		{"OpenHands", "str_replace_editor", `{"command": "view", "path": "/workspace/a.py"}`, map[string]string{"/workspace/a.py": ledger.OpRead}},
+		{"OpenHands", "file_editor", `{"command": "insert", "path": "/workspace/a.py", "insert_line": 3, "new_str": "y"}`, map[string]string{"/workspace/a.py": ledger.OpEdited}},
+		{"OpenHands", "execute_bash", `{"command": "sed -i 's/a/b/' /workspace/a.py"}`, map[string]string{"/workspace/a.py": ledger.OpEdited}},
+		{"mini-swe-agent", "bash", `{"command": "cat <<'EOF' > /testbed/repro.py\nimport os\nprint(open('data.csv').read())\nEOF\npython /testbed/repro.py"}`, map[string]string{"/testbed/repro.py": ledger.OpCreated + "," + ledger.OpRead}},
+		{"mini-swe-agent", "bash", `{"command": "nl -ba /testbed/src/mod.py | sed -n '10,40p'"}`, map[string]string{"/testbed/src/mod.py": ledger.OpRead}},
+		{"Codex", "apply_patch", `{"input": ` + jsonString(patch) + `}`, map[string]string{"src/new.py": ledger.OpCreated, "src/app.py": ledger.OpEdited, "src/old.py": ledger.OpDeleted}},
+		{"Codex", "shell", `{"command": ["apply_patch", ` + jsonString(patch) + `]}`, map[string]string{"src/new.py": ledger.OpCreated, "src/app.py": ledger.OpEdited, "src/old.py": ledger.OpDeleted}},
+		{"Codex", "shell", `{"command": ["bash", "-lc", "apply_patch <<'PATCH'\n` + strings.ReplaceAll(patch, "\n", `\n`) + `\nPATCH"]}`, map[string]string{"src/new.py": ledger.OpCreated, "src/app.py": ledger.OpEdited, "src/old.py": ledger.OpDeleted}},
+		{"Codex", "shell", `{"command": ["bash", "-lc", "rg -n foo src && cat src/app.py"], "workdir": "/repo"}`, map[string]string{"src/app.py": ledger.OpRead}},
+		{"opencode", "write", `{"filePath": "/p/src/index.ts", "content": "x"}`, map[string]string{"/p/src/index.ts": ledger.OpCreated}},
+		{"opencode", "edit", `{"filePath": "/p/src/index.ts", "oldString": "a", "newString": "b"}`, map[string]string{"/p/src/index.ts": ledger.OpEdited}},
+		{"opencode", "read", `{"filePath": "/p/README.md"}`, map[string]string{"/p/README.md": ledger.OpRead}},
+		{"pi", "edit", `{"path": "src/main.rs", "oldText": "a", "newText": "b"}`, map[string]string{"src/main.rs": ledger.OpEdited}},
+		{"Gemini CLI", "write_file", `{"file_path": "/w/app.js", "content": "x"}`, map[string]string{"/w/app.js": ledger.OpCreated}},
+		{"Gemini CLI", "replace", `{"file_path": "/w/app.js", "old_string": "a", "new_string": "b"}`, map[string]string{"/w/app.js": ledger.OpEdited}},
+		{"Gemini CLI", "read_file", `{"absolute_path": "/w/app.js"}`, map[string]string{"/w/app.js": ledger.OpRead}},
+		{"Gemini CLI", "read_many_files", `{"paths": ["/w/a.md", "/w/b.md"]}`, map[string]string{"/w/a.md": ledger.OpRead, "/w/b.md": ledger.OpRead}},
+		{"Cline", "write_to_file", `{"path": "src/a.ts", "content": "x"}`, map[string]string{"src/a.ts": ledger.OpCreated}},
+		{"Cline", "replace_in_file", `{"path": "src/a.ts", "diff": "x"}`, map[string]string{"src/a.ts": ledger.OpEdited}},
+		{"Cursor", "edit_file", `{"target_file": "src/a.ts", "code_edit": "x"}`, map[string]string{"src/a.ts": ledger.OpEdited}},
+		{"MCP", "mcp__filesystem__write_file", `{"path": "/data/report.csv", "content": "x"}`, map[string]string{"/data/report.csv": ledger.OpCreated}},
+	} {
+		l := ledger.Extract([]ledger.Message{{Role: "assistant", Seq: 1, ToolCalls: []ledger.Call{{ID: "c1", Name: tc.name, Arguments: tc.args}}}})
+		got := map[string]string{}
+		for _, f := range l.Files {
+			got[f.Path] = strings.Join(f.Ops, ",")
+		}
+		for path, want := range tc.want {
+			if got[path] != want {
+				t.Errorf("%s %s: %s is %q, want %q (all: %v)", tc.vocab, tc.name, path, got[path], want, got)
+			}
+		}
+		for path := range got {
+			if _, ok := tc.want[path]; !ok {
+				t.Errorf("%s %s: %s (%s) is no file the call touched", tc.vocab, tc.name, path, got[path])
+			}
+		}
+	}
+	// A whole file written over one the session read is edited, not created.
+	l := ledger.Extract([]ledger.Message{
+		{Role: "assistant", Seq: 1, ToolCalls: []ledger.Call{{ID: "c1", Name: "Read", Arguments: `{"file_path": "/repo/a.py"}`}}},
+		{Role: "assistant", Seq: 2, ToolCalls: []ledger.Call{{ID: "c2", Name: "Write", Arguments: `{"file_path": "/repo/a.py", "content": "x"}`}}},
+	})
+	if got := ops(l, "/repo/a.py"); !slices.Equal(got, []string{ledger.OpRead, ledger.OpEdited}) {
+		t.Errorf("a file read then written: %v, want read then edited", got)
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -8,13 +10,15 @@ type fileOp struct {
 	path, op string
 }
 
-// shellFiles reads a shell command for the files it touches: redirections
-// and tee write, sed -i and patch edit, touch creates, rm deletes, mv and
-// cp create their target; cat, head, grep, python and the like read theirs.
-// It splits on ; && || | and newlines and knows quotes, not the whole shell.
+// shellFiles reads a shell command for the files it touches: > and tee
+// write a file (created, unless seen), >> and tee -a, sed -i and patch
+// edit, touch creates, rm deletes, mv and cp write their target; cat,
+// head, grep, python and the like read theirs. It splits on ; && || | and
+// newlines, skips here-documents' bodies and knows quotes, not the whole
+// shell.
 func shellFiles(cmd string) []fileOp {
 	var out []fileOp
-	for _, seg := range splitCommands(cmd) {
+	for _, seg := range splitCommands(withoutHeredocBodies(cmd)) {
 		words := shellWords(seg)
 		if len(words) == 0 {
 			continue
@@ -39,7 +43,7 @@ func redirections(out []fileOp, words []string) ([]fileOp, []string) {
 		switch {
 		case w == ">" || w == ">>":
 			if i+1 < len(words) {
-				out = add(out, words[i+1], OpEdited)
+				out = add(out, words[i+1], redirectOp(w))
 				i++
 			}
 			continue
@@ -47,7 +51,7 @@ func redirections(out []fileOp, words []string) ([]fileOp, []string) {
 			out = add(out, w[2:], OpEdited)
 			continue
 		case strings.HasPrefix(w, ">") && len(w) > 1 && w[1] != '&':
-			out = add(out, w[1:], OpEdited)
+			out = add(out, w[1:], opWritten)
 			continue
 		case w == "<" || w == "2>" || w == "2>&1" || w == "&>" || strings.HasPrefix(w, "2>"):
 			if (w == "<" || w == "2>" || w == "&>") && i+1 < len(words) {
@@ -94,7 +98,11 @@ func verbFiles(out []fileOp, verb string, rest []string) []fileOp {
 		}
 		return addAll(out, rest, op)
 	case "tee":
-		return addAll(out, rest, OpEdited)
+		op := opWritten
+		if slices.Contains(rest, "-a") || slices.Contains(rest, "--append") {
+			op = OpEdited
+		}
+		return addAll(out, rest, op)
 	case "touch":
 		return addAll(out, rest, OpCreated)
 	case "rm", "unlink":
@@ -109,7 +117,7 @@ func verbFiles(out []fileOp, verb string, rest []string) []fileOp {
 				}
 				out = add(out, f, op)
 			}
-			out = add(out, files[len(files)-1], OpCreated)
+			out = add(out, files[len(files)-1], opWritten)
 		}
 		return out
 	case "patch":
@@ -137,6 +145,48 @@ func verbFiles(out []fileOp, verb string, rest []string) []fileOp {
 	}
 	return out
 }
+
+// redirectOp is what a redirection does to its target: > writes it whole,
+// >> appends.
+func redirectOp(w string) string {
+	if w == ">>" {
+		return OpEdited
+	}
+	return opWritten
+}
+
+// withoutHeredocBodies is cmd without the bodies of its here-documents
+// (cat <<'EOF' > f.py, the file's lines, EOF): a body is a file's text,
+// not commands.
+func withoutHeredocBodies(cmd string) string {
+	if !strings.Contains(cmd, "<<") {
+		return cmd
+	}
+	lines := strings.Split(cmd, "\n")
+	out := lines[:0:0]
+	end, dash := "", false
+	for _, line := range lines {
+		if end != "" {
+			t := line
+			if dash {
+				t = strings.TrimLeft(t, "\t")
+			}
+			if t == end || strings.TrimSpace(t) == end {
+				end = ""
+			}
+			continue
+		}
+		out = append(out, line)
+		if m := reHeredocStart.FindStringSubmatch(line); m != nil {
+			dash, end = m[1] == "-", m[2]
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// reHeredocStart finds a here-document's operator and its delimiter word
+// (quoted or not) on a line; <<< is a here-string, not one.
+var reHeredocStart = regexp.MustCompile(`(?:^|[^<])<<(-?)\s*['"]?([A-Za-z_][A-Za-z0-9_]*)['"]?`)
 
 func add(out []fileOp, p, op string) []fileOp {
 	p = strings.Trim(p, `'"`)
@@ -227,3 +277,48 @@ func shellWords(s string) []string {
 	}
 	return out
 }
+
+// patchFiles reads the files a patch envelope (Codex's apply_patch: "***
+// Begin Patch", then "*** Add File: p", "*** Update File: p", "*** Delete
+// File: p", "*** Move to: p") in any of args' strings adds, edits, deletes
+// or moves to.
+func patchFiles(args map[string]any) []fileOp {
+	var out []fileOp
+	var visit func(v any)
+	visit = func(v any) {
+		switch v := v.(type) {
+		case string:
+			if strings.Contains(v, "*** Begin Patch") {
+				out = append(out, envelopeFiles(v)...)
+			}
+		case []any:
+			for _, e := range v {
+				visit(e)
+			}
+		}
+	}
+	for _, v := range args {
+		visit(v)
+	}
+	return out
+}
+
+// envelopeFiles reads one patch envelope's file headers.
+func envelopeFiles(patch string) []fileOp {
+	var out []fileOp
+	for _, line := range strings.Split(patch, "\n") {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "*** ")
+		if !ok {
+			continue
+		}
+		for prefix, op := range envelopeOps {
+			if p, ok := strings.CutPrefix(rest, prefix); ok {
+				out = add(out, strings.TrimSpace(p), op)
+			}
+		}
+	}
+	return out
+}
+
+// envelopeOps are a patch envelope's file headers and what each does.
+var envelopeOps = map[string]string{"Add File: ": OpCreated, "Update File: ": OpEdited, "Delete File: ": OpDeleted, "Move to: ": OpCreated}

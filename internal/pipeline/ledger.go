@@ -1,8 +1,10 @@
 package pipeline
 
 import (
+	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 
 	"github.com/compactor/compactor/internal/ledger"
 	"github.com/compactor/compactor/internal/session"
@@ -143,6 +145,7 @@ func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rende
 	for _, b := range r.State {
 		out.Add(summary.State, b)
 	}
+	said := saidBy(l, r)
 	superseded := map[string]bool{}
 	if l != nil {
 		for _, s := range l.Superseded {
@@ -182,7 +185,9 @@ func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rende
 			continue
 		}
 		for _, b := range parsed.Sections[h] {
-			out.Add(h, b)
+			if !said.says(h, b) {
+				out.Add(h, b)
+			}
 		}
 	}
 	merged := out.Render()
@@ -196,6 +201,73 @@ func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rende
 // stores and renders).
 func Ledger(msgs []session.Message) *ledger.Ledger {
 	return ledger.Extract(ledgerMessages(msgs))
+}
+
+// saidByLedger is what the ledger's bullets say, for telling whether a
+// summariser's bullet says it again.
+type saidByLedger struct {
+	l       *ledger.Ledger
+	bullets []string // normalised
+	task    map[string]bool
+}
+
+func saidBy(l *ledger.Ledger, r ledger.Rendered) saidByLedger {
+	s := saidByLedger{l: l}
+	for _, b := range r.All() {
+		s.bullets = append(s.bullets, normalise(b))
+	}
+	if l != nil && l.Task != "" && len(r.State) > 0 && strings.HasPrefix(r.State[0], ledger.TaskPrefix) {
+		s.task = contentWords(r.State[0][len(ledger.TaskPrefix):])
+	}
+	return s
+}
+
+// says reports whether a summariser's bullet under heading h says what
+// the ledger's bullets say: its words within one of them; a goal that
+// restates the task the working state quotes (three in four of its words
+// the task's); a raw tool call (an offline summariser's "called Read
+// {...}") that the ledger records as a file or a command.
+func (s saidByLedger) says(h, b string) bool {
+	if s.l == nil {
+		return false
+	}
+	n := normalise(b)
+	for _, lb := range s.bullets {
+		if len(n) >= 12 && strings.Contains(lb, n) {
+			return true
+		}
+	}
+	if h == summary.Goal && s.task != nil {
+		words := contentWords(b)
+		in := 0
+		for w := range words {
+			if s.task[w] {
+				in++
+			}
+		}
+		if len(words) > 0 && 4*in >= 3*len(words) {
+			return true
+		}
+	}
+	if m := reCallEcho.FindStringSubmatch(b); m != nil {
+		return ledger.Records(m[1], m[2])
+	}
+	return false
+}
+
+// reCallEcho is a bullet that repeats a tool call: "called NAME ARGS",
+// after a speaker or not.
+var reCallEcho = regexp.MustCompile(`^(?:\w+: )?called ([\w.:-]+) (.*)$`)
+
+// contentWords are s's words of four letters or more, lower-cased.
+func contentWords(s string) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range strings.FieldsFunc(strings.ToLower(s), func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+		if len(w) >= 4 {
+			out[w] = true
+		}
+	}
+	return out
 }
 
 // quoted reports whether one of bullets already holds instruction

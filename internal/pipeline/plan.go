@@ -73,7 +73,14 @@ func (s *Service) selectTail(p *plan) Selection {
 	// A preparation leaves the room to the messages still to come, and
 	// the turns they will bring.
 	tailBudget = max(tailBudget-p.growth, 0)
-	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.keepTurns(p), TailBudget: tailBudget, MaxTailMessages: s.maxTail(p)})
+	// Enough summarised that a summary replaces it with fewer tokens
+	// (with the summary in force, which it replaces too).
+	minSummarised := minSummaryTokens + summaryFraming + 1
+	if hasSummary(p.sess.Summary) {
+		minSummarised -= p.sess.Summary.Tokens
+	}
+	return Select(SelectInput{Candidates: p.candidates, KeepRecentTurns: s.keepTurns(p), TailBudget: tailBudget, MaxTailMessages: s.maxTail(p),
+		MinSummarised: minSummarised})
 }
 
 // keepTurns is how many of the latest turns the selection keeps raw:

@@ -12,6 +12,13 @@ type SelectInput struct {
 	// the most messages (zero: no bound).
 	TailBudget      int
 	MaxTailMessages int
+	// MinSummarised is the fewest tokens the summarised messages must hold
+	// for a summary to replace them with fewer: a cut already moved past
+	// the keep-recent-turns point (by the tail's budget or its message
+	// bound) that summarises less moves on to the first legal point that
+	// summarises enough, when there is one (a count-triggered cut of two
+	// short messages could only be replaced by a longer summary).
+	MinSummarised int
 }
 
 // Selection is the select stage's answer: Candidates[:Cut] are summarised,
@@ -93,6 +100,31 @@ func ToolPairs(msgs []session.Message) (callOf map[string]ToolCall, results map[
 // a call whose result has not come yet. Select is pure and runs in linear
 // time.
 func Select(in SelectInput) Selection {
+	sel := selectCut(in)
+	if sel.Cut == 0 || !sel.Moved || in.MinSummarised <= 0 {
+		return sel // (the last turns kept raw stay raw)
+	}
+	msgs := in.Candidates
+	summarised := 0
+	for i := range msgs[:sel.Cut] {
+		summarised += msgs[i].Tokens
+	}
+	if summarised >= in.MinSummarised {
+		return sel
+	}
+	safe, end := SafeCuts(msgs), Pending(msgs)
+	moved := 0
+	for i := sel.Cut; i < min(end, len(msgs)); i++ {
+		moved += msgs[i].Tokens
+		if cut := i + 1; summarised+moved >= in.MinSummarised && (cut == len(msgs) || safe[cut]) {
+			return Selection{Cut: cut, TailTokens: sel.TailTokens - moved, Moved: true}
+		}
+	}
+	return sel
+}
+
+// selectCut is Select's cut before MinSummarised moves it.
+func selectCut(in SelectInput) Selection {
 	msgs := in.Candidates
 	n := len(msgs)
 	if n == 0 {

@@ -119,22 +119,29 @@ func TestSelect(t *testing.T) {
 		keep      int
 		budget    int
 		maxMsgs   int
+		minSum    int
 		wantCut   int
 		wantMoved bool
 	}{
-		{"keeps last two turns", "u a u a u a u a", 2, 1000, 0, 4, false},
-		{"fewer turns than kept", "u a u a", 4, 1000, 0, 0, false},
-		{"keep zero summarises up to the last legal point", "u a u a", 0, 1000, 0, 3, false},
-		{"turn point inside a tool group moves back", "u c u t a u a", 2, 1000, 0, 1, false},
-		{"tail over budget moves forward", "u a u a40 a40 a40 u a", 2, 60, 0, 5, true},
-		{"cut never lands on a tool result", "u a u c t500 a a", 1, 100, 0, 5, true},
-		{"nothing fits: summarise everything", "u a u c t500", 1, 100, 0, 5, true},
-		{"message bound moves the cut", "u a a a a a a a", 1, 1000, 3, 5, true},
-		{"empty", "", 4, 100, 0, 0, false},
+		{"keeps last two turns", "u a u a u a u a", 2, 1000, 0, 0, 4, false},
+		{"fewer turns than kept", "u a u a", 4, 1000, 0, 0, 0, false},
+		{"keep zero summarises up to the last legal point", "u a u a", 0, 1000, 0, 0, 3, false},
+		{"turn point inside a tool group moves back", "u c u t a u a", 2, 1000, 0, 0, 1, false},
+		{"tail over budget moves forward", "u a u a40 a40 a40 u a", 2, 60, 0, 0, 5, true},
+		{"cut never lands on a tool result", "u a u c t500 a a", 1, 100, 0, 0, 5, true},
+		{"nothing fits: summarise everything", "u a u c t500", 1, 100, 0, 0, 5, true},
+		{"message bound moves the cut", "u a a a a a a a", 1, 1000, 3, 0, 5, true},
+		{"empty", "", 4, 100, 0, 0, 0, false},
+		{"too little summarised moves the cut on", "u a c t a a u a", 4, 1000, 7, 35, 4, true},
+		{"...never between a call and its result", "u a c t50 a a u a", 4, 1000, 7, 25, 4, true},
+		{"enough summarised stays", "u a c t a a u a", 4, 1000, 7, 10, 1, true},
+		{"nothing to cut stays nothing", "u a a", 4, 1000, 0, 500, 0, false},
+		{"no cut summarises enough: as it was", "u a u a", 1, 1000, 0, 500, 2, false},
+		{"the turns kept raw stay raw", "u a c t a a u a", 1, 1000, 0, 500, 6, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := pipeline.Select(pipeline.SelectInput{Candidates: msgs(tt.spec), KeepRecentTurns: tt.keep, TailBudget: tt.budget, MaxTailMessages: tt.maxMsgs})
+			got := pipeline.Select(pipeline.SelectInput{Candidates: msgs(tt.spec), KeepRecentTurns: tt.keep, TailBudget: tt.budget, MaxTailMessages: tt.maxMsgs, MinSummarised: tt.minSum})
 			if got.Cut != tt.wantCut || got.Moved != tt.wantMoved {
 				t.Fatalf("Select(%q) = cut %d moved %v, want cut %d moved %v", tt.spec, got.Cut, got.Moved, tt.wantCut, tt.wantMoved)
 			}
