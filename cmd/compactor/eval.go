@@ -52,20 +52,23 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	convs, err := f.conversations()
-	if err != nil {
-		return err
-	}
 	counter, err := tokens.ForEncoding("o200k_base")
 	if err != nil {
 		return err
 	}
-	sum := extractive.New(counter)
 	enc := json.NewEncoder(stdout)
 	var pw io.Writer
 	if f.progress {
 		pw = stderr
 	}
+	if f.drift {
+		return f.runDrift(ctx, enc, counter, lims, pw)
+	}
+	convs, err := f.conversations()
+	if err != nil {
+		return err
+	}
+	sum := extractive.New(counter)
 	switch {
 	case f.probes:
 		return f.runProbes(ctx, enc, convs, counter, sum, lims, pw)
@@ -95,7 +98,9 @@ type evalFlags struct {
 	data, limits, mode, trace, speakers, provider, baseURL, summaryModel  string
 	maxSummary, maxMessages                                               int
 	perFile, compare, progress, comparePrepared, together, probesPrepared bool
-	probes, long, service                                                 bool
+	probes, long, service, drift                                          bool
+	cases                                                                 int
+	seed                                                                  uint64
 	modelDelay                                                            time.Duration
 	prepareAt, pace                                                       float64
 }
@@ -123,6 +128,9 @@ func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error)
 	fs.StringVar(&f.provider, "provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
 	fs.StringVar(&f.baseURL, "base-url", "", "with --probes: the provider's endpoint `URL`")
 	fs.StringVar(&f.summaryModel, "summary-model", "", "with --probes: the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
+	fs.BoolVar(&f.drift, "drift", false, "run the drift suite: made agent sessions with a locked decision, a forbidden action, an instruction a later one supersedes, a tracked plan finished item by item and a focus text, compacted incrementally many times (--limits default "+driftLimits+"); scores presence after every compaction and contradictions; exit 1 when a goal is missed")
+	fs.IntVar(&f.cases, "cases", 6, "with --drift: how many sessions to make")
+	fs.Uint64Var(&f.seed, "seed", 1, "with --drift: the seed the sessions are made from")
 	fs.BoolVar(&f.long, "long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
 	fs.BoolVar(&f.service, "service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
@@ -131,6 +139,9 @@ func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error)
 	}
 	if err := noArgs(pos); err != nil {
 		return nil, err
+	}
+	if f.drift && !flagSet(fs, "limits") {
+		f.limits = driftLimits
 	}
 	if f.long && !flagSet(fs, "max-messages") {
 		f.maxMessages = 0

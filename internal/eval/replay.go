@@ -98,6 +98,8 @@ type MemoryLoop struct {
 	// Preparations counts the preparations made and FromPreparation the
 	// compactions committed from one.
 	Preparations, FromPreparation int
+	// Focus is the focus text every request carries ("": none).
+	Focus string
 }
 
 // NewPreparingMemoryLoop is NewMemoryLoop with preparations: each append
@@ -157,7 +159,7 @@ func (l *MemoryLoop) View(ctx context.Context, id string) ([]session.Message, er
 }
 
 func (l *MemoryLoop) Compact(ctx context.Context, id, requestID string) (*pipeline.Result, error) {
-	res, err := l.svc.Compact(ctx, pipeline.Request{ID: requestID, SessionID: id, Trigger: pipeline.TriggerOverBudget})
+	res, err := l.svc.Compact(ctx, pipeline.Request{ID: requestID, SessionID: id, Trigger: pipeline.TriggerOverBudget, Focus: l.Focus})
 	if err == nil && strings.HasPrefix(res.Strategy, "prepared") {
 		l.FromPreparation++
 	}

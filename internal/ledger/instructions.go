@@ -38,9 +38,20 @@ var (
 // instructions in a conversation between people.
 var reRule = regexp.MustCompile(`(?i)\byou (must|should|need to|have to|are required to|may not|cannot|can't)\b`)
 
+// reDecision is a decision the user settles: "we decided to keep X", "the
+// datastore stays X; that is final", "Locked decision: ...", "let's go
+// with X". Like an instruction it stands until a later one replaces it.
+var reDecision = regexp.MustCompile(`(?i)\b(decision|decided|agreed)\b|\b(is|are|stays?|remains?|that's|it's)\s+(final|locked|settled|non-negotiable)\b|\blocked\s+(in|decision)\b|^(ok(ay)?,?\s+)?let'?s\s+(go|stick)\s+with\b|\bwe('ll| will)\s+(go|stick)\s+with\b`)
+
+// IsDecision reports whether a user's sentence settles a decision (four
+// words or more): the ledger keeps it verbatim with the instructions.
+func IsDecision(sentence string) bool {
+	return reDecision.MatchString(sentence) && len(strings.Fields(sentence)) >= 4
+}
+
 // instructions returns the instructions among text's sentences, verbatim:
 // each line (list markers dropped) split at sentence ends; sentences that
-// set a rule for "you" (reRule) too.
+// set a rule for "you" (reRule) or settle a decision (IsDecision) too.
 func instructions(text string) []string {
 	var out []string
 	for _, line := range strings.Split(text, "\n") {
@@ -53,7 +64,7 @@ func instructions(text string) []string {
 			}
 			s := strings.TrimSpace(rest[:end])
 			rest = rest[end:]
-			if (IsInstruction(s) || reRule.MatchString(s) && len(strings.Fields(s)) >= 4) && len(s) <= 400 {
+			if (IsInstruction(s) || IsDecision(s) || reRule.MatchString(s) && len(strings.Fields(s)) >= 4) && len(s) <= 400 {
 				out = append(out, s)
 			}
 		}

@@ -133,8 +133,8 @@ func withoutBullets(s *summary.Summary, bullets []string) *summary.Summary {
 // summariser's bullets after them; the working state is the ledger's
 // alone. A summariser's open task that the plan says is done is dropped,
 // and so is its verbatim copy of an instruction the ledger shows
-// superseded. Within maxTokens: the summariser's bullets go before the
-// ledger's.
+// superseded (the rest of its bullet stays). Within maxTokens: the
+// summariser's bullets go before the ledger's.
 func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rendered, stale []string, maxTokens int) string {
 	if len(r.All())+len(stale) == 0 && !strings.Contains(text, summary.State) {
 		return text
@@ -146,11 +146,8 @@ func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rende
 		out.Add(summary.State, b)
 	}
 	said := saidBy(l, r)
-	superseded := map[string]bool{}
-	if l != nil {
-		for _, s := range l.Superseded {
-			superseded[normalise(s.Old)] = true
-		}
+	if l != nil && len(l.Superseded) > 0 {
+		parsed = withoutSuperseded(parsed, l.Superseded)
 	}
 	for _, h := range summary.Headings {
 		switch h {
@@ -158,9 +155,7 @@ func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rende
 			// The summariser's (verified) bullets first, then the user's
 			// instructions it did not quote.
 			for _, b := range parsed.Sections[h] {
-				if !superseded[normalise(strings.Trim(b, `"'`))] {
-					out.Add(h, b)
-				}
+				out.Add(h, b)
 			}
 			for _, in := range r.Instructions {
 				if !quoted(out.Sections[h], in) {
@@ -195,6 +190,41 @@ func withLedger(c *tokens.Counter, text string, l *ledger.Ledger, r ledger.Rende
 		return merged
 	}
 	return fitSummaryKeeping(c, merged, maxTokens, r.All())
+}
+
+// withoutSuperseded is s with every instruction a later one superseded
+// taken out of the summariser's bullets (a bullet that quoted it among
+// other sentences keeps the others; one left with nothing is dropped):
+// stated as it was written, it reads as current.
+func withoutSuperseded(s *summary.Summary, sup []ledger.Supersession) *summary.Summary {
+	out := summary.New()
+	for _, h := range summary.All {
+		for _, b := range s.Sections[h] {
+			for _, x := range sup {
+				b = cutFold(b, x.Old)
+			}
+			if rest := strings.TrimSpace(reSpeaker.ReplaceAllString(b, "")); strings.Trim(rest, ` "'.,;:-`) != "" {
+				out.Add(h, b)
+			}
+		}
+	}
+	return out
+}
+
+// cutFold is s without each occurrence of sub, case aside, and the
+// spaces it leaves doubled.
+func cutFold(s, sub string) string {
+	if sub == "" {
+		return s
+	}
+	for {
+		i := strings.Index(strings.ToLower(s), strings.ToLower(sub))
+		if i < 0 || len(strings.ToLower(s)) != len(s) {
+			return s
+		}
+		s = strings.TrimSpace(s[:i]) + " " + strings.TrimSpace(s[i+len(sub):])
+		s = strings.TrimSpace(s)
+	}
 }
 
 // Ledger returns the artifact ledger of msgs (what a compaction of them
