@@ -94,4 +94,3 @@ func TestDriftSuite(t *testing.T) {
 	}
 	t.Logf("without the ledger: %+v", bare)
 }
-
