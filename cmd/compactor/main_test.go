@@ -200,3 +200,20 @@ func TestEval(t *testing.T) {
 		t.Fatalf("empty data dir: exit %d", code)
 	}
 }
+
+// eval --drift: a line per limit and one for all, the goals met; a limit
+// too large to compact three times misses them (exit 1), saying so.
+func TestEvalDrift(t *testing.T) {
+	code, out, stderr := runCLI(t, "eval", "--drift", "--cases", "2", "--limits", "3000", "--per-file")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 4 || !strings.Contains(lines[3], `"goals_met":true`) || !strings.Contains(lines[3], `"cases":2`) {
+		t.Fatalf("exit %d: %s\n%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI(t, "eval", "--drift", "--cases", "1", "--limits", "100000")
+	if code != 1 || !strings.Contains(stderr, "drift goals missed") || !strings.Contains(out, `"goals_met":false`) {
+		t.Fatalf("a window too large to compact: exit %d: %s\n%s", code, out, stderr)
+	}
+	if code, _, stderr := runCLI(t, "eval", "--drift", "--cases", "0"); code != 2 || !strings.Contains(stderr, "--cases") {
+		t.Fatalf("no cases: exit %d %s", code, stderr)
+	}
+}

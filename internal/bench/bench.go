@@ -66,6 +66,9 @@ type Options struct {
 	// Prepared sets up the comparison of blocking and prepared
 	// compactions (defaults: PreparedOptions's).
 	Prepared PreparedOptions
+	// DriftCases is how many sessions the drift suite makes at each of
+	// DriftLimits (default 8).
+	DriftCases int
 	// Progress receives a line per step (nil: none).
 	Progress io.Writer
 }
@@ -91,6 +94,9 @@ func (o *Options) defaults() {
 	}
 	if len(o.ScaleSizes) == 0 {
 		o.ScaleSizes = []int{1000, 10000}
+	}
+	if o.DriftCases <= 0 {
+		o.DriftCases = 8
 	}
 	if o.Progress == nil {
 		o.Progress = io.Discard
@@ -612,6 +618,9 @@ type Report struct {
 	// real agent loop's pace (issue 26's goals on the bundled sets).
 	Window     *PreparedComparison `json:"window_prepared,omitempty"`
 	WindowNote string              `json:"window_prepared_note,omitempty"`
+	// Drift is the drift suite (issue 45) at each of DriftLimits, the
+	// offline summariser compacting incrementally.
+	Drift []eval.DriftReport `json:"drift"`
 }
 
 // Run runs every measure. It returns an error if any fails.
@@ -667,8 +676,45 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 	if rep.Window, rep.WindowNote, err = prepared(ctx, opt.Data, w, opt.Progress); err != nil {
 		return nil, fmt.Errorf("prepared at %d: %w", WindowLimit, err)
 	}
+	if rep.Drift, err = drift(ctx, opt.DriftCases, opt.Progress); err != nil {
+		return nil, fmt.Errorf("drift: %w", err)
+	}
 	rep.Seconds = time.Since(rep.Started).Seconds()
 	return rep, nil
+}
+
+// DriftLimits are the windows of the drift suite in make bench.
+var DriftLimits = []int{3000, 4000}
+
+// drift runs the drift suite's n sessions at DriftLimits with the offline
+// summariser.
+func drift(ctx context.Context, n int, progress io.Writer) ([]eval.DriftReport, error) {
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil, err
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxMessages = 0
+	var out []eval.DriftReport
+	for _, limit := range DriftLimits {
+		total := eval.DriftReport{Name: "all", Limit: limit}
+		for _, c := range eval.DriftCases(n, 1) {
+			loop, err := eval.NewMemoryLoop(extractive.New(counter), cfg)
+			if err != nil {
+				return nil, err
+			}
+			rep, err := eval.DriftReplay(ctx, loop, c, counter, cfg, limit)
+			if err != nil {
+				return nil, err
+			}
+			total.Add(rep)
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "drift at %d: %d compactions\n", limit, total.Compactions)
+		}
+		out = append(out, total)
+	}
+	return out, nil
 }
 
 // Machine says where a run was made.

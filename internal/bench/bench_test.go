@@ -20,7 +20,7 @@ func TestRunSmall(t *testing.T) {
 		t.Skip("runs a server and the service")
 	}
 	rep, err := Run(context.Background(), Options{Sizes: []int{40, 60}, Iterations: 4, Concurrency: []int{1, 4}, ThroughputRequests: 8,
-		ScaleSizes: []int{60, 240}})
+		ScaleSizes: []int{60, 240}, DriftCases: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestRunSmall(t *testing.T) {
 		t.Fatalf("scale row %+v", s)
 	}
 	md := rep.Markdown("BENCHMARKS.svg")
-	for _, want := range []string{"## 1. Overhead", "## 2. Throughput", "## 3. Model cost", "skipped", "## 4. Scale", "![", "Against the thresholds"} {
+	for _, want := range []string{"## 1. Overhead", "## 2. Throughput", "## 3. Model cost", "skipped", "## 4. Scale", "![", "## 9. Drift", "Against the thresholds"} {
 		if !strings.Contains(md, want) {
 			t.Fatalf("report lacks %q:\n%s", want, md)
 		}

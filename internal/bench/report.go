@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/compactor/compactor/internal/eval"
 )
 
 // Markdown renders the report as docs/BENCHMARKS.md; chart is the SVG's
@@ -20,7 +22,7 @@ func (r *Report) Markdown(chart string) string {
 		"the service as `serve` wires it (8 workers, the durable consumer, KV stores), the floor and the clients.\n\n", m.CPU, m.Cores, m.Memory, m.Go, m.OS)
 	w("![Overhead and model cost against session length](%s)\n\n", chart)
 
-	for _, section := range []func(func(string, ...any)){r.mdOverhead, r.mdThroughput, r.mdModelCost, r.mdScale, r.mdLadder, r.mdPrepared, r.mdLong, r.mdWindow} {
+	for _, section := range []func(func(string, ...any)){r.mdOverhead, r.mdThroughput, r.mdModelCost, r.mdScale, r.mdLadder, r.mdPrepared, r.mdLong, r.mdWindow, r.mdDrift} {
 		section(w)
 	}
 	w("\n## Against the thresholds\n\n")
@@ -210,6 +212,28 @@ func (r *Report) mdWindow(w func(string, ...any)) {
 	}
 }
 
+// mdDrift writes the section of the drift suite.
+func (r *Report) mdDrift(w func(string, ...any)) {
+	w("\n## 9. Drift across many compactions\n\n")
+	cases := 0
+	if len(r.Drift) > 0 {
+		cases = r.Drift[0].Cases
+	}
+	w("`compactor eval --drift`: %d made agent sessions (Claude Code or OpenHands tools, a TodoWrite or task_tracker plan, varied phrasing, values and output sizes) "+
+		"with a locked decision, a forbidden action, an instruction a later one supersedes, a plan whose items finish one by one and a focus text the requests carry, "+
+		"compacted incrementally by the offline summariser; each fact checked after every compaction that summarised its message.\n\n", cases)
+	w("| limit | compactions (fewest in a session) | locked decision | forbidden action | latest instruction | focus | finished plan items stated finished | superseded stated current | done items stated pending | goals |\n")
+	w("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, d := range r.Drift {
+		share := func(k string) string {
+			t := d.Scores[k]
+			return fmt.Sprintf("%d / %d", t.Kept, t.Checks)
+		}
+		w("| %d | %d (%d) | %s | %s | %s | %s | %s | %d | %d | %s |\n", d.Limit, d.Compactions, d.MinCompactions, share(eval.DriftLocked), share(eval.DriftForbidden),
+			share(eval.DriftLatest), share(eval.DriftFocus), share(eval.DriftPlanStatus), d.SupersededCurrent, d.DonePending, map[bool]string{true: "met", false: "**missed**"}[d.Met()])
+	}
+}
+
 // together says how a comparison's modes ran, when at once (more says
 // what else ran beside them).
 func together(c *PreparedComparison, more string) string {
@@ -276,6 +300,10 @@ func (r *Report) Flags() []string {
 		a, z := r.Scale[0], r.Scale[n-1]
 		g := float64(z.Tokens) / float64(a.Tokens)
 		out = append(out, fmt.Sprintf("Scale %d → %d messages: time %.1f× for %.1f× the tokens: %s.", a.Messages, z.Messages, z.Millis/a.Millis, g, linearity(g, z.Millis/a.Millis)))
+	}
+	for _, d := range r.Drift {
+		out = append(out, fmt.Sprintf("Drift at %d tokens: %d compactions, locked decisions, forbidden actions, the latest instruction and the focus after every one, "+
+			"no superseded instruction stated current, no finished item stated pending: %s.", d.Limit, d.Compactions, map[bool]string{true: "met", false: "**missed**"}[d.Met()]))
 	}
 	if c := r.Prepared; c != nil {
 		share := 0.0

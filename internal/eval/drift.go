@@ -69,9 +69,11 @@ type driftPlan struct {
 
 // DriftReport is one case replayed, or the sum of several.
 type DriftReport struct {
-	Name     string `json:"name"`
-	Limit    int    `json:"context_limit"`
-	Messages int    `json:"messages"`
+	Name string `json:"name"`
+	// Cases is how many sessions the report sums.
+	Cases    int `json:"cases"`
+	Limit    int `json:"context_limit"`
+	Messages int `json:"messages"`
 	// Compactions counts those that summarised (a compaction that only
 	// cleared tool results changes no summary).
 	Compactions int              `json:"compactions"`
@@ -99,6 +101,7 @@ func (r *DriftReport) Add(o DriftReport) {
 	if r.Compactions == 0 && r.Messages == 0 || o.MinCompactions < r.MinCompactions {
 		r.MinCompactions = o.MinCompactions
 	}
+	r.Cases += o.Cases
 	r.Messages += o.Messages
 	r.Compactions += o.Compactions
 	r.Failures += o.Failures
@@ -132,7 +135,7 @@ func (r DriftReport) Met() bool {
 // c's focus whenever the context is over the limit, and scores it after
 // every compaction.
 func DriftReplay(ctx context.Context, loop *MemoryLoop, c DriftCase, counter *tokens.Counter, cfg pipeline.Config, limit int) (DriftReport, error) {
-	rep := DriftReport{Name: c.Conv.Name, Limit: limit, Messages: len(c.Conv.Messages), Scores: map[string]Tally{}}
+	rep := DriftReport{Name: c.Conv.Name, Cases: 1, Limit: limit, Messages: len(c.Conv.Messages), Scores: map[string]Tally{}}
 	loop.Focus = c.Focus
 	out, err := replay(ctx, loop, c.Conv, counter, cfg, limit, func(view []session.Message, tail int64, res *pipeline.Result) error {
 		if res.MessagesSummarised > 0 {
