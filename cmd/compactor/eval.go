@@ -96,6 +96,7 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // evalFlags are eval's flags.
 type evalFlags struct {
 	data, limits, mode, trace, speakers, provider, baseURL, summaryModel  string
+	shape                                                                 string
 	maxSummary, maxMessages                                               int
 	perFile, compare, progress, comparePrepared, together, probesPrepared bool
 	probes, long, service, drift                                          bool
@@ -121,6 +122,7 @@ func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error)
 	fs.Float64Var(&f.prepareAt, "prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
 	fs.StringVar(&f.trace, "trace", "", "with --compare-prepared: write a JSON line per request to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
 	fs.Float64Var(&f.pace, "pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
+	fs.StringVar(&f.shape, "shape", "", "with --compare-prepared: vary the conversations and their pace: recorded, big-observations (every sixth tool output grown to 30% of the window), bursts (12 messages at a tenth of their pace after each long idle) or slow (steps five times slower)")
 	fs.BoolVar(&f.together, "together", false, "with --compare-prepared: run the two modes at the same time (half the time; they share the CPU)")
 	fs.StringVar(&f.speakers, "speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
 	fs.BoolVar(&f.probesPrepared, "prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
@@ -221,6 +223,13 @@ func (f *evalFlags) runComparePrepared(ctx context.Context, enc *json.Encoder, c
 		return fmt.Errorf("%w: --prepare-at must be in (0, 1)", errUsage)
 	}
 	opt := bench.PreparedOptions{Limit: lims[0], ModelDelay: f.modelDelay, Pace: f.pace, Progress: pw, Together: f.together}
+	if f.shape != "" {
+		s, err := bench.ShapeNamed(f.shape)
+		if err != nil {
+			return fmt.Errorf("%w: --shape: %v", errUsage, err)
+		}
+		opt.Shape = s
+	}
 	if f.trace != "" {
 		t, err := os.Create(f.trace)
 		if err != nil {

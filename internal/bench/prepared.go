@@ -47,6 +47,8 @@ type PreparedOptions struct {
 	// replays are long and the machine idles (a replay mostly waits on
 	// its pace), at the cost of sharing the CPU between them.
 	Together bool
+	// Shape varies the conversations and their pace (zero: as recorded).
+	Shape Shape
 	// Trace, when set, gets a JSON line per request (TraceLine): what
 	// each compaction did, to tell why one mode spent more than the other;
 	// and one per preparation that ran (PrepTraceLine).
@@ -232,6 +234,8 @@ type PreparedComparison struct {
 	// preparation was possible.
 	Speedup float64 `json:"p95_speedup"`
 	Pace    float64 `json:"pace"`
+	// Shape names the Shape the replay ran ("": as recorded).
+	Shape string `json:"shape,omitempty"`
 	// Together: the two modes ran at the same time (PreparedOptions).
 	Together bool `json:"together,omitempty"`
 	// ModelDelayMS is every summary call's time.
@@ -249,7 +253,12 @@ type PreparedComparison struct {
 func ComparePrepared(ctx context.Context, convs []transcript.Conversation, cfg pipeline.Config, opt PreparedOptions) (*PreparedComparison, error) {
 	opt.defaults()
 	cfg.MaxMessages = 0 // the token limit decides, as the runtime's check does
-	out := &PreparedComparison{Pace: opt.Pace, ModelDelayMS: opt.ModelDelay.Milliseconds(), Together: opt.Together}
+	out := &PreparedComparison{Pace: opt.Pace, ModelDelayMS: opt.ModelDelay.Milliseconds(), Together: opt.Together, Shape: opt.Shape.Name}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil, err
+	}
+	convs = opt.Shape.apply(convs, counter, opt.Limit)
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -591,7 +600,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		select {
 		case <-ctx.Done():
 			return reqs, eval.Retention{}, ctx.Err()
-		case <-time.After(time.Duration(opt.Pace * float64(PaceOf(m.Role, added)))):
+		case <-time.After(opt.Shape.delay(i, time.Duration(opt.Pace*float64(PaceOf(m.Role, added))))):
 		}
 		a, err := cl.Append(ctx, id, []client.Message{wire.Must[client.Message](m)})
 		if err != nil {
