@@ -82,6 +82,12 @@ type PrepareRequest struct {
 	// "measured". The preparer measures what its estimate of a session
 	// stands for before it paces on it.
 	Measure bool
+	// Overshoot is how far past its limit the context may be when the
+	// request comes: the session's biggest append, which may be the one
+	// that takes it over (the preparer knows it). A preparation is
+	// planned to fit with it, where one can; one that fits only at the
+	// limit stands otherwise.
+	Overshoot int
 }
 
 // PrepareOutcome says what one Prepare call did.
@@ -416,20 +422,25 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 			stored = rb
 		}
 	}
-	// Plan as if the context had grown to its limit: the messages to come
-	// fill the tail.
-	p.growth = max(p.limit-p.beforeTokens, 0)
+	// Plan as if the context had grown to its limit and past it by the
+	// overshoot: the messages to come fill the tail.
+	p.growth = max(p.limit-p.beforeTokens, 0) + max(req.Overshoot, 0)
 	if stored.Usable(rec) && !pp.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
 		// The stored preparation stands while it will still fit when the
-		// context reaches its limit: redone only to cut further.
+		// context reaches its limit (and the overshoot): redone only to
+		// cut further.
 		if p2 := pp.s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= pp.fitLimit(p.limit) {
 			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
 			return nil, nil
 		}
 	}
 	d := Decision{Needed: true, Reason: DecisionTokens}
-	var res Result
-	r, err := pp.s.plan(p, d, pp.s.selectTail(p), &res)
+	r, err := pp.planAt(p, d)
+	if err == nil && r != nil && r.step == StepSummarise && req.Overshoot > 0 && pp.notWorthIt(p, r, d) != "" {
+		// No cut fits with the overshoot: plan for the limit alone.
+		p.growth = max(p.limit-p.beforeTokens, 0)
+		r, err = pp.planAt(p, d)
+	}
 	if err != nil || r == nil {
 		out.Outcome, out.Detail = PrepareNothing, "already compacted"
 		if err != nil {
@@ -451,6 +462,13 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 		return nil, nil
 	}
 	return &prepJob{p: p, r: r, d: d, rec: rec, stored: stored}, nil
+}
+
+// planAt plans p's compaction at its growth (the summary step, or what
+// the ladder settles without one).
+func (pp *preparations) planAt(p *plan, d Decision) (*reduction, error) {
+	var res Result
+	return pp.s.plan(p, d, pp.s.selectTail(p), &res)
 }
 
 // notWorthIt says why the preparation r plans would spend tokens on a

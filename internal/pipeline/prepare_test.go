@@ -13,6 +13,7 @@ import (
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
+	"github.com/compactor/compactor/internal/tokens"
 )
 
 // prepCfg is the default configuration without the message-count trigger,
@@ -589,5 +590,45 @@ func TestRequestWaitingMakesAPreparationUrgent(t *testing.T) {
 	}
 	if res.Strategy != "prepared" && res.Strategy != "prepared_topup" {
 		t.Fatalf("the request did not use the preparation it waited for: %+v", res)
+	}
+}
+
+// A preparation told the overshoot (the session's biggest append) is
+// planned to fit a request that comes that far past the limit: it cuts
+// further than one planned at the limit alone, and a session whose big
+// append takes it over gets its compaction from it, no model call.
+func TestPreparationFitsTheOvershoot(t *testing.T) {
+	const limit = 6000
+	big := session.Message{Role: session.RoleUser, Content: session.TextContent(strings.Repeat("row 17: status=ok latency=41ms region=eu-west-1 shard=7\n", 60))}
+	c, _ := tokens.ForEncoding("o200k_base")
+	overshoot := c.Message(&big)
+	run := func(overshoot int) (pipeline.Preparation, *pipeline.Result) {
+		e, _ := newRecorderEnv(t, prepCfg())
+		e.importSession(t, "s", limit, chat(1))
+		e.grow(t, "s", 1, limit, 0.72)
+		p, err := e.svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: "s", Trigger: pipeline.PrepareAppend, Overshoot: overshoot})
+		if err != nil || p.Outcome != pipeline.PrepareDone {
+			t.Fatalf("preparation: %+v %v", p, err)
+		}
+		// Small turns up to the limit, then the big observation over it.
+		for next := 40; e.tokens(t, "s")+overshoot/4 <= limit; next++ {
+			if _, err := e.store.Append(context.Background(), "s", turn(next)...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.store.Append(context.Background(), "s", big); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.tokens(t, "s"); n <= limit {
+			t.Fatalf("the big append left %d tokens, not over %d", n, limit)
+		}
+		return p, compact(t, e, "s", pipeline.TriggerOverBudget)
+	}
+	p, res := run(overshoot)
+	if res.Strategy != "prepared" || res.LLMCalls != 0 {
+		t.Fatalf("with the overshoot: %+v", res)
+	}
+	if p0, _ := run(0); p.TokensAfter >= p0.TokensAfter {
+		t.Fatalf("planned for an overshoot of %d, the preparation leaves %d tokens, no fewer than the %d it leaves at the limit", overshoot, p.TokensAfter, p0.TokensAfter)
 	}
 }

@@ -37,7 +37,7 @@ func TestAReadOvertakenByAppendsKeepsThem(t *testing.T) {
 	key := tenant.Key(tenant.From(ctx), "s")
 	const limit = 100_000
 	p.est[key] = &estimate{head: 10, readHead: 10, tokens: 1000, base: 1000, limit: limit, read: clock}
-	snap := p.snapshot(key)
+	snap, _ := p.snapshot(key)
 	for h := int64(11); h <= 20; h++ { // while the read runs
 		p.Appended(ctx, "s", h, h, 100)
 	}
@@ -65,7 +65,7 @@ func TestAReadOvertakenByAppendsKeepsThem(t *testing.T) {
 	// the read takes up: no second read.
 	key2 := tenant.Key(tenant.From(ctx), "new")
 	p.Appended(ctx, "new", 2, 2, 100)
-	snap = p.snapshot(key2)
+	snap, _ = p.snapshot(key2)
 	if snap == nil || p.Stats().Queued != queued+2 {
 		t.Fatalf("the first append: %+v", p.Stats())
 	}

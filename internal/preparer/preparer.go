@@ -138,6 +138,12 @@ const (
 	// CauseAppends: two of the session's biggest appends would fill
 	// what is left before its limit.
 	CauseAppends = "appends"
+	// CauseBigAppends: under prepare_at, but one of the biggest appends
+	// the session ever made would take it past, and two over its limit (a
+	// 10,000-token file read at a 32k window); in the second half of its
+	// window: prepared as a runtime's near_budget is, whatever
+	// prepare_at says.
+	CauseBigAppends = "big_appends"
 	// CausePace: at the session's rate its limit comes within the time
 	// a preparation takes (with the margin).
 	CausePace = "pace"
@@ -171,6 +177,9 @@ type estimate struct {
 	// until measured over paceWindow): what the pace goes by until this
 	// estimate has its own (see rateOf).
 	rate float64
+	// peak is the biggest append the session ever made (as scaled), kept
+	// across reads and compactions, as scale and rate are.
+	peak int
 	// marks are the heads the appends since read left, with added after
 	// each (the last maxMarks): a read that ends after more appends came
 	// finds the estimate at its own head there (see learn).
@@ -306,7 +315,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		// appends, read five times over at a runtime's pace).
 		pending := &estimate{head: head, added: tokens, marks: []mark{{head: head, added: tokens}}}
 		if e != nil {
-			pending.scale, pending.rate = e.scale, rateOf(e, p.opt.Now())
+			pending.scale, pending.rate, pending.peak = e.scale, rateOf(e, p.opt.Now()), e.peak
 		}
 		p.remember(tenant.Key(t, sessionID), pending)
 	}
@@ -319,7 +328,11 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		cause = CauseMeasure
 	}
 	p.mu.Unlock()
-	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
+	trigger := pipeline.PrepareAppend
+	if cause == CauseBigAppends {
+		trigger = pipeline.PrepareNearBudget // (under prepare_at)
+	}
+	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: trigger, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
 }
 
 // growth is what an append on a counted estimate leads to.
@@ -336,7 +349,7 @@ const (
 // what follows, with the cause and detail of a job (p.mu held).
 func (p *Preparer) grown(e *estimate, head int64, tokens int) (growth, string, string) {
 	scaled := p.scaled(e, tokens)
-	e.head, e.added, e.biggest = head, e.added+tokens, max(e.biggest, scaled)
+	e.head, e.added, e.biggest, e.peak = head, e.added+tokens, max(e.biggest, scaled), max(e.peak, scaled)
 	if len(e.marks) == maxMarks {
 		e.marks = slices.Delete(e.marks, 0, 1)
 	}
@@ -352,6 +365,13 @@ func (p *Preparer) grown(e *estimate, head int64, tokens int) (growth, string, s
 	// stands is left alone as long.
 	over := e.tokens > e.limit && now.Sub(e.read) < p.opt.Recheck
 	settled := !e.settled.IsZero() && now.Sub(e.settled) < p.opt.Recheck
+	if below && !over && !settled && e.peak > 0 && e.limit-e.tokens <= 2*e.peak && e.tokens+e.peak >= int(p.svc.Config().PrepareAt*float64(e.limit)) && 2*e.tokens >= e.limit {
+		// One of its biggest appends from prepare_at and two from its
+		// limit: the next may take the session past prepare_at and over
+		// its limit at once, with no time to prepare. (Not in the first
+		// half of its window: too little to summarise yet.)
+		return growPrepare, CauseBigAppends, p.describe(e, now)
+	}
 	if below || over || settled {
 		return growSkip, "", ""
 	}
@@ -471,7 +491,7 @@ func (p *Preparer) Compacted(ctx context.Context, sessionID string) {
 	key := tenant.Key(tenant.From(ctx), sessionID)
 	p.mu.Lock()
 	if e := p.est[key]; e != nil {
-		p.est[key] = &estimate{scale: e.scale, rate: rateOf(e, p.opt.Now())}
+		p.est[key] = &estimate{scale: e.scale, rate: rateOf(e, p.opt.Now()), peak: e.peak}
 	}
 	p.mu.Unlock()
 }
@@ -580,9 +600,12 @@ func (p *Preparer) work(ctx context.Context) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
-		snap, started := p.snapshot(j.key()), p.opt.Now()
+		snap, peak := p.snapshot(j.key())
+		started := p.opt.Now()
+		// Planned to fit past the limit by the session's biggest append:
+		// the request comes once an append takes the context over it.
 		out, err := p.svc.Prepare(tenant.With(ctx, j.tenant), pipeline.PrepareRequest{SessionID: j.sessionID, Trigger: j.trigger, RequestID: j.requestID,
-			Model: j.model, ContextLimit: j.limit, Measure: j.measure})
+			Model: j.model, ContextLimit: j.limit, Measure: j.measure, Overshoot: peak})
 		out.Cause, out.CauseDetail = j.cause, j.detail
 		if !j.at.IsZero() {
 			out.QueuedMS = started.Sub(j.at).Milliseconds()
@@ -660,10 +683,14 @@ func (p *Preparer) scaled(e *estimate, tokens int) int {
 
 // snapshot is the session's (its key's) estimate as a preparation begins:
 // learn calibrates that estimate only, not one made since.
-func (p *Preparer) snapshot(key string) *estimate {
+func (p *Preparer) snapshot(key string) (*estimate, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.est[key]
+	e := p.est[key]
+	if e == nil {
+		return nil, 0
+	}
+	return e, e.peak
 }
 
 // What a preparation takes to be ready (see readyIn).
@@ -697,11 +724,11 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 	old := p.est[sid]
 	if out.HeadSeq == 0 || out.Limit == 0 {
 		if old != nil { // not read: the next append reads it
-			p.est[sid] = &estimate{scale: old.scale, rate: rateOf(old, p.opt.Now())}
+			p.est[sid] = &estimate{scale: old.scale, rate: rateOf(old, p.opt.Now()), peak: old.peak}
 		}
 		return
 	}
-	scale, rate := 0.0, 0.0
+	scale, rate, peak := 0.0, 0.0, 0
 	// at is what the appends the estimate saw added up to the head the
 	// read found, when it saw that head: the appends the runtime made
 	// while the session was read are on top of the count. (Measured
@@ -710,7 +737,7 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 	// read again every few appends, a read per append.)
 	at, seen := 0, false
 	if old != nil {
-		scale, rate = old.scale, rateOf(old, p.opt.Now())
+		scale, rate, peak = old.scale, rateOf(old, p.opt.Now()), old.peak
 		if old == snap {
 			// (An estimate without a count has none to calibrate on.)
 			if at, seen = old.addedAt(out.HeadSeq); seen && old.limit > 0 {
@@ -719,7 +746,7 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 		}
 	}
 	now := p.opt.Now()
-	e := &estimate{head: out.HeadSeq, readHead: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate}
+	e := &estimate{head: out.HeadSeq, readHead: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate, peak: peak}
 	if seen && old.head > out.HeadSeq {
 		// The appends after the read's head stay on the estimate.
 		e.head, e.added, e.biggest = old.head, old.added-at, old.biggest
