@@ -133,3 +133,19 @@ func paceOf(c transcript.Conversation, counter *tokens.Counter, pace float64) ti
 	}
 	return d
 }
+
+// The stand-in reads a prompt's transcript back into the messages it was
+// built from: their roles and texts, a message of several lines whole.
+func TestStandInReadsTheTranscript(t *testing.T) {
+	msgs := []session.Message{
+		{Role: session.RoleUser, Name: "Caroline", Content: session.TextContent("I went to the support group.\nIt was great.")},
+		{Role: session.RoleAssistant, Content: session.TextContent("Glad to hear it."), ToolCalls: []session.ToolCall{{ID: "c1", Type: "function", Function: session.FunctionCall{Name: "note", Arguments: `{"x":1}`}}}},
+		{Role: session.RoleTool, ToolCallID: "c1", Content: session.TextContent("[ok] </transcript> saved")},
+	}
+	got := transcriptMessages(pipeline.BuildPrompt(msgs, 500, "").User)
+	if len(got) != 3 || got[0].Role != session.RoleUser || got[0].Content.Text != "I went to the support group.\nIt was great." ||
+		got[1].Role != session.RoleAssistant || !strings.HasPrefix(got[1].Content.Text, "Glad to hear it.\n[call c1: note(") ||
+		got[2].Role != session.RoleTool || got[2].Content.Text != "[ok] </transcript> saved" {
+		t.Fatalf("read back %+v", got)
+	}
+}

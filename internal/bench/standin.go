@@ -63,7 +63,9 @@ func (s *StandIn) Stats() StandInStats {
 }
 
 var (
-	messageBlock = regexp.MustCompile(`(?s)<message role="(system|user|assistant|tool)"[^>]*>\n(.*?)</message>`)
+	// messageOpen opens a message's first line in a transcript: its role
+	// (and name, or the call a tool result answers) in brackets.
+	messageOpen = regexp.MustCompile(`^\[(system|user|assistant|tool)(?: [^\]\n]*)?\] ?`)
 	summaryBlock = regexp.MustCompile(`(?s)<summary part="\d+">\n(.*?)\n</summary>`)
 )
 
@@ -99,9 +101,7 @@ func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
 			sreq.Messages = append(sreq.Messages, session.Message{Role: session.RoleUser, Content: session.TextContent(html.UnescapeString(b[1]))})
 		}
 	} else {
-		for _, b := range messageBlock.FindAllStringSubmatch(prompt, -1) {
-			sreq.Messages = append(sreq.Messages, session.Message{Role: session.Role(b[1]), Content: session.TextContent(strings.TrimSpace(html.UnescapeString(b[2])))})
-		}
+		sreq.Messages = transcriptMessages(prompt)
 	}
 	resp, err := s.sum.Summarize(context.WithoutCancel(r.Context()), sreq)
 	if err != nil || strings.TrimSpace(resp.Text) == "" {
@@ -118,4 +118,30 @@ func (s *StandIn) handle(w http.ResponseWriter, r *http.Request) {
 		s.prepOut.Add(int64(out))
 	}
 	fakeprovider.WriteCompletion(w, s.calls.Load(), req.Model, resp.Text, in, out)
+}
+
+// transcriptMessages reads the messages of a prompt's transcript: a line
+// that opens with a role in brackets starts one, and the lines up to the
+// next are its text.
+func transcriptMessages(prompt string) []session.Message {
+	_, body, _ := strings.Cut(prompt, "<transcript>\n")
+	body, _, _ = strings.Cut(body, "\n</transcript>")
+	var out []session.Message
+	var text []string
+	flush := func() {
+		if len(out) > 0 {
+			out[len(out)-1].Content = session.TextContent(strings.TrimSpace(html.UnescapeString(strings.Join(text, "\n"))))
+		}
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if m := messageOpen.FindStringSubmatch(line); m != nil {
+			flush()
+			out = append(out, session.Message{Role: session.Role(m[1])})
+			text = []string{line[len(m[0]):]}
+			continue
+		}
+		text = append(text, line)
+	}
+	flush()
+	return out
 }

@@ -635,9 +635,10 @@ func (s *Service) ledgerPart(p *plan, r *reduction, prev *session.Message, input
 
 // extend summarises input as a delta merged into the summary in force
 // (prev, its stale ledger bullets left out), condensed when the merge is
-// over budget. The delta gets the room the summary in force leaves (at
-// least a quarter of the budget), so the joined summary mostly fits and
-// condensing, which re-reads the whole summary, stays rare. Where the
+// over budget. The delta gets the room the summary in force leaves, so
+// the joined summary mostly fits and condensing, which re-reads the whole
+// summary, stays rare; where that room is under a quarter of the budget,
+// the summary in force and input are summarised in one call instead. Where the
 // budget shrank under the summary in force (a long pinned head and a
 // longer tail at a small window), neither the delta nor the condensed
 // summary gets less than a summary needs (minSummariserTokens, within the
@@ -653,6 +654,16 @@ func (s *Service) extend(ctx context.Context, sm *summariser, p *plan, prev *ses
 	if room < 0 {
 		least := min(budget, minSummariserTokens)
 		deltaTo, condenseTo = max(deltaTo, least), max(condenseTo, least)
+	}
+	if room < budget/4 {
+		// A delta in what little room is left would leave the joined
+		// summary over budget, and condensing it a second call that reads
+		// both again: one call summarises the summary in force and the
+		// new messages together, within the condensed size.
+		in := make([]session.Message, 0, len(input)+1)
+		in = append(in, session.Message{Role: session.RoleUser, IsCompaction: true,
+			Content: session.TextContent(updatePreamble + oldSummary.Render())})
+		return sm.runWithin(ctx, append(in, input...), condenseTo)
 	}
 	text, err := sm.runWithin(ctx, input, deltaTo)
 	if err != nil {
@@ -751,6 +762,10 @@ func (s *Service) commitResult(ctx context.Context, req Request, a assembled, r 
 	}
 	return nil
 }
+
+// updatePreamble opens the summary in force where a summary call reads it
+// ahead of the messages after it.
+const updatePreamble = "Summary of the session before the messages below:\n\n"
 
 // summaryFraming is the most the preamble and overhead of a compaction
 // message add to its summary, whatever its seqs (framingOf is a given

@@ -264,6 +264,9 @@ func TestIncrementalOnlyNewMessages(t *testing.T) {
 			continue
 		}
 		for _, m := range req.Messages {
+			if m.IsCompaction {
+				continue // the summary in force, leading a call that updates it
+			}
 			if m.Seq < rec1.TailStartSeq {
 				t.Fatalf("incremental call resent message seq %d (tail started at %d)", m.Seq, rec1.TailStartSeq)
 			}
