@@ -65,7 +65,7 @@ func (s *StandIn) Stats() StandInStats {
 var (
 	// messageOpen opens a message's first line in a transcript: its role
 	// (and name, or the call a tool result answers) in brackets.
-	messageOpen = regexp.MustCompile(`^\[(system|user|assistant|tool)(?: [^\]\n]*)?\] ?`)
+	messageOpen  = regexp.MustCompile(`^\[(system|user|assistant|tool)(?: [^\]\n]*)?\] ?`)
 	summaryBlock = regexp.MustCompile(`(?s)<summary part="\d+">\n(.*?)\n</summary>`)
 )
 
