@@ -424,21 +424,32 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 	}
 	// Plan as if the context had grown to its limit and past it by the
 	// overshoot: the messages to come fill the tail.
-	p.growth = max(p.limit-p.beforeTokens, 0) + max(req.Overshoot, 0)
+	atLimit := max(p.limit-p.beforeTokens, 0)
+	p.growth = atLimit + max(req.Overshoot, 0)
+	standsAtLimit := false
 	if stored.Usable(rec) && !pp.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
 		// The stored preparation stands while it will still fit when the
-		// context reaches its limit (and the overshoot): redone only to
-		// cut further.
-		if p2 := pp.s.withPrepared(p, stored.Compaction); p2.beforeTokens+p.growth <= pp.fitLimit(p.limit) {
+		// context reaches its limit and the overshoot: redone only to cut
+		// further.
+		p2 := pp.s.withPrepared(p, stored.Compaction)
+		if p2.beforeTokens+p.growth <= pp.fitLimit(p.limit) {
 			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
 			return nil, nil
 		}
+		standsAtLimit = p2.beforeTokens+atLimit <= pp.fitLimit(p.limit)
 	}
 	d := Decision{Needed: true, Reason: DecisionTokens}
 	r, err := pp.planAt(p, d)
 	if err == nil && r != nil && r.step == StepSummarise && req.Overshoot > 0 && pp.notWorthIt(p, r, d) != "" {
+		if standsAtLimit {
+			// No cut fits with the overshoot, and the stored one fits at
+			// the limit: it stands (replanned at the limit, the cut moves
+			// as the session grows, and every recheck replaced it).
+			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
+			return nil, nil
+		}
 		// No cut fits with the overshoot: plan for the limit alone.
-		p.growth = max(p.limit-p.beforeTokens, 0)
+		p.growth = atLimit
 		r, err = pp.planAt(p, d)
 	}
 	if err != nil || r == nil {

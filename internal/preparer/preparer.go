@@ -138,12 +138,7 @@ const (
 	// CauseAppends: two of the session's biggest appends would fill
 	// what is left before its limit.
 	CauseAppends = "appends"
-	// CauseBigAppends: under prepare_at, but one of the biggest appends
-	// the session ever made would take it past, and two over its limit (a
-	// 10,000-token file read at a 32k window); in the second half of its
-	// window: prepared as a runtime's near_budget is, whatever
-	// prepare_at says.
-	CauseBigAppends = "big_appends"
+
 	// CausePace: at the session's rate its limit comes within the time
 	// a preparation takes (with the margin).
 	CausePace = "pace"
@@ -328,11 +323,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		cause = CauseMeasure
 	}
 	p.mu.Unlock()
-	trigger := pipeline.PrepareAppend
-	if cause == CauseBigAppends {
-		trigger = pipeline.PrepareNearBudget // (under prepare_at)
-	}
-	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: trigger, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
+	p.enqueue(job{tenant: t, sessionID: sessionID, trigger: pipeline.PrepareAppend, at: p.opt.Now(), cause: cause, detail: detail, measure: measure})
 }
 
 // growth is what an append on a counted estimate leads to.
@@ -365,13 +356,6 @@ func (p *Preparer) grown(e *estimate, head int64, tokens int) (growth, string, s
 	// stands is left alone as long.
 	over := e.tokens > e.limit && now.Sub(e.read) < p.opt.Recheck
 	settled := !e.settled.IsZero() && now.Sub(e.settled) < p.opt.Recheck
-	if below && !over && !settled && e.peak > 0 && e.limit-e.tokens <= 2*e.peak && e.tokens+e.peak >= int(p.svc.Config().PrepareAt*float64(e.limit)) && 2*e.tokens >= e.limit {
-		// One of its biggest appends from prepare_at and two from its
-		// limit: the next may take the session past prepare_at and over
-		// its limit at once, with no time to prepare. (Not in the first
-		// half of its window: too little to summarise yet.)
-		return growPrepare, CauseBigAppends, p.describe(e, now)
-	}
 	if below || over || settled {
 		return growSkip, "", ""
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -373,60 +372,5 @@ func testCalibrated(t *testing.T, exact bool) {
 	// the limit (two of its biggest appends), not earlier.
 	if slow.TokensBefore < limit-3*turnTokens || slow.TokensBefore > limit || st.Paced == 0 {
 		t.Fatalf("prepared at %d tokens of %d (turns of %d tokens), %+v", slow.TokensBefore, limit, turnTokens, st)
-	}
-}
-
-// A session whose appends are big (a 1,500-token file read at a 6,000
-// window) is prepared before prepare_at, once one of its biggest appends
-// would take it past prepare_at and two over its limit: the next may take
-// it over at once, with no time to prepare. The biggest append is
-// remembered across the reads.
-func TestBigAppendsArePreparedEarly(t *testing.T) {
-	counter, store, svc := newService(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan pipeline.Preparation, 100)
-	p := preparer.New(svc, preparer.Options{Workers: 1, Observe: func(out pipeline.Preparation, _ error) { done <- out }})
-	go func() { _ = p.Run(ctx) }()
-	const limit = 6000
-	if _, err := store.Create(ctx, session.Record{SessionID: "s", Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
-		t.Fatal(err)
-	}
-	head := int64(0)
-	appendOne := func(m session.Message) {
-		n := counter.Ensure(&m)
-		a, err := store.AppendWith(ctx, "s", []session.Message{m}, session.AppendOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		first := head + 1
-		head = a.HeadSeq
-		p.Appended(ctx, "s", head, first, n)
-	}
-	var log strings.Builder
-	for i := 0; log.Len() < 5200; i++ {
-		log.WriteString(fmt.Sprintf("line %d: INFO worker-%d processed batch %d in %d ms\n", i, i%7, i*13, 40+i))
-	}
-	step := func(i int) session.Message {
-		return session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("step %d: look at the next part of the log for batch %d, and the worker that ran it", i, i))}
-	}
-	appendOne(step(0))
-	<-done // the first read
-	appendOne(session.Message{Role: session.RoleUser, Content: session.TextContent(log.String())})
-	var out pipeline.Preparation
-	for i := 1; i < 400 && out.Outcome != pipeline.PrepareDone; i++ {
-		queued := p.Stats().Queued
-		appendOne(step(i))
-		if p.Stats().Queued == queued {
-			continue // counted, not queued
-		}
-		select { // (no append while it runs: the context it reads is this one)
-		case out = <-done:
-		case <-time.After(10 * time.Second):
-			t.Fatal("a queued preparation did not run")
-		}
-	}
-	if out.Outcome != pipeline.PrepareDone || out.Cause != preparer.CauseBigAppends || float64(out.TokensBefore) >= svc.Config().PrepareAt*limit {
-		t.Fatalf("big appends were not prepared early: %+v", out)
 	}
 }
