@@ -559,8 +559,14 @@ func canonName(name string) string {
 	if i := strings.LastIndexAny(name, "./:"); i >= 0 && i+1 < len(name) {
 		name = name[i+1:]
 	}
-	return strings.NewReplacer("_", "", "-", "").Replace(name)
+	if strings.ContainsAny(name, "_-") {
+		name = separators.Replace(name)
+	}
+	return name
 }
+
+// separators are the characters canonName drops.
+var separators = strings.NewReplacer("_", "", "-", "")
 
 // canonKey is an argument's name as fileKeys are written.
 func canonKey(k string) string { return canonName(k) }
@@ -651,21 +657,27 @@ func argPaths(args map[string]any) []string {
 	for k, v := range args {
 		byKey[canonKey(k)] = append(byKey[canonKey(k)], v)
 	}
-	for _, k := range append(fileKeys, "paths") {
-		for _, v := range byKey[k] {
-			switch v := v.(type) {
-			case string:
-				if k != "paths" && looksLikePath(v) {
-					out = append(out, v)
-				}
-			case []any:
-				for _, e := range v {
-					if s, ok := e.(string); ok && looksLikePath(s) {
-						out = append(out, s)
-					}
+	add := func(v any, single bool) {
+		switch v := v.(type) {
+		case string:
+			if single && looksLikePath(v) {
+				out = append(out, v)
+			}
+		case []any:
+			for _, e := range v {
+				if s, ok := e.(string); ok && looksLikePath(s) {
+					out = append(out, s)
 				}
 			}
 		}
+	}
+	for _, k := range fileKeys {
+		for _, v := range byKey[k] {
+			add(v, true)
+		}
+	}
+	for _, v := range byKey["paths"] {
+		add(v, false) // a list of files, never one
 	}
 	return out
 }
