@@ -212,6 +212,16 @@ func (r *Report) mdWindow(w func(string, ...any)) {
 	}
 }
 
+// driftFlags are the drift suite's lines against its goals.
+func (r *Report) driftFlags() []string {
+	var out []string
+	for _, d := range r.Drift {
+		out = append(out, fmt.Sprintf("Drift at %d tokens: %d compactions, locked decisions, forbidden actions, the latest instruction and the focus after every one, "+
+			"no superseded instruction stated current, no finished item stated pending: %s.", d.Limit, d.Compactions, map[bool]string{true: "met", false: "**missed**"}[d.Met()]))
+	}
+	return out
+}
+
 // mdDrift writes the section of the drift suite.
 func (r *Report) mdDrift(w func(string, ...any)) {
 	w("\n## 9. Drift across many compactions\n\n")
@@ -301,10 +311,7 @@ func (r *Report) Flags() []string {
 		g := float64(z.Tokens) / float64(a.Tokens)
 		out = append(out, fmt.Sprintf("Scale %d → %d messages: time %.1f× for %.1f× the tokens: %s.", a.Messages, z.Messages, z.Millis/a.Millis, g, linearity(g, z.Millis/a.Millis)))
 	}
-	for _, d := range r.Drift {
-		out = append(out, fmt.Sprintf("Drift at %d tokens: %d compactions, locked decisions, forbidden actions, the latest instruction and the focus after every one, "+
-			"no superseded instruction stated current, no finished item stated pending: %s.", d.Limit, d.Compactions, map[bool]string{true: "met", false: "**missed**"}[d.Met()]))
-	}
+	out = append(out, r.driftFlags()...)
 	if c := r.Prepared; c != nil {
 		share := 0.0
 		if c.Prepared.Compacted > 0 {

@@ -422,35 +422,11 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 			stored = rb
 		}
 	}
-	// Plan as if the context had grown to its limit and past it by the
-	// overshoot: the messages to come fill the tail.
-	atLimit := max(p.limit-p.beforeTokens, 0)
-	p.growth = atLimit + max(req.Overshoot, 0)
-	standsAtLimit := false
-	if stored.Usable(rec) && !pp.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
-		// The stored preparation stands while it will still fit when the
-		// context reaches its limit and the overshoot: redone only to cut
-		// further.
-		p2 := pp.s.withPrepared(p, stored.Compaction)
-		if p2.beforeTokens+p.growth <= pp.fitLimit(p.limit) {
-			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
-			return nil, nil
-		}
-		standsAtLimit = p2.beforeTokens+atLimit <= pp.fitLimit(p.limit)
-	}
 	d := Decision{Needed: true, Reason: DecisionTokens}
-	r, err := pp.planAt(p, d)
-	if err == nil && r != nil && r.step == StepSummarise && req.Overshoot > 0 && pp.notWorthIt(p, r, d) != "" {
-		if standsAtLimit {
-			// No cut fits with the overshoot, and the stored one fits at
-			// the limit: it stands (replanned at the limit, the cut moves
-			// as the session grows, and every recheck replaced it).
-			out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
-			return nil, nil
-		}
-		// No cut fits with the overshoot: plan for the limit alone.
-		p.growth = atLimit
-		r, err = pp.planAt(p, d)
+	r, stands, err := pp.planGrown(p, d, stored, req.Overshoot)
+	if stands {
+		out.Outcome, out.FromSeq, out.ToSeq = PrepareUnchanged, stored.FromSeq, stored.ToSeq
+		return nil, nil
 	}
 	if err != nil || r == nil {
 		out.Outcome, out.Detail = PrepareNothing, "already compacted"
@@ -473,6 +449,36 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 		return nil, nil
 	}
 	return &prepJob{p: p, r: r, d: d, rec: rec, stored: stored}, nil
+}
+
+// planGrown plans p's compaction as if the context had grown to its
+// limit and past it by overshoot (the messages to come fill the tail),
+// unless the stored preparation stands: while it still fits then, it is
+// redone only to cut further; where no cut fits with the overshoot, one
+// that fits at the limit stands too (replanned at the limit, the cut
+// moved as the session grew, and every recheck replaced it), else the plan
+// is for the limit alone.
+func (pp *preparations) planGrown(p *plan, d Decision, stored session.PreparedCompaction, overshoot int) (r *reduction, stands bool, err error) {
+	rec := p.sess.Record
+	atLimit := max(p.limit-p.beforeTokens, 0)
+	p.growth = atLimit + max(overshoot, 0)
+	standsAtLimit := false
+	if stored.Usable(rec) && !pp.tooOld(stored) && stored.Compaction.Compaction.FromSeq > 0 {
+		p2 := pp.s.withPrepared(p, stored.Compaction)
+		if p2.beforeTokens+p.growth <= pp.fitLimit(p.limit) {
+			return nil, true, nil
+		}
+		standsAtLimit = p2.beforeTokens+atLimit <= pp.fitLimit(p.limit)
+	}
+	r, err = pp.planAt(p, d)
+	if err == nil && r != nil && r.step == StepSummarise && overshoot > 0 && pp.notWorthIt(p, r, d) != "" {
+		if standsAtLimit {
+			return nil, true, nil
+		}
+		p.growth = atLimit
+		r, err = pp.planAt(p, d)
+	}
+	return r, false, err
 }
 
 // planAt plans p's compaction at its growth (the summary step, or what
