@@ -198,7 +198,9 @@ func BuildProbes(c transcript.Conversation) []Probe {
 				}
 			}
 		case m.Role == session.RoleUser && c.Source != "locomo":
-			for _, s := range splitSentences(m.Content.Text) {
+			// What the user quotes in a fenced block (a crash log's
+			// "PLEASE submit a bug report") is not an instruction.
+			for _, s := range splitSentences(ledger.Prose(m.Content.Text)) {
 				if probeInst.MatchString(s) && len(strings.Fields(s)) >= 3 && len(s) <= 300 {
 					add(ProbeInstructions, i, s)
 				}

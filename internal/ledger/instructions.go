@@ -49,12 +49,41 @@ func IsDecision(sentence string) bool {
 	return reDecision.MatchString(sentence) && len(strings.Fields(sentence)) >= 4
 }
 
+// Prose is text without its fenced blocks (``` or ~~~, from the opening
+// line to the closing one): what a user quotes there (a crash log, a
+// program's output, an example) is not what the user asks. A fence never
+// closed is not a block; its lines stay.
+func Prose(text string) string {
+	if !strings.Contains(text, "```") && !strings.Contains(text, "~~~") {
+		return text
+	}
+	lines := strings.Split(text, "\n")
+	out := lines[:0:0]
+	open, fence := -1, ""
+	for i, line := range lines {
+		t := strings.TrimSpace(line)
+		switch {
+		case open < 0 && (strings.HasPrefix(t, "```") || strings.HasPrefix(t, "~~~")):
+			open, fence = i, t[:3]
+		case open < 0:
+			out = append(out, line)
+		case strings.HasPrefix(t, fence) && strings.Trim(t, fence[:1]) == "":
+			open = -1
+		}
+	}
+	if open >= 0 {
+		out = append(out, lines[open:]...)
+	}
+	return strings.Join(out, "\n")
+}
+
 // instructions returns the instructions among text's sentences, verbatim:
-// each line (list markers dropped) split at sentence ends; sentences that
-// set a rule for "you" (reRule) or settle a decision (IsDecision) too.
+// each line outside fenced blocks (list markers dropped) split at
+// sentence ends; sentences that set a rule for "you" (reRule) or settle a
+// decision (IsDecision) too.
 func instructions(text string) []string {
 	var out []string
-	for _, line := range strings.Split(text, "\n") {
+	for _, line := range strings.Split(Prose(text), "\n") {
 		line = reListItem.ReplaceAllString(line, "")
 		rest := line
 		for rest != "" {

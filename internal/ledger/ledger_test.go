@@ -243,6 +243,23 @@ func TestInstructions(t *testing.T) {
 	}
 }
 
+// What a user quotes in a fenced block (a crash log, an example) is not
+// an instruction: the OpenHands ponyc issue quotes LLVM's "PLEASE submit a
+// bug report ..." in its output, and the ledger kept it as the user's
+// instruction, in the budget's way. A fence never closed hides nothing.
+func TestQuotedBlocksAreNotInstructions(t *testing.T) {
+	task := "Fix the crash. Please keep the fix small.\r\n**Actual Result:**\r\n```\r\n➜ ponyc\r\nPLEASE submit a bug report to https://github.com/llvm/llvm-project/issues/ and include the crash backtrace.\r\n```\r\n" +
+		"~~~python\nNever call exit() here, it says.\n~~~\nMake sure all the tests pass."
+	l := ledger.Extract([]ledger.Message{{Role: "user", Text: task}})
+	if want := []string{"Please keep the fix small.", "Make sure all the tests pass."}; !slices.Equal(l.Instructions, want) {
+		t.Fatalf("instructions %q, want %q", l.Instructions, want)
+	}
+	open := ledger.Extract([]ledger.Message{{Role: "user", Text: "Please never change the public API.\n```\nUse tabs for indentation in every file."}})
+	if len(open.Instructions) != 2 {
+		t.Fatalf("an unclosed fence hid instructions: %q", open.Instructions)
+	}
+}
+
 // A session of read-only exploration that met a few errors, fixed since,
 // with long lines (an editor's "old_str ... did not appear"): at a small
 // budget the last commands stay, and the fixed errors show short. The
