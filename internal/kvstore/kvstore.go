@@ -41,6 +41,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/compactor/compactor/internal/keylock"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -187,6 +189,12 @@ type Sessions struct {
 	// decided on a record read from the leader.
 	cacheMu sync.Mutex
 	cache   map[string]record
+	// appending queues this process's appends to a session: from many
+	// requests at once they would race each other's compare-and-set, and
+	// under a flood (dozens of requests on one session) some lost every
+	// try. Queued, each starts from the record the last one wrote; only
+	// another process's appends race.
+	appending keylock.Locks
 	// checkpointAge overrides checkpointAge (SetCheckpointAge).
 	checkpointAge time.Duration
 	// failWrite, in tests, fails a write (by its subject) before it is

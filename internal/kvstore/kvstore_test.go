@@ -409,3 +409,69 @@ func commitOf(sess *session.Session, upTo int, id string) session.Commit {
 		Compaction: session.Message{ID: id, Role: session.RoleUser, Content: session.TextContent("summary"), IsCompaction: true,
 			Compaction: &session.CompactionMeta{SummaryText: "summary", FromSeq: 2, ToSeq: tail.Seq - 1, TailStartSeq: tail.Seq, Previous: prev}}}
 }
+
+// Many appends to one session at once, through two replicas (two stores on
+// their own connections): every one is applied, once, and none is refused
+// for losing the race too often. Before, each lost compare-and-set was
+// retried at once, up to 50 times: make chaos's flood (quotas lifted, one
+// session written by dozens of requests through two replicas) had appends
+// answered 503 "conflict after 50 tries".
+func TestContendedAppends(t *testing.T) {
+	nc, js := jetStream(t)
+	ctx := context.Background()
+	a, err := kvstore.NewSessions(ctx, nc, js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc2, err := nats.Connect(nc.ConnectedUrl())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc2.Close()
+	js2, _ := jetstream.New(nc2)
+	b, err := kvstore.NewSessions(ctx, nc2, js2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Create(ctx, session.Record{SessionID: "busy", Model: "gpt-4o", ContextLimit: 100000}, nil); err != nil {
+		t.Fatal(err)
+	}
+	const perReplica = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*perReplica)
+	for r, s := range []*kvstore.Sessions{a, b} {
+		for i := range perReplica {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				m := session.Message{ID: fmt.Sprintf("m-%d-%d", r, i), Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("turn %d of replica %d", i, r))}
+				if _, err := s.Append(ctx, "busy", m); err != nil {
+					errs <- err
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	rec, err := a.Record(ctx, "busy")
+	if err != nil || rec.HeadSeq != 2*perReplica {
+		t.Fatalf("head %d (%v), want %d", rec.HeadSeq, err, 2*perReplica)
+	}
+	sess, err := a.Load(ctx, "busy", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, m := range sess.Messages {
+		if seen[m.ID] {
+			t.Fatalf("%s stored twice", m.ID)
+		}
+		seen[m.ID] = true
+	}
+	if len(seen) != 2*perReplica {
+		t.Fatalf("%d messages stored, want %d", len(seen), 2*perReplica)
+	}
+}

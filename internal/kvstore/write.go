@@ -384,8 +384,13 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 	if err != nil {
 		return session.Appended{}, err
 	}
-	// A cached record may be behind: the guarded write below finds out,
-	// but what is answered without writing is decided on a fresh one.
+	unlock, err := s.appending.Lock(ctx, w.cacheKey())
+	if err != nil {
+		return session.Appended{}, err
+	}
+	defer unlock()
+	// A cached record may be behind: the guarded write finds out, but
+	// what is answered without writing is decided on a fresh one.
 	rec, hit := s.cached(w)
 	fresh := false
 	if !hit || !rec.Visible() {
@@ -394,6 +399,12 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		}
 		fresh = true
 	}
+	return s.appendOn(ctx, w, rec, fresh, prepared, opt)
+}
+
+// appendOn is AppendWith's tries, from rec (fresh: read from the leader
+// now, not this process's cache).
+func (s *Sessions) appendOn(ctx context.Context, w where, rec record, fresh bool, prepared []session.Message, opt session.AppendOptions) (session.Appended, error) {
 	reread := func() error {
 		r, err := s.current(ctx, w)
 		if err != nil {
@@ -417,7 +428,7 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		if head == rec.HeadSeq {
 			return out, nil // every message is stored already
 		}
-		err = session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, []string, error) {
+		err := session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, []string, error) {
 			last, open := rec.lastNonTool()
 			return last, open, nil
 		})
@@ -435,7 +446,11 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		}
 		seq, err := s.writeEntry(ctx, w, rec.Epoch, rec.Log.Seq, add)
 		if errors.Is(err, session.ErrConflict) {
-			// Another append came first: look again.
+			// Another process's append came first: look again, after a
+			// wait that keeps two such writers from meeting every time.
+			if !backoff(ctx, attempt) {
+				return session.Appended{}, ctx.Err()
+			}
 			if err := reread(); err != nil {
 				return session.Appended{}, err
 			}
@@ -453,7 +468,7 @@ func (s *Sessions) AppendWith(ctx context.Context, sid string, msgs []session.Me
 		out.HeadSeq = head
 		return out, nil
 	}
-	return session.Appended{}, fmt.Errorf("append to %s: %w after %d tries", sid, session.ErrConflict, casRetries)
+	return session.Appended{}, fmt.Errorf("append to %s: %w after %d tries", w.sid, session.ErrConflict, casRetries)
 }
 
 // prepareAppend checks an append's messages and gives ids to those
@@ -653,6 +668,9 @@ func (s *Sessions) Commit(ctx context.Context, c session.Commit) (existed bool, 
 		}
 		if !errors.Is(err, session.ErrConflict) {
 			return existed, fmt.Errorf("commit compaction %s: %w", id, err)
+		}
+		if !backoff(ctx, attempt) {
+			return existed, ctx.Err()
 		}
 	}
 	return existed, fmt.Errorf("commit to %s: %w after %d tries", c.SessionID, session.ErrConflict, casRetries)

@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/compactor/compactor/internal/keylock"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -36,8 +37,8 @@ type Service struct {
 	log      *slog.Logger
 	now      func() time.Time
 
-	mu    sync.Mutex
-	locks map[string]*sessionLock
+	// locks serialises the requests on one session (localKey) here.
+	locks keylock.Locks
 	// preps is the preparing side (prepare.go).
 	preps *preparations
 	// policies are the tenants' (SetTenantPolicies).
@@ -63,11 +64,6 @@ func WithModelBudget(b ModelBudget) Option {
 		s.quota = b
 		return nil
 	}
-}
-
-type sessionLock struct {
-	ch   chan struct{}
-	refs int
 }
 
 // Option tunes a Service.
@@ -115,7 +111,7 @@ func New(store SessionStore, breakers BreakerStore, sum Summarizer, cfg Config, 
 		return nil, err
 	}
 	s := &Service{store: store, breakers: breakers, sum: sum, cfg: cfg, table: models.Default(),
-		log: slog.New(slog.DiscardHandler), now: time.Now, locks: map[string]*sessionLock{}}
+		log: slog.New(slog.DiscardHandler), now: time.Now}
 	s.preps = newPreparations(s)
 	for _, o := range opts {
 		if err := o(s); err != nil {
@@ -137,29 +133,7 @@ func localKey(ctx context.Context, id string) string { return tenant.Key(tenant.
 
 // lock serialises work on one session within the process.
 func (s *Service) lock(ctx context.Context, sid string) (func(), error) {
-	id := localKey(ctx, sid)
-	s.mu.Lock()
-	l, ok := s.locks[id]
-	if !ok {
-		l = &sessionLock{ch: make(chan struct{}, 1)}
-		s.locks[id] = l
-	}
-	l.refs++
-	s.mu.Unlock()
-	release := func() {
-		s.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.locks, id)
-		}
-		s.mu.Unlock()
-	}
-	select {
-	case l.ch <- struct{}{}:
-		return func() { <-l.ch; release() }, nil
-	case <-ctx.Done():
-		release()
-		return nil, ctx.Err()
-	}
+	return s.locks.Lock(ctx, localKey(ctx, sid))
 }
 
 // errReplan says a commit lost a race and the compaction should be planned

@@ -249,12 +249,7 @@ func (pp *preparations) endFlight(id string, f *flight) {
 
 // compacting reports whether a request holds the session (its localKey)
 // here.
-func (s *Service) compacting(id string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.locks[id]
-	return ok
-}
+func (s *Service) compacting(id string) bool { return s.locks.Busy(id) }
 
 // claimBeat is how often a preparation's owner renews its claim, and
 // claimStale how long a claim lasts unrenewed: a replica that died while
