@@ -677,13 +677,35 @@ func (r *run) chaos(ctx context.Context) {
 		if !at(st.from) {
 			return
 		}
-		r.killNode(st.what, st.leader(), func() { at(st.to) })
+		r.killNode(st.what, awaitLeader(ctx, st.leader), func() { at(st.to) })
 	}
 	if !at(0.64) {
 		return
 	}
 	r.pauseReplica()
 }
+
+// awaitLeader is the node leader names, polled for up to leaderWait while
+// none does: a stream whose node was just restarted may be between
+// leaders for a few seconds (more on a busy machine), and the fault is
+// then made late rather than not at all. -1 when none leads by then.
+func awaitLeader(ctx context.Context, leader func() int) int {
+	deadline := time.Now().Add(leaderWait)
+	for {
+		l := leader()
+		if l >= 0 || time.Now().After(deadline) {
+			return l
+		}
+		select {
+		case <-ctx.Done():
+			return l
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// leaderWait bounds awaitLeader.
+const leaderWait = 10 * time.Second
 
 // modelOutage answers every model call 503 for the outage, then lets the
 // model answer again.
