@@ -475,3 +475,37 @@ func TestContendedAppends(t *testing.T) {
 		t.Fatalf("%d messages stored, want %d", len(seen), 2*perReplica)
 	}
 }
+
+// A load says whether a compaction message was written after the one in
+// force (Settled), so that a request asks for its own only when one was:
+// none before the first compaction, none after it commits, and one when a
+// writer that lost its commit left its message.
+func TestLoadSaysWhetherACompactionIsUnsettled(t *testing.T) {
+	js, s, b, counter, msgs := invoiceSessionEnv(t)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, session.Record{SessionID: "u", Model: "gpt-4o", ContextLimit: 1500}, msgs); err != nil {
+		t.Fatal(err)
+	}
+	settled := func(when string, want bool) {
+		t.Helper()
+		sess, err := s.Load(ctx, "u", false)
+		if err != nil || sess.Settled != want {
+			t.Fatalf("%s: settled %v (%v), want %v", when, sess != nil && sess.Settled, err, want)
+		}
+	}
+	settled("before any compaction", true)
+	svc, _ := pipeline.New(s, b, extractive.New(counter), pipeline.DefaultConfig())
+	if _, err := svc.Compact(ctx, pipeline.Request{ID: "1", SessionID: "u", Trigger: pipeline.TriggerOverBudget}); err != nil {
+		t.Fatal(err)
+	}
+	settled("after a commit", true)
+	rec, _ := s.Record(ctx, "u")
+	_, _, _, data := s.Place("u")
+	orphan := nats.NewMsg(data + "c")
+	orphan.Header.Set("Compactor-Epoch", rec.Epoch)
+	orphan.Data = []byte(`{"id":"orphan","seq":200,"role":"user","content":"lost","is_compaction":true,"compaction":{"summary_text":"lost","from_seq":1,"to_seq":120}}`)
+	if _, err := js.PublishMsg(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	settled("with a message whose commit was lost", false)
+}

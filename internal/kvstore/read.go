@@ -120,16 +120,30 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 	if err != nil {
 		return nil, err
 	}
+	// Kept as this process's latest: a compaction planned on this read
+	// commits on it without reading the record and the log again (three
+	// round trips), and an append starts from it (both writes are
+	// guarded: a stale one costs a retry).
+	s.remember(w, &rec)
 	out := &session.Session{Record: rec.Record}
+	// Beside the messages (a request waits on all, one round trip rather
+	// than three): whether a compaction was written after the one in
+	// force, and the one in force.
+	settled := make(chan bool, 1)
+	go func() { settled <- s.settled(ctx, w, &rec) }()
+	defer func() { out.Settled = <-settled }()
 	if rec.CompactionID == "" {
 		if out.Messages, err = s.messages(ctx, w, &rec, seqRange(1, rec.HeadSeq)); err != nil {
 			return nil, err
 		}
 		return out, nil
 	}
-	if out.Summary, err = s.compactionAt(ctx, w, &rec); err != nil {
-		return nil, err
-	}
+	var cerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out.Summary, cerr = s.compactionAt(ctx, w, &rec)
+	}()
 	pinned := map[int64]bool{}
 	for _, seq := range rec.PinnedSeqs {
 		pinned[seq] = true
@@ -138,7 +152,11 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 	seqs = append(seqs, seqRange(rec.TailStartSeq, rec.HeadSeq)...)
 	slices.Sort(seqs)
 	seqs = slices.Compact(seqs)
-	if out.Messages, err = s.messages(ctx, w, &rec, seqs); err != nil {
+	out.Messages, err = s.messages(ctx, w, &rec, seqs)
+	if <-done; cerr != nil {
+		return nil, cerr
+	}
+	if err != nil {
 		return nil, err
 	}
 	if history {
@@ -153,6 +171,13 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 		}
 	}
 	return out, nil
+}
+
+// settled reports whether the leader holds no compaction message of the
+// session after the one rec names (none at all when it names none).
+func (s *Sessions) settled(ctx context.Context, w where, rec *record) bool {
+	_, err := s.leaderMsg(ctx, w.dataStream(), map[string]any{"seq": rec.Log.Compaction + 1, "next_by_subj": w.subject("c")})
+	return errors.Is(err, session.ErrNotFound)
 }
 
 // compactionAt reads the compaction the record names, at its stream

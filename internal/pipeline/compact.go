@@ -251,13 +251,21 @@ func (s *Service) compact(ctx context.Context, req Request, res *Result) error {
 	}
 	defer unlock()
 
+	// The session is read beside its breaker: the request waits on both,
+	// and a breaker that refuses it only wastes the read.
+	loadCtx, cancelLoad := context.WithCancel(ctx)
+	defer cancelLoad()
+	first := s.loadAsync(loadCtx, req)
 	b, err := s.admit(ctx, req, res)
 	if err != nil {
+		cancelLoad()
+		<-first
 		return err
 	}
 	for attempt := 0; ; attempt++ {
 		res.attempts = attempt + 1
-		err = s.attempt(ctx, req, res)
+		err = s.attempt(ctx, req, res, first)
+		first = nil
 		if !errors.Is(err, errReplan) || attempt >= s.cfg.CommitRetries {
 			break
 		}
@@ -380,11 +388,15 @@ func openerFailure(last string) *Error {
 // the package doc: overflow, select, reduce (the ladder: clear tool
 // results, then summarise), assemble, verify, progress, commit. A commit
 // that lost a race answers errReplan.
-func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
-	var p *plan
-	if err := step(ctx, "load", func(ctx context.Context) (err error) { p, err = s.load(ctx, req); return err }); err != nil {
-		return err
+func (s *Service) attempt(ctx context.Context, req Request, res *Result, loaded <-chan loadedPlan) error {
+	if loaded == nil {
+		loaded = s.loadAsync(ctx, req)
 	}
+	l := <-loaded
+	if l.err != nil {
+		return l.err
+	}
+	p := l.p
 	trace.SpanFromContext(ctx).SetAttributes(attribute.String("gen_ai.request.model", p.model), attribute.Int("compactor.context_limit", p.limit))
 	if s.current(p, req, res) {
 		return nil // a redelivery of the request that made the compaction in force
@@ -406,21 +418,15 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 	// (finish it).
 	key := r.key(req.SessionID, p.sess.Record.HeadSeq)
 	res.IdempotencyKey = key
-	if existing, err := s.store.Compaction(ctx, req.SessionID, CompactionID(key)); err == nil {
+	existing, err := s.summariseUnlessExisting(ctx, p, req, r, res, CompactionID(key))
+	if existing != nil {
 		return s.resume(ctx, p, existing, res)
-	} else if !errors.Is(err, session.ErrNotFound) {
-		return storeError(err, "read compaction "+CompactionID(key))
+	}
+	if err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
-	}
-	if r.step == StepSummarise && !r.written {
-		if err := step(ctx, StepSummarise, func(ctx context.Context) error { return s.summarise(ctx, r.planOf(p), req, r, res) }); err != nil {
-			return err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
 	}
 	if r.prepared != nil {
 		// A top-up: the compaction covers what the preparation summarised
@@ -453,6 +459,50 @@ func (s *Service) attempt(ctx context.Context, req Request, res *Result) error {
 		s.usedPrepared(ctx, r)
 	}
 	return nil
+}
+
+// summariseUnlessExisting summarises what r selects (when it is to be
+// summarised) unless a compaction id exists already: a replica won the
+// race (answer it), or a crash came between its write and its commit
+// (finish it, without a model call); that compaction is returned. The
+// store is asked only when the load could not say that nothing was
+// written after the compaction in force (Settled): three round trips
+// that every request paid.
+func (s *Service) summariseUnlessExisting(ctx context.Context, p *plan, req Request, r *reduction, res *Result, id string) (*session.Message, error) {
+	if !p.sess.Settled || id == p.sess.Record.CompactionID {
+		m, err := s.store.Compaction(ctx, req.SessionID, id)
+		if err == nil {
+			return m, nil
+		}
+		if !errors.Is(err, session.ErrNotFound) {
+			return nil, storeError(err, "read compaction "+id)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if r.step == StepSummarise && !r.written {
+		return nil, step(ctx, StepSummarise, func(ctx context.Context) error { return s.summarise(ctx, r.planOf(p), req, r, res) })
+	}
+	return nil, nil
+}
+
+// loadedPlan is a session read and planned on (or why not).
+type loadedPlan struct {
+	p   *plan
+	err error
+}
+
+// loadAsync reads the session (the "load" step) in a goroutine of its
+// own; the channel gets its plan.
+func (s *Service) loadAsync(ctx context.Context, req Request) <-chan loadedPlan {
+	out := make(chan loadedPlan, 1)
+	go func() {
+		var l loadedPlan
+		l.err = step(ctx, "load", func(ctx context.Context) (err error) { l.p, err = s.load(ctx, req); return err })
+		out <- l
+	}()
+	return out
 }
 
 // reduce plans the reduction: clearing when it suffices; else, when a

@@ -324,6 +324,11 @@ type Session struct {
 	Summary    *Message
 	Messages   []Message
 	Summarised []Message
+	// Settled says the store found no compaction message written after
+	// the one in force (none that an interrupted or racing commit left):
+	// a compaction sought by an id other than the one in force is not
+	// stored, without another read. False when the store did not look.
+	Settled bool
 }
 
 // Commit is everything a compaction writes, applied by a store atomically
