@@ -30,7 +30,7 @@ const (
 
 // Subjects is every endpoint's subject.
 var Subjects = []string{SubjectCompact, SubjectBreaker, SubjectReset, SubjectBreakers, SubjectCreate, SubjectAppend,
-	SubjectContext, SubjectMessage, SubjectHistory, SubjectDelete, SubjectUpload, SubjectList, SubjectResult}
+	SubjectContext, SubjectMessage, SubjectHistory, SubjectDelete, SubjectUpload, SubjectList, SubjectResult, SubjectSearch, SubjectExpand}
 
 // An error answer's headers (NATS micro's): the code, and the error's text
 // (percent-encoded as a CloudEvents header value: EncodeHeaderValue).

@@ -35,6 +35,7 @@ func Facts() FactSheet {
 			"session_create": SubjectCreate, "session_append": SubjectAppend, "session_context": SubjectContext,
 			"session_message": SubjectMessage, "session_history": SubjectHistory, "session_delete": SubjectDelete,
 			"session_upload": SubjectUpload, "session_list": SubjectList, "result_get": SubjectResult,
+			"session_search": SubjectSearch, "session_expand": SubjectExpand,
 		},
 		Headers:  map[string]string{"error_code": HeaderErrorCode, "error": HeaderError},
 		Codes:    Codes,
@@ -44,7 +45,9 @@ func Facts() FactSheet {
 			"request_subjects": RequestSubjects, "result_subjects": ResultSubjects, "dlq_subjects": DLQSubjects},
 		Triggers: []Trigger{TriggerOverBudget, TriggerOverflow, TriggerManual, TriggerNearBudget},
 		Limits: map[string]int{"max_messages_per_call": MaxMessagesPerCall, "max_upload_part_bytes": MaxUploadPartBytes,
-			"max_upload_parts": MaxUploadParts, "max_request_id_bytes": MaxRequestIDBytes},
+			"max_upload_parts": MaxUploadParts, "max_request_id_bytes": MaxRequestIDBytes,
+			"max_search_hits": MaxSearchHits, "default_search_hits": DefaultSearchHits, "max_query_bytes": MaxQueryBytes,
+			"snippet_tokens": SnippetTokens, "max_expand_messages": MaxExpandMessages, "max_expand_bytes": MaxExpandBytes},
 	}
 	f.SessionID.Pattern, f.SessionID.MaxBytes, f.SessionID.Error = SessionIDPattern, MaxSessionIDBytes, ErrSessionID.Error()
 	f.CloudEvents.SpecVersion, f.CloudEvents.HeaderPrefix = SpecVersion, HeaderPrefix

@@ -195,6 +195,8 @@ func (s *Server) endpoints() []endpoint {
 		{"session_upload", contract.SubjectUpload, "one part of a message too large for one request: {\"session_id\", \"upload_id\", \"part\", \"parts\", \"data\" (base64 of a piece of the message's JSON)}; append it as {\"upload_id\"}", s.sessionUpload},
 		{"session_list", contract.SubjectList, "a page of the stored sessions: {\"limit\" (default 100, at most 1000), \"after\" (the previous page's \"next\"), \"prefix\", \"model\", \"idle_for\" (a duration, e.g. \"24h\"), \"compacted\" (true or false)}; answers {\"sessions\", \"next\"}", s.sessionList},
 		{"result_get", contract.SubjectResult, "the result event stored for a request sent within the requests' deduplication window: {\"session_id\", \"request_id\"}; answers {\"type\", \"id\", \"data\"} (CompactionCompleted or CompactionFailed), 404 when none is stored yet", s.resultGet},
+		{"session_search", contract.SubjectSearch, "find a session's stored messages, whatever compaction did with them: {\"session_id\", \"query\", \"mode\" (terms, substring or regex), \"roles\", \"states\" (raw, cleared, summarised), \"from_seq\", \"to_seq\", \"limit\"}; answers the hits best first, each with a snippet (the message and a neighbour each side, within 300 tokens)", s.sessionSearch},
+		{"session_expand", contract.SubjectExpand, "read back the originals behind a compaction ({\"compaction_id\"}), a tool call and its results ({\"tool_call_id\"}) or a seq range ({\"from_seq\", \"to_seq\"}), a page at a time ({\"after\": the last page's \"next\"}); each message with its state", s.sessionExpand},
 		{"session_delete", contract.SubjectDelete, "remove every trace of a session (messages, compactions, breaker); answers the same when repeated", s.sessionDelete},
 	}
 }

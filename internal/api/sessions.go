@@ -259,3 +259,23 @@ func (s *Server) sessionMessage(r micro.Request) {
 	}
 	s.answer(r, func(ctx context.Context) (any, error) { return s.d.Sessions.Message(ctx, b.SessionID, b.Seq) })
 }
+
+// sessionSearch answers compactor.session.search: a session's stored
+// messages that match, whatever compaction did with them.
+func (s *Server) sessionSearch(r micro.Request) {
+	var b contract.SearchBody
+	if !s.decodeSession(r, &b, &b.SessionID) {
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) { return s.d.Sessions.Search(ctx, b) })
+}
+
+// sessionExpand answers compactor.session.expand: a page of the originals
+// behind a compaction, a tool call, or a seq range.
+func (s *Server) sessionExpand(r micro.Request) {
+	var b contract.ExpandBody
+	if !s.decodeSession(r, &b, &b.SessionID) {
+		return
+	}
+	s.answer(r, func(ctx context.Context) (any, error) { return s.d.Sessions.Expand(ctx, b) })
+}

@@ -46,6 +46,9 @@ type Report struct {
 	PinnedHead int        `json:"pinned_head_tokens"`
 	HeadKept   int        `json:"pinned_head_kept_tokens"`
 	Retention  *Retention `json:"retention,omitempty"`
+	// TailStartSeq is where the final context's raw tail starts: every
+	// message before it (but the pinned) is summarised.
+	TailStartSeq int64 `json:"tail_start_seq,omitempty"`
 }
 
 // PinnedHead is the pinned head of a compacted context: the messages
@@ -326,11 +329,12 @@ func (r *replayer) finish() error {
 	if rep.Tokens > 0 {
 		rep.CostRatio = float64(rep.InputTokens) / float64(rep.Tokens)
 	}
+	tail, err := r.loop.TailStart(r.ctx, r.id)
+	if err != nil {
+		return err
+	}
+	rep.TailStartSeq = tail
 	if len(r.c.QA) > 0 {
-		tail, err := r.loop.TailStart(r.ctx, r.id)
-		if err != nil {
-			return err
-		}
 		m := Measure(r.c, func(i int) bool { return int64(i+1) < tail }, ContextUnits(final))
 		rep.Retention = &m
 	}

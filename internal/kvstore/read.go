@@ -180,6 +180,29 @@ func (s *Sessions) settled(ctx context.Context, w where, rec *record) bool {
 	return errors.Is(err, session.ErrNotFound)
 }
 
+// Messages returns the session's record (from the leader) and its stored
+// messages from..to (inclusive; to 0 or past the head: to the head), as
+// stored: one batched read.
+func (s *Sessions) Messages(ctx context.Context, sid string, from, to int64) (session.Record, []session.Message, error) {
+	w, err := s.where(ctx, sid)
+	if err != nil {
+		return session.Record{}, nil, notFound("session " + sid)
+	}
+	rec, err := s.current(ctx, w)
+	if err != nil {
+		return session.Record{}, nil, err
+	}
+	if to <= 0 || to > rec.HeadSeq {
+		to = rec.HeadSeq
+	}
+	from = max(from, 1)
+	if from > to {
+		return rec.Record, nil, nil
+	}
+	msgs, err := s.messages(ctx, w, &rec, seqRange(from, to))
+	return rec.Record, msgs, err
+}
+
 // compactionAt reads the compaction the record names, at its stream
 // sequence.
 func (s *Sessions) compactionAt(ctx context.Context, w where, rec *record) (*session.Message, error) {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -26,6 +27,7 @@ import (
 	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/models"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/recall"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tenant"
 	"github.com/compactor/compactor/internal/tokens"
@@ -42,6 +44,9 @@ type Store interface {
 	AppendWith(ctx context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error)
 	Record(ctx context.Context, sessionID string) (session.Record, error)
 	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
+	// Messages answers the record and the stored messages from..to
+	// (inclusive; to 0: to the head), in one read.
+	Messages(ctx context.Context, sessionID string, from, to int64) (session.Record, []session.Message, error)
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	// Delete removes every value of the session; none is not an error.
 	Delete(ctx context.Context, sessionID string) error
@@ -77,6 +82,9 @@ type Service struct {
 	quotas   Quotas
 	images   int // what an image of unknown size counts (0: the default)
 	hooks    Hooks
+	// recall holds the search indexes (recall.go), made on first use.
+	recall     *recall.Cache
+	recallOnce sync.Once
 }
 
 // Hooks are told of what the use case wrote, whichever driver called it
@@ -472,6 +480,7 @@ func (s *Service) Delete(ctx context.Context, sid string) (Deleted, error) {
 	if err != nil {
 		return Deleted{}, err
 	}
+	s.recallCache().Drop(tenant.Key(tenant.From(ctx), sid))
 	return Deleted{SessionID: sid, Deleted: true}, nil
 }
 

@@ -28,6 +28,7 @@ type Store interface {
 	Record(ctx context.Context, sessionID string) (session.Record, error)
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
+	Messages(ctx context.Context, sessionID string, from, to int64) (session.Record, []session.Message, error)
 	Delete(ctx context.Context, sessionID string) error
 	List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error)
 }
@@ -115,6 +116,42 @@ var SessionCases = []StoreCase{
 	{"a list pages through every session once, with filters", caseStoreList},
 	{"two tenants with one session id do not meet", caseStoreTenantsDoNotMeet},
 	{"a record counts the bytes its messages say", caseStoreRecordCountsBytes},
+	{"a range of messages reads as stored, whatever a commit did", caseStoreMessagesInARange},
+}
+
+// caseStoreMessagesInARange: Messages answers the record and the messages
+// of a seq range as stored (raw, summarised or not), the range clipped to
+// 1..head; an unknown session is not found.
+func caseStoreMessagesInARange(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
+	s := newStore(t)
+	ctx := context.Background()
+	msgs := conversation(10)
+	rec, err := s.Create(ctx, session.Record{SessionID: "r", Model: "gpt-4o", ContextLimit: 1000}, msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, _, _ := s.History(ctx, "r")
+	if _, err := s.Commit(ctx, compactionFor(rec, all, 8, "")); err != nil {
+		t.Fatal(err)
+	}
+	got, part, err := s.Messages(ctx, "r", 3, 9)
+	if err != nil || got.HeadSeq != 21 || got.TailStartSeq != 9 || len(part) != 7 {
+		t.Fatalf("3..9: record %+v, %d messages, %v", got, len(part), err)
+	}
+	for i, m := range part {
+		if m.Seq != int64(3+i) || m.Content.Text != msgs[2+i].Content.Text || m.ID == "" {
+			t.Fatalf("message %d reads %+v, want seq %d %q", i, m, 3+i, msgs[2+i].Content.Text)
+		}
+	}
+	if _, tail, err := s.Messages(ctx, "r", 20, 0); err != nil || len(tail) != 2 || tail[1].Seq != 21 {
+		t.Fatalf("20 to the head: %d messages, %v", len(tail), err)
+	}
+	if _, none, err := s.Messages(ctx, "r", 30, 40); err != nil || len(none) != 0 {
+		t.Fatalf("past the head: %d messages, %v", len(none), err)
+	}
+	if _, _, err := s.Messages(ctx, "nope", 1, 2); !errors.Is(err, session.ErrNotFound) {
+		t.Fatalf("an unknown session: %v", err)
+	}
 }
 
 // caseStoreRecordCountsBytes: a session's record counts what its messages

@@ -1,0 +1,266 @@
+// Package recall finds a session's stored messages again, whatever
+// compaction did with them: an inverted index of a session's messages
+// (its terms: words stemmed, identifiers whole), ranked by BM25 over a
+// message and its neighbours, and the bounded snippets a hit shows.
+//
+// An index is derived data: it is built from the session's log, grown as
+// messages are appended (in seq order), and can be dropped and built again
+// at any time with the same answers. It holds no message text, only
+// postings; a snippet is cut from the messages read back from the store.
+package recall
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/compactor/compactor/internal/session"
+)
+
+// Doc is a stored message as the index reads it.
+type Doc struct {
+	Seq  int64
+	Role string
+	// Name is the speaker's name, when the message has one: it is
+	// searched as a word of the message.
+	Name string
+	// Text is what is searched: the message's text, its tool calls' names
+	// and arguments, or the tool's result.
+	Text string
+	// Calls are the tool-call ids the message holds: its calls', or the
+	// one it answers.
+	Calls []string
+}
+
+type posting struct {
+	doc uint32
+	tf  uint16
+}
+
+// Index is one session's inverted index. It is not safe for concurrent
+// writes; a Cache guards the indexes it holds.
+type Index struct {
+	seqs  []int64
+	roles []string
+	lens  []uint32
+	total int64
+	post  map[string][]posting
+	calls map[string][]int64 // a tool call's id: the call's and its results' seqs
+	bytes int
+}
+
+// NewIndex returns an empty index.
+func NewIndex() *Index { return &Index{post: map[string][]posting{}, calls: map[string][]int64{}} }
+
+// Call is the seqs of a tool call's message and of its results (none when
+// the index has no such call).
+func (ix *Index) Call(id string) []int64 { return ix.calls[id] }
+
+// Head is the seq of the last message indexed (0: none).
+func (ix *Index) Head() int64 {
+	if len(ix.seqs) == 0 {
+		return 0
+	}
+	return ix.seqs[len(ix.seqs)-1]
+}
+
+// Len is how many messages the index holds.
+func (ix *Index) Len() int { return len(ix.seqs) }
+
+// Bytes is about how much memory the index takes.
+func (ix *Index) Bytes() int { return ix.bytes }
+
+// Add indexes d, which follows every message indexed so far (a seq at
+// or below Head is ignored: the index already has it).
+func (ix *Index) Add(d Doc) {
+	if d.Seq <= ix.Head() {
+		return
+	}
+	terms := appendTerms(nil, d.Text)
+	if d.Name != "" {
+		terms = appendTerms(terms, strings.ReplaceAll(d.Name, "_", " "))
+	}
+	doc := uint32(len(ix.seqs))
+	ix.seqs = append(ix.seqs, d.Seq)
+	ix.roles = append(ix.roles, internRole(d.Role))
+	ix.lens = append(ix.lens, uint32(len(terms)))
+	ix.total += int64(len(terms))
+	ix.bytes += 8 + 16 + 4
+	for _, id := range d.Calls {
+		if _, ok := ix.calls[id]; !ok {
+			ix.bytes += len(id) + 64
+		}
+		ix.calls[id] = append(ix.calls[id], d.Seq)
+		ix.bytes += 8
+	}
+	slices.Sort(terms)
+	for i := 0; i < len(terms); {
+		j := i + 1
+		for j < len(terms) && terms[j] == terms[i] {
+			j++
+		}
+		t := terms[i]
+		ps, ok := ix.post[t]
+		if !ok {
+			ix.bytes += len(t) + 64
+		}
+		ix.post[t] = append(ps, posting{doc: doc, tf: uint16(min(j-i, math.MaxUint16))})
+		ix.bytes += 8
+		i = j
+	}
+}
+
+func internRole(r string) string {
+	for _, k := range []string{"user", "assistant", "tool", "system"} {
+		if r == k {
+			return k
+		}
+	}
+	return r
+}
+
+// Query is a search of one index.
+type Query struct {
+	Text string
+	// Roles, when set, are the roles a hit may have.
+	Roles []string
+	// FromSeq and ToSeq, when set, bound a hit's seq (inclusive).
+	FromSeq, ToSeq int64
+	// Allow, when set, says whether a seq may be a hit (its state).
+	Allow func(seq int64) bool
+	// Limit is how many hits at most (default 10).
+	Limit int
+}
+
+// Hit is a message that matches, with its score.
+type Hit struct {
+	Seq   int64   `json:"seq"`
+	Score float64 `json:"score"`
+}
+
+// BM25's parameters, and the weight of a neighbour's score in a
+// message's: what a hit shows is the message with a neighbour each side,
+// and in a conversation the words of a question are often spread over an
+// exchange.
+const (
+	k1             = 1.2
+	b              = 0.75
+	neighbourShare = 0.7
+)
+
+// Search ranks the messages for q: each one's BM25 score plus a share of
+// its neighbours', best first (ties: the later message), no two hits
+// within a message of each other (their snippets would overlap).
+func (ix *Index) Search(q Query) []Hit {
+	limit := q.Limit
+	if limit <= 0 {
+		limit = 10
+	}
+	scores := ix.scores(q.Text)
+	if len(scores) == 0 {
+		return nil
+	}
+	// Summed in the order of the messages: the same scores in any order
+	// would round otherwise, and two replicas rank ties alike.
+	docs := make([]uint32, 0, len(scores))
+	for doc := range scores {
+		docs = append(docs, doc)
+	}
+	slices.Sort(docs)
+	window := make(map[uint32]float64, len(scores)*2)
+	for _, doc := range docs {
+		s := scores[doc]
+		window[doc] += s
+		if doc > 0 {
+			window[doc-1] += neighbourShare * s
+		}
+		if int(doc)+1 < len(ix.seqs) {
+			window[doc+1] += neighbourShare * s
+		}
+	}
+	type cand struct {
+		doc   uint32
+		score float64
+	}
+	cands := make([]cand, 0, len(window))
+	for doc, s := range window {
+		if ix.allowed(q, doc) {
+			cands = append(cands, cand{doc, s})
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool {
+		if cands[i].score != cands[j].score {
+			return cands[i].score > cands[j].score
+		}
+		return cands[i].doc > cands[j].doc
+	})
+	var hits []Hit
+	taken := map[uint32]bool{}
+	for _, c := range cands {
+		if len(hits) == limit {
+			break
+		}
+		if taken[c.doc] || c.doc > 0 && taken[c.doc-1] || taken[c.doc+1] {
+			continue
+		}
+		taken[c.doc] = true
+		hits = append(hits, Hit{Seq: ix.seqs[c.doc], Score: math.Round(c.score*1000) / 1000})
+	}
+	return hits
+}
+
+// scores is each matching message's BM25 score for text's terms.
+func (ix *Index) scores(text string) map[uint32]float64 {
+	terms := Terms(text)
+	slices.Sort(terms)
+	terms = slices.Compact(terms)
+	return ix.termScores(terms)
+}
+
+// termScores is each matching message's BM25 score for terms.
+func (ix *Index) termScores(terms []string) map[uint32]float64 {
+	n := float64(len(ix.seqs))
+	if n == 0 || len(terms) == 0 {
+		return nil
+	}
+	avg := float64(ix.total) / n
+	out := map[uint32]float64{}
+	for _, t := range terms {
+		ps := ix.post[t]
+		if len(ps) == 0 {
+			continue
+		}
+		idf := math.Log(1 + (n-float64(len(ps))+0.5)/(float64(len(ps))+0.5))
+		for _, p := range ps {
+			tf := float64(p.tf)
+			norm := k1 * (1 - b + b*float64(ix.lens[p.doc])/avg)
+			out[p.doc] += idf * tf * (k1 + 1) / (tf + norm)
+		}
+	}
+	return out
+}
+
+func (ix *Index) allowed(q Query, doc uint32) bool {
+	seq := ix.seqs[doc]
+	if q.FromSeq > 0 && seq < q.FromSeq || q.ToSeq > 0 && seq > q.ToSeq {
+		return false
+	}
+	if len(q.Roles) > 0 && !slices.Contains(q.Roles, ix.roles[doc]) {
+		return false
+	}
+	return q.Allow == nil || q.Allow(seq)
+}
+
+// DocOf is m as the index reads it: its text, and each tool call's name
+// and arguments.
+func DocOf(m *session.Message) Doc {
+	d := Doc{Seq: m.Seq, Role: string(m.Role), Name: m.Name, Text: Text(m)}
+	for _, tc := range m.ToolCalls {
+		d.Calls = append(d.Calls, tc.ID)
+	}
+	if m.ToolCallID != "" {
+		d.Calls = append(d.Calls, m.ToolCallID)
+	}
+	return d
+}
