@@ -1,6 +1,7 @@
 package kvstore
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/compactor/compactor/internal/session"
 )
@@ -216,16 +218,17 @@ func (s *Sessions) readSeqs(ctx context.Context, w where, rec *record, seqs []in
 	refs := make([]*blobRef, 0, len(seqs))
 	for i := 0; i < len(seqs); {
 		// A run of seqs one entry read can serve: from the index point
-		// at or before its first, while the seqs are near each other.
+		// at or before its first, while the seqs are near each other, or
+		// start at the same entry (one of thousands of messages, written
+		// by a create or an import, is read once).
 		j := i + 1
-		for j < len(seqs) && seqs[j]-seqs[j-1] <= indexEvery {
+		for j < len(seqs) && (seqs[j]-seqs[j-1] <= indexEvery || s.indexEntry(rec, seqs[j]) == s.indexEntry(rec, seqs[i])) {
 			j++
 		}
 		want := seqs[i:j]
-		err := s.scan(ctx, w, rec, want[0], want[len(want)-1], func(m storedMsg) error {
-			if _, ok := slices.BinarySearch(want, m.Seq); ok {
-				out, refs = append(out, m.Message), append(refs, m.Blob)
-			}
+		wanted := func(seq int64) bool { _, ok := slices.BinarySearch(want, seq); return ok }
+		err := s.scan(ctx, w, rec, want[0], want[len(want)-1], wanted, func(m storedMsg) error {
+			out, refs = append(out, m.Message), append(refs, m.Blob)
 			return nil
 		})
 		if err != nil {
@@ -251,9 +254,19 @@ func (s *Sessions) readSeqs(ctx context.Context, w where, rec *record, seqs []in
 	return out, refs, nil
 }
 
+// indexEntry is the stream sequence of the entry the record's index
+// point at or before seq names (0 past the index).
+func (s *Sessions) indexEntry(rec *record, seq int64) uint64 {
+	if k := int((seq - 1) / indexEvery); k < len(rec.Log.Index) {
+		return rec.Log.Index[k]
+	}
+	return 0
+}
+
 // scan calls fn with every message from seq from to to (in 1..head) of
-// the session's committed log, in order, large ones as stubs.
-func (s *Sessions) scan(ctx context.Context, w where, rec *record, from, to int64, fn func(storedMsg) error) error {
+// the session's committed log that wanted wants, in order, large ones as
+// stubs; the others are not decoded.
+func (s *Sessions) scan(ctx context.Context, w where, rec *record, from, to int64, wanted func(int64) bool, fn func(storedMsg) error) error {
 	if from < 1 || to > rec.HeadSeq || from > to {
 		return fmt.Errorf("%w: messages %d..%d outside 1..%d", session.ErrInvalid, from, to, rec.HeadSeq)
 	}
@@ -268,13 +281,13 @@ func (s *Sessions) scan(ctx context.Context, w where, rec *record, from, to int6
 		if r.epoch() != rec.Epoch {
 			return false, errStale
 		}
-		e, err := decodeEntry(r)
+		e, last, err := decodeEntryIn(r, func(seq int64) bool { return seq >= from && seq <= to && wanted(seq) })
 		if err != nil {
 			return false, err
 		}
 		if first {
 			// The index point's entry holds message k*indexEvery+1.
-			if r.seq != start || e.First > next || e.last() < next {
+			if r.seq != start || e.First > next || last < next {
 				return false, errStale
 			}
 			first = false
@@ -282,13 +295,11 @@ func (s *Sessions) scan(ctx context.Context, w where, rec *record, from, to int6
 			return false, errStale
 		}
 		for _, m := range e.Msgs {
-			if m.Seq >= from && m.Seq <= to {
-				if err := fn(m); err != nil {
-					return false, err
-				}
+			if err := fn(m); err != nil {
+				return false, err
 			}
 		}
-		next = e.last() + 1
+		next = last + 1
 		return next <= to, nil
 	})
 	if errors.Is(err, session.ErrCorrupt) {
@@ -433,4 +444,73 @@ func marshalEntry(e entry, whole [][]byte) []byte {
 		}
 	}
 	return append(b, "]}"...)
+}
+
+// decodeEntryIn decodes the messages of entry r whose seqs wanted wants,
+// and says the entry's last seq: the others are stepped over, not
+// decoded (a session created or imported in one call is an entry of
+// thousands of messages, of which a read of a few wants a few). Anything
+// unusual is decoded whole by decodeEntry, which says what is wrong.
+func decodeEntryIn(r raw, wanted func(int64) bool) (entry, int64, error) {
+	e, last, ok := stepEntry(r.data, wanted)
+	if !ok {
+		whole, err := decodeEntry(r)
+		if err != nil {
+			return entry{}, 0, err
+		}
+		e = entry{First: whole.First}
+		for _, m := range whole.Msgs {
+			if wanted(m.Seq) {
+				e.Msgs = append(e.Msgs, m)
+			}
+		}
+		return e, whole.last(), nil
+	}
+	return e, last, nil
+}
+
+// stepEntry reads an entry as marshalEntry writes it ({"first":N,
+// "msgs":[...]}), decoding only the messages wanted wants; false when
+// the entry is not so written or a message does not say its seq.
+func stepEntry(data []byte, wanted func(int64) bool) (entry, int64, bool) {
+	// Stepped-over messages are not checked (names twice, UTF-8): the
+	// ones decoded are, by unmarshal.
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	var e entry
+	if t, err := dec.ReadToken(); err != nil || t.Kind() != '{' {
+		return e, 0, false
+	}
+	if t, err := dec.ReadToken(); err != nil || t.Kind() != '"' || t.String() != "first" {
+		return e, 0, false
+	}
+	first, err := dec.ReadToken()
+	if err != nil || first.Kind() != '0' {
+		return e, 0, false
+	}
+	e.First = first.Int()
+	if t, err := dec.ReadToken(); err != nil || t.Kind() != '"' || t.String() != "msgs" {
+		return e, 0, false
+	}
+	if t, err := dec.ReadToken(); err != nil || t.Kind() != '[' {
+		return e, 0, false
+	}
+	n := int64(0)
+	for dec.PeekKind() != ']' {
+		v, err := dec.ReadValue()
+		if err != nil {
+			return e, 0, false
+		}
+		if seq := e.First + n; wanted(seq) {
+			var m storedMsg
+			if unmarshal(v, &m) != nil || m.Seq != seq {
+				return e, 0, false
+			}
+			e.Msgs = append(e.Msgs, m)
+		}
+		n++
+	}
+	if n == 0 {
+		return e, 0, false
+	}
+	return e, e.First + n - 1, true
 }

@@ -92,3 +92,42 @@ func BenchmarkDecodeEntry(b *testing.B) {
 		}
 	}
 }
+
+// decodeEntryIn answers what decodeEntry answers, filtered to the range:
+// on the store's entries (one of the whole run too), on an entry written
+// with its names in another order (read whole instead), and it refuses
+// what decodeEntry refuses.
+func TestDecodeEntryInAnswersAsTheWholeDecode(t *testing.T) {
+	inputs := entriesOf(t)
+	msgs, _ := transcript.Parse(demo.Trajectory)
+	whole := entry{First: 1}
+	for i, m := range msgs {
+		m.Seq = int64(i + 1)
+		whole.Msgs = append(whole.Msgs, storedMsg{Message: m})
+	}
+	b, _ := json.Marshal(whole)
+	inputs = append(inputs, b, []byte(`{"msgs":[{"id":"a","seq":4,"role":"user","content":"x"},{"id":"b","seq":5,"role":"assistant","content":"y"}],"first":4}`))
+	for _, in := range inputs {
+		all, err := decodeEntry(raw{data: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range [][2]int64{{1, 1 << 40}, {all.First, all.First}, {all.First + 1, all.First + 2}, {all.last(), all.last() + 9}, {0, 0}} {
+			got, last, err := decodeEntryIn(raw{data: in}, func(seq int64) bool { return seq >= r[0] && seq <= r[1] })
+			var want []storedMsg
+			for _, m := range all.Msgs {
+				if m.Seq >= r[0] && m.Seq <= r[1] {
+					want = append(want, m)
+				}
+			}
+			if err != nil || last != all.last() || got.First != all.First || !reflect.DeepEqual(got.Msgs, want) {
+				t.Fatalf("%.60s in %v: %d messages, last %d, %v; want %d, last %d", in, r, len(got.Msgs), last, err, len(want), all.last())
+			}
+		}
+	}
+	for _, bad := range []string{`{"first":1,"msgs":[]}`, `{"first":1,"msgs":[{"id":"a","seq":2,"role":"user"}]}`, `not json`} {
+		if _, _, err := decodeEntryIn(raw{data: []byte(bad)}, func(seq int64) bool { return seq <= 9 }); err == nil {
+			t.Errorf("%s: decoded", bad)
+		}
+	}
+}
