@@ -64,6 +64,9 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.drift {
 		return f.runDrift(ctx, enc, counter, lims, pw)
 	}
+	if f.recall {
+		return f.runRecall(ctx, enc, lims, pw)
+	}
 	convs, err := f.conversations()
 	if err != nil {
 		return err
@@ -99,8 +102,9 @@ type evalFlags struct {
 	shape                                                                 string
 	maxSummary, maxMessages                                               int
 	perFile, compare, progress, comparePrepared, together, probesPrepared bool
-	probes, long, service, drift                                          bool
-	cases                                                                 int
+	probes, long, service, drift, recall, quick                           bool
+	cases, queries                                                        int
+	out                                                                   string
 	seed                                                                  uint64
 	modelDelay                                                            time.Duration
 	prepareAt, pace                                                       float64
@@ -133,6 +137,10 @@ func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error)
 	fs.BoolVar(&f.drift, "drift", false, "run the drift suite: made agent sessions with a locked decision, a forbidden action, an instruction a later one supersedes, a tracked plan finished item by item and a focus text, compacted incrementally many times (--limits default "+driftLimits+"); scores presence after every compaction and contradictions; exit 1 when a goal is missed")
 	fs.IntVar(&f.cases, "cases", 6, "with --drift: how many sessions to make")
 	fs.Uint64Var(&f.seed, "seed", 1, "with --drift: the seed the sessions are made from")
+	fs.BoolVar(&f.recall, "recall", false, "measure recall: replay every conversation (LoCoMo and the agent runs at --limits' first, default 4000; the long runs at 32000) and search, with no model, for what the final context summarised (LoCoMo evidence by its question, found at k = 1, 5, 10; agent files, commands and errors at 5), then time searches through compactor.session.search on sessions of 1,000 and 10,000 messages; exit 1 when a goal of issue 46 is missed")
+	fs.StringVar(&f.out, "out", "", "with --recall: also write the run as Markdown to `FILE` (docs/RECALL.md)")
+	fs.IntVar(&f.queries, "queries", 200, "with --recall: searches timed at each session length")
+	fs.BoolVar(&f.quick, "quick", false, "with --recall: shorter latency runs (500 and 2,000 messages, 40 searches)")
 	fs.BoolVar(&f.long, "long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
 	fs.BoolVar(&f.service, "service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
 	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
@@ -144,6 +152,9 @@ func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error)
 	}
 	if f.drift && !flagSet(fs, "limits") {
 		f.limits = driftLimits
+	}
+	if f.recall && !flagSet(fs, "limits") {
+		f.limits = "4000"
 	}
 	if f.long && !flagSet(fs, "max-messages") {
 		f.maxMessages = 0

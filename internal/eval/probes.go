@@ -40,6 +40,9 @@ type Probe struct {
 	// call, for a plan item); 0: none. A superseded probe is not checked
 	// once its successor is summarised too.
 	Until int `json:"until,omitempty"`
+	// Text is what Want was cut from (a command whole, an error's line):
+	// what a search for it asks.
+	Text string `json:"-"`
 }
 
 // Tally counts probe checks: one per probe per compaction after which its
@@ -132,20 +135,20 @@ func norm(s string) string {
 func BuildProbes(c transcript.Conversation) []Probe {
 	var out []Probe
 	seen := map[string]bool{}
-	add := func(kind string, i int, want string) {
+	add := func(kind string, i int, want, text string) {
 		want = norm(want)
 		if len(want) < 3 || seen[kind+"\x00"+want] {
 			return
 		}
 		seen[kind+"\x00"+want] = true
-		out = append(out, Probe{Kind: kind, Msg: i, Want: want})
+		out = append(out, Probe{Kind: kind, Msg: i, Want: want, Text: text})
 	}
 	// A shell command: its opening, and the files it names.
 	command := func(i int, cmd string) {
-		add(ProbeCommands, i, opening(cmd, 30))
+		add(ProbeCommands, i, opening(cmd, 30), cmd)
 		for _, p := range probePath.FindAllStringSubmatch(notFiles.ReplaceAllString(cmd, " "), -1) {
 			if !strings.Contains(p[1], "://") && !isNumberish(p[1]) && fileName(p[1]) {
-				add(ProbeFiles, i, base(p[1]))
+				add(ProbeFiles, i, base(p[1]), base(p[1]))
 			}
 		}
 	}
@@ -170,7 +173,7 @@ func BuildProbes(c transcript.Conversation) []Probe {
 			for _, k := range fileArgs {
 				if s, ok := args[k].(string); ok {
 					if p := probePath.FindStringSubmatch(" " + s); p != nil {
-						add(ProbeFiles, i, base(p[1]))
+						add(ProbeFiles, i, base(p[1]), base(p[1]))
 					}
 				}
 			}
@@ -180,7 +183,7 @@ func BuildProbes(c transcript.Conversation) []Probe {
 			if stateCalls.MatchString(tc.Function.Name) {
 				for k, v := range args {
 					if s, ok := v.(string); ok && idKeys.MatchString(k) {
-						add(ProbeDecisions, i, s)
+						add(ProbeDecisions, i, s, s)
 					}
 				}
 			}
@@ -194,7 +197,7 @@ func BuildProbes(c transcript.Conversation) []Probe {
 			// wrote in its text (mini-swe-agent 1.x, SWE-agent).
 			for _, line := range strings.Split(m.Content.Text, "\n") {
 				if t := strings.TrimSpace(line); probeErr.MatchString(t) {
-					add(ProbeErrors, i, opening(t, 40))
+					add(ProbeErrors, i, opening(t, 40), t)
 				}
 			}
 		case m.Role == session.RoleUser && c.Source != "locomo":
@@ -202,7 +205,7 @@ func BuildProbes(c transcript.Conversation) []Probe {
 			// "PLEASE submit a bug report") is not an instruction.
 			for _, s := range splitSentences(ledger.Prose(m.Content.Text)) {
 				if probeInst.MatchString(s) && len(strings.Fields(s)) >= 3 && len(s) <= 300 {
-					add(ProbeInstructions, i, s)
+					add(ProbeInstructions, i, s, s)
 				}
 			}
 		}

@@ -125,3 +125,72 @@ func MeasureRecall(c transcript.Conversation, limit int, summarised func(i int) 
 	}
 	return rep
 }
+
+// AgentRecall is the recall of an agent run's artifacts: every file,
+// command and error probe (BuildProbes) whose message the final context
+// summarised, searched by its text (a file's name, a command whole, an
+// error's line); found when its message is within the snippets of the
+// first 5 hits.
+type AgentRecall struct {
+	Name   string           `json:"name"`
+	Source string           `json:"source"`
+	Limit  int              `json:"context_limit"`
+	Scores map[string]Tally `json:"scores"`
+	// Missed lists probes not found (at most 20).
+	Missed []Probe `json:"missed,omitempty"`
+}
+
+// Add sums o into r.
+func (r *AgentRecall) Add(o AgentRecall) {
+	if r.Scores == nil {
+		r.Scores = map[string]Tally{}
+	}
+	for k, t := range o.Scores {
+		r.Scores[k] = r.Scores[k].add(t)
+	}
+	for _, p := range o.Missed {
+		if len(r.Missed) < 20 {
+			r.Missed = append(r.Missed, p)
+		}
+	}
+}
+
+// Total is every kind's tally summed.
+func (r AgentRecall) Total() Tally {
+	var t Tally
+	for _, s := range r.Scores {
+		t = t.add(s)
+	}
+	return t
+}
+
+// MeasureAgentRecall searches c's file, command and error probes on an
+// index of all its messages.
+func MeasureAgentRecall(c transcript.Conversation, limit int, summarised func(i int) bool) AgentRecall {
+	rep := AgentRecall{Name: c.Name, Source: c.Source, Limit: limit, Scores: map[string]Tally{}}
+	ix := recall.NewIndex()
+	for _, d := range Docs(c.Messages) {
+		ix.Add(d)
+	}
+	for _, p := range BuildProbes(c) {
+		if p.Kind != ProbeFiles && p.Kind != ProbeCommands && p.Kind != ProbeErrors || !summarised(p.Msg) {
+			continue
+		}
+		t := rep.Scores[p.Kind]
+		t.Checks++
+		found := false
+		for _, h := range ix.Search(recall.Query{Text: p.Text, Limit: 5}) {
+			if d := int64(p.Msg+1) - h.Seq; d >= -1 && d <= 1 {
+				found = true
+				break
+			}
+		}
+		if found {
+			t.Kept++
+		} else if len(rep.Missed) < 20 {
+			rep.Missed = append(rep.Missed, p)
+		}
+		rep.Scores[p.Kind] = t
+	}
+	return rep
+}

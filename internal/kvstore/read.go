@@ -180,10 +180,9 @@ func (s *Sessions) settled(ctx context.Context, w where, rec *record) bool {
 	return errors.Is(err, session.ErrNotFound)
 }
 
-// Messages returns the session's record (from the leader) and its stored
-// messages from..to (inclusive; to 0 or past the head: to the head), as
-// stored: one batched read.
-func (s *Sessions) Messages(ctx context.Context, sid string, from, to int64) (session.Record, []session.Message, error) {
+// Messages returns the session's record (from the leader) and the stored
+// messages sel names, as stored: one batched read.
+func (s *Sessions) Messages(ctx context.Context, sid string, sel session.Seqs) (session.Record, []session.Message, error) {
 	w, err := s.where(ctx, sid)
 	if err != nil {
 		return session.Record{}, nil, notFound("session " + sid)
@@ -192,14 +191,11 @@ func (s *Sessions) Messages(ctx context.Context, sid string, from, to int64) (se
 	if err != nil {
 		return session.Record{}, nil, err
 	}
-	if to <= 0 || to > rec.HeadSeq {
-		to = rec.HeadSeq
-	}
-	from = max(from, 1)
-	if from > to {
+	seqs := sel.Select(rec.HeadSeq)
+	if len(seqs) == 0 {
 		return rec.Record, nil, nil
 	}
-	msgs, err := s.messages(ctx, w, &rec, seqRange(from, to))
+	msgs, err := s.messages(ctx, w, &rec, seqs)
 	return rec.Record, msgs, err
 }
 

@@ -175,24 +175,21 @@ func (s *Store) Message(ctx context.Context, sessionID string, seq int64) (sessi
 	return e.msgs[seq-1], nil
 }
 
-// Messages returns the session's record and its stored messages from..to
-// (inclusive; to 0 or past the head: to the head), as stored.
-func (s *Store) Messages(ctx context.Context, sessionID string, from, to int64) (session.Record, []session.Message, error) {
+// Messages returns the session's record and the stored messages sel
+// names, as stored.
+func (s *Store) Messages(ctx context.Context, sessionID string, sel session.Seqs) (session.Record, []session.Message, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	e, ok := s.sessions[keyOf(ctx, sessionID)]
 	if !ok {
 		return session.Record{}, nil, fmt.Errorf("session %s: %w", sessionID, session.ErrNotFound)
 	}
-	head := int64(len(e.msgs))
-	if to <= 0 || to > head {
-		to = head
+	seqs := sel.Select(int64(len(e.msgs)))
+	out := make([]session.Message, len(seqs))
+	for i, q := range seqs {
+		out[i] = e.msgs[q-1]
 	}
-	from = max(from, 1)
-	if from > to {
-		return cloneRecord(e.rec), nil, nil
-	}
-	return cloneRecord(e.rec), slices.Clone(e.msgs[from-1 : to]), nil
+	return cloneRecord(e.rec), out, nil
 }
 
 // Delete removes the session; deleting one that does not exist is not an

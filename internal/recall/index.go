@@ -139,13 +139,15 @@ type Hit struct {
 	Score float64 `json:"score"`
 }
 
-// BM25's parameters, and the weight of a neighbour's score in a
-// message's: what a hit shows is the message with a neighbour each side,
-// and in a conversation the words of a question are often spread over an
-// exchange.
+// BM25's parameters (b below the usual 0.75: a long message, a file
+// written whole or a long tool output, is not penalised as much for its
+// length; LoCoMo and the agent runs both found a little more), and the
+// weight of a neighbour's score in a message's: what a hit shows is the
+// message with a neighbour each side, and in a conversation the words of
+// a question are often spread over an exchange.
 const (
 	k1             = 1.2
-	b              = 0.75
+	b              = 0.5
 	neighbourShare = 0.7
 )
 

@@ -15,7 +15,8 @@ import (
 //   - each identifier whole as well as in its words: a run of letters and
 //     digits joined by '.', '_', '-', '/', ':' or '@' ("src/pkg/parser.c",
 //     "ORD-1234", "user_id"), lower-cased, so a search for a file, an
-//     order or a function finds it by its exact name first.
+//     order or a function finds it by its exact name first; a path's
+//     segments that are identifiers too ("parser.c").
 func Terms(text string) []string {
 	return appendTerms(nil, text)
 }
@@ -46,6 +47,15 @@ func appendTerms(out []string, text string) []string {
 		ident := text[i:j]
 		if parts > 1 {
 			out = append(out, strings.ToLower(ident))
+			if strings.Contains(ident, "/") {
+				// A path's segments whole too: a file is sought by its
+				// name more often than by its path.
+				for _, seg := range strings.Split(ident, "/") {
+					if strings.ContainsAny(seg, "._-:@") && seg != ident {
+						out = append(out, strings.ToLower(seg))
+					}
+				}
+			}
 		}
 		out = appendWords(out, ident)
 		i = j

@@ -331,6 +331,40 @@ type Session struct {
 	Settled bool
 }
 
+// Seqs selects stored messages by seq: From..To (inclusive; To 0 or past
+// the head: to the head), or, when Only is set, those seqs (ascending;
+// any past the head left out).
+type Seqs struct {
+	From, To int64
+	Only     []int64
+}
+
+// Select is the seqs sel names in a session whose head is head,
+// ascending.
+func (sel Seqs) Select(head int64) []int64 {
+	if sel.Only != nil {
+		out := make([]int64, 0, len(sel.Only))
+		for _, q := range sel.Only {
+			if q >= 1 && q <= head {
+				out = append(out, q)
+			}
+		}
+		return out
+	}
+	from, to := max(sel.From, 1), sel.To
+	if to <= 0 || to > head {
+		to = head
+	}
+	if from > to {
+		return nil
+	}
+	out := make([]int64, 0, to-from+1)
+	for q := from; q <= to; q++ {
+		out = append(out, q)
+	}
+	return out
+}
+
 // Commit is everything a compaction writes, applied by a store atomically
 // from a reader's point of view: the compaction message and the summarised
 // marks first, the record last, with compare-and-set.

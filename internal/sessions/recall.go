@@ -70,7 +70,7 @@ func (s *Service) withIndex(ctx context.Context, sid string, f func(ix *recall.I
 		var rec session.Record
 		var msgs []session.Message
 		err := s.retry(ctx, func() (err error) {
-			rec, msgs, err = s.store.Messages(ctx, sid, from, 0)
+			rec, msgs, err = s.store.Messages(ctx, sid, session.Seqs{From: from})
 			return err
 		})
 		if err != nil {
@@ -80,7 +80,7 @@ func (s *Service) withIndex(ctx context.Context, sid string, f func(ix *recall.I
 			e.Index, e.Epoch, e.CompactionID, e.Cleared = recall.NewIndex(), rec.Epoch, "", nil
 			if from > 1 {
 				if err := s.retry(ctx, func() (err error) {
-					rec, msgs, err = s.store.Messages(ctx, sid, 1, 0)
+					rec, msgs, err = s.store.Messages(ctx, sid, session.Seqs{From: 1})
 					return err
 				}); err != nil {
 					return err
@@ -197,14 +197,23 @@ func (s *Service) Search(ctx context.Context, b contract.SearchBody) (contract.S
 	if err != nil {
 		return ans, err
 	}
+	// One read of every hit's message and neighbours.
+	var seqs []int64
 	for _, h := range hits {
-		var msgs []session.Message
+		seqs = append(seqs, h.Seq-1, h.Seq, h.Seq+1)
+	}
+	slices.Sort(seqs)
+	seqs = slices.Compact(seqs)
+	var msgs []session.Message
+	if len(seqs) > 0 {
 		if err := s.retry(ctx, func() (err error) {
-			_, msgs, err = s.store.Messages(ctx, b.SessionID, max(h.Seq-1, 1), h.Seq+1)
+			_, msgs, err = s.store.Messages(ctx, b.SessionID, session.Seqs{Only: seqs})
 			return err
 		}); err != nil {
 			return ans, err
 		}
+	}
+	for _, h := range hits {
 		ans.Hits = append(ans.Hits, x.hit(h, msgs, b.Query, count.Count))
 	}
 	return ans, nil
@@ -270,7 +279,7 @@ func (s *Service) scan(ctx context.Context, b contract.SearchBody, re *regexp.Re
 	for hi := to; hi >= from && len(hits) < b.Limit; hi -= scanPage {
 		var msgs []session.Message
 		if err := s.retry(ctx, func() (err error) {
-			_, msgs, err = s.store.Messages(ctx, b.SessionID, max(hi-scanPage+1, from), hi)
+			_, msgs, err = s.store.Messages(ctx, b.SessionID, session.Seqs{From: max(hi-scanPage+1, from), To: hi})
 			return err
 		}); err != nil {
 			return nil, err
@@ -329,7 +338,7 @@ func (s *Service) Expand(ctx context.Context, b contract.ExpandBody) (Expanded, 
 	}
 	var msgs []session.Message
 	if err := s.retry(ctx, func() (err error) {
-		_, msgs, err = s.store.Messages(ctx, b.SessionID, seqs[0], seqs[len(seqs)-1])
+		_, msgs, err = s.store.Messages(ctx, b.SessionID, session.Seqs{Only: seqs})
 		return err
 	}); err != nil {
 		return out, err

@@ -44,9 +44,9 @@ type Store interface {
 	AppendWith(ctx context.Context, sessionID string, msgs []session.Message, opt session.AppendOptions) (session.Appended, error)
 	Record(ctx context.Context, sessionID string) (session.Record, error)
 	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
-	// Messages answers the record and the stored messages from..to
-	// (inclusive; to 0: to the head), in one read.
-	Messages(ctx context.Context, sessionID string, from, to int64) (session.Record, []session.Message, error)
+	// Messages answers the record and the stored messages sel names, in
+	// one read.
+	Messages(ctx context.Context, sessionID string, sel session.Seqs) (session.Record, []session.Message, error)
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	// Delete removes every value of the session; none is not an error.
 	Delete(ctx context.Context, sessionID string) error

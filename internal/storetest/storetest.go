@@ -28,7 +28,7 @@ type Store interface {
 	Record(ctx context.Context, sessionID string) (session.Record, error)
 	History(ctx context.Context, sessionID string) (msgs, compactions []session.Message, err error)
 	Message(ctx context.Context, sessionID string, seq int64) (session.Message, error)
-	Messages(ctx context.Context, sessionID string, from, to int64) (session.Record, []session.Message, error)
+	Messages(ctx context.Context, sessionID string, sel session.Seqs) (session.Record, []session.Message, error)
 	Delete(ctx context.Context, sessionID string) error
 	List(ctx context.Context, opt session.ListOptions) (session.SessionPage, error)
 }
@@ -121,7 +121,8 @@ var SessionCases = []StoreCase{
 
 // caseStoreMessagesInARange: Messages answers the record and the messages
 // of a seq range as stored (raw, summarised or not), the range clipped to
-// 1..head; an unknown session is not found.
+// 1..head, or the seqs listed (past the head left out); an unknown session
+// is not found.
 func caseStoreMessagesInARange(t *testing.T, _ Features, newStore func(t *testing.T) Store) {
 	s := newStore(t)
 	ctx := context.Background()
@@ -134,7 +135,7 @@ func caseStoreMessagesInARange(t *testing.T, _ Features, newStore func(t *testin
 	if _, err := s.Commit(ctx, compactionFor(rec, all, 8, "")); err != nil {
 		t.Fatal(err)
 	}
-	got, part, err := s.Messages(ctx, "r", 3, 9)
+	got, part, err := s.Messages(ctx, "r", session.Seqs{From: 3, To: 9})
 	if err != nil || got.HeadSeq != 21 || got.TailStartSeq != 9 || len(part) != 7 {
 		t.Fatalf("3..9: record %+v, %d messages, %v", got, len(part), err)
 	}
@@ -143,13 +144,16 @@ func caseStoreMessagesInARange(t *testing.T, _ Features, newStore func(t *testin
 			t.Fatalf("message %d reads %+v, want seq %d %q", i, m, 3+i, msgs[2+i].Content.Text)
 		}
 	}
-	if _, tail, err := s.Messages(ctx, "r", 20, 0); err != nil || len(tail) != 2 || tail[1].Seq != 21 {
+	if _, tail, err := s.Messages(ctx, "r", session.Seqs{From: 20}); err != nil || len(tail) != 2 || tail[1].Seq != 21 {
 		t.Fatalf("20 to the head: %d messages, %v", len(tail), err)
 	}
-	if _, none, err := s.Messages(ctx, "r", 30, 40); err != nil || len(none) != 0 {
+	if _, none, err := s.Messages(ctx, "r", session.Seqs{From: 30, To: 40}); err != nil || len(none) != 0 {
 		t.Fatalf("past the head: %d messages, %v", len(none), err)
 	}
-	if _, _, err := s.Messages(ctx, "nope", 1, 2); !errors.Is(err, session.ErrNotFound) {
+	if _, some, err := s.Messages(ctx, "r", session.Seqs{Only: []int64{2, 9, 15, 99}}); err != nil || len(some) != 3 || some[0].Seq != 2 || some[1].Seq != 9 || some[2].Seq != 15 {
+		t.Fatalf("seqs 2, 9, 15 and 99: %+v, %v", some, err)
+	}
+	if _, _, err := s.Messages(ctx, "nope", session.Seqs{From: 1, To: 2}); !errors.Is(err, session.ErrNotFound) {
 		t.Fatalf("an unknown session: %v", err)
 	}
 }
