@@ -112,3 +112,31 @@ func snippetHas(h contract.SearchHit, s string) bool {
 	}
 	return false
 }
+
+// A runtime that runs its tools itself passes the model's recall calls to
+// RunTool: the text of the tool result, or an error to tell the model.
+func TestRunTool(t *testing.T) {
+	c := setup(t, nil)
+	ctx := context.Background()
+	if _, err := c.Create(ctx, "tools", client.NewSession{ContextLimit: 1500, Messages: turns(0, 30)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CompactSync(ctx, "tools", client.CompactRequest{RequestID: "t1"}); err != nil {
+		t.Fatal(err)
+	}
+	text, err := c.RunTool(ctx, "tools", contract.ToolSearchHistory, []byte(`{"query":"BAG-0002","limit":2}`))
+	if err != nil || !strings.Contains(text, "hits for \"BAG-0002\"") || !strings.Contains(text, "BAG-0002 is in Lisbon") || !strings.Contains(text, "expand_history compaction_id=") {
+		t.Fatalf("search_history: %v\n%s", err, text)
+	}
+	page, err := c.RunTool(ctx, "tools", contract.ToolExpandHistory, []byte(`{"from_seq":3,"to_seq":4}`))
+	if err != nil || !strings.HasPrefix(page, "#3 user [summarised]: question 1") || !strings.Contains(page, "#4 assistant") {
+		t.Fatalf("expand_history: %v\n%s", err, page)
+	}
+	var bad *client.Error
+	if _, err := c.RunTool(ctx, "tools", contract.ToolSearchHistory, []byte(`{"query":"x","session_id":"other"}`)); !errors.As(err, &bad) || bad.Code != 400 {
+		t.Fatalf("an argument the tool has not: %v", err)
+	}
+	if _, err := c.RunTool(ctx, "tools", "rm_rf", nil); err == nil {
+		t.Fatal("an unknown tool ran")
+	}
+}

@@ -1,6 +1,7 @@
 package contract_test
 
 import (
+	"encoding/json"
 	"errors"
 	"os/exec"
 	"path/filepath"
@@ -167,5 +168,54 @@ func TestImportsTheStandardLibraryOnly(t *testing.T) {
 	}
 	if got := strings.Fields(string(out)); !slices.Equal(got, []string{"github.com/compactor/compactor/contract"}) {
 		t.Fatalf("the contract imports %v", got)
+	}
+}
+
+// The recall tools' parameters are JSON Schema objects whose properties
+// are their argument types' fields, and the two formats carry the one
+// definition.
+func TestRecallTools(t *testing.T) {
+	args := map[string]any{contract.ToolSearchHistory: contract.SearchHistoryArgs{}, contract.ToolExpandHistory: contract.ExpandHistoryArgs{}}
+	for _, tool := range contract.RecallTools {
+		var schema struct {
+			Type       string                     `json:"type"`
+			Properties map[string]json.RawMessage `json:"properties"`
+			Required   []string                   `json:"required"`
+		}
+		if err := json.Unmarshal(tool.Parameters, &schema); err != nil || schema.Type != "object" {
+			t.Fatalf("%s: %v %+v", tool.Name, err, schema)
+		}
+		var fields []string
+		rt := reflect.TypeOf(args[tool.Name])
+		for i := range rt.NumField() {
+			fields = append(fields, strings.Split(rt.Field(i).Tag.Get("json"), ",")[0])
+		}
+		var props []string
+		for p := range schema.Properties {
+			props = append(props, p)
+		}
+		slices.Sort(fields)
+		slices.Sort(props)
+		if !slices.Equal(fields, props) {
+			t.Fatalf("%s: arguments %v, schema %v", tool.Name, fields, props)
+		}
+	}
+	var openai []struct {
+		Type     string           `json:"type"`
+		Function contract.ToolDef `json:"function"`
+	}
+	var anthropic []struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		InputSchema json.RawMessage `json:"input_schema"`
+	}
+	if json.Unmarshal(contract.OpenAITools(), &openai) != nil || json.Unmarshal(contract.AnthropicTools(), &anthropic) != nil || len(openai) != 2 || len(anthropic) != 2 {
+		t.Fatalf("formats: %s %s", contract.OpenAITools(), contract.AnthropicTools())
+	}
+	for i, tool := range contract.RecallTools {
+		if openai[i].Type != "function" || openai[i].Function.Name != tool.Name || string(openai[i].Function.Parameters) != string(tool.Parameters) ||
+			anthropic[i].Name != tool.Name || anthropic[i].Description != tool.Description || string(anthropic[i].InputSchema) != string(tool.Parameters) {
+			t.Fatalf("tool %d differs between the formats", i)
+		}
 	}
 }

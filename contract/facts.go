@@ -18,6 +18,8 @@ type FactSheet struct {
 		Error    string `json:"error"`
 	} `json:"session_id"`
 	Limits map[string]int `json:"limits"`
+	// Tools are the recall tools (RecallTools).
+	Tools []ToolDef `json:"tools"`
 	// CloudEvents is the binding's specversion and attribute header
 	// prefix.
 	CloudEvents struct {
@@ -47,8 +49,10 @@ func Facts() FactSheet {
 		Limits: map[string]int{"max_messages_per_call": MaxMessagesPerCall, "max_upload_part_bytes": MaxUploadPartBytes,
 			"max_upload_parts": MaxUploadParts, "max_request_id_bytes": MaxRequestIDBytes,
 			"max_search_hits": MaxSearchHits, "default_search_hits": DefaultSearchHits, "max_query_bytes": MaxQueryBytes,
-			"snippet_tokens": SnippetTokens, "max_expand_messages": MaxExpandMessages, "max_expand_bytes": MaxExpandBytes},
+			"snippet_tokens": SnippetTokens, "max_expand_messages": MaxExpandMessages, "max_expand_bytes": MaxExpandBytes,
+			"max_tool_result_chars": MaxToolResultChars},
 	}
+	f.Tools = RecallTools
 	f.SessionID.Pattern, f.SessionID.MaxBytes, f.SessionID.Error = SessionIDPattern, MaxSessionIDBytes, ErrSessionID.Error()
 	f.CloudEvents.SpecVersion, f.CloudEvents.HeaderPrefix = SpecVersion, HeaderPrefix
 	return f

@@ -45,6 +45,7 @@ func commands() []command {
 		{"bench", "measure overhead and throughput against the JetStream floor, model cost, scale; write docs/BENCHMARKS.md", runBench},
 		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
+		{"mcp", "serve the recall tools (search_history, expand_history) for a session as an MCP server, over stdio or streamable HTTP", runMCP},
 		{"contract", "print the public contract: subjects, event types, streams, codes, the session-id rule, limits (--json for clients)", runContract},
 		{"version", "print the version (also --version)", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintf(stdout, "compactor %s (%s)\n", buildVersion(), runtime.Version())
