@@ -58,8 +58,15 @@ func RenderSearch(a contract.SearchAnswer) string {
 	}
 	fmt.Fprintf(&b, "%d hits for %q in the history (messages #1 to #%d):\n", len(a.Hits), a.Query, a.HeadSeq)
 	for i, h := range a.Hits {
-		fmt.Fprintf(&b, "\n[%d] #%d, %s", i+1, h.Seq, h.State)
-		if h.CompactionID != "" {
+		fmt.Fprintf(&b, "\n[%d] ", i+1)
+		if h.SessionID != "" && h.SessionID != a.SessionID {
+			fmt.Fprintf(&b, "session %s, ", h.SessionID)
+		}
+		fmt.Fprintf(&b, "#%d, %s", h.Seq, h.State)
+		switch {
+		case h.CompactionID != "" && h.SessionID != "" && h.SessionID != a.SessionID:
+			fmt.Fprintf(&b, " (expand_history session_id=%s compaction_id=%s)", h.SessionID, h.CompactionID)
+		case h.CompactionID != "":
 			fmt.Fprintf(&b, " (expand_history compaction_id=%s)", h.CompactionID)
 		}
 		b.WriteString(":\n")

@@ -50,7 +50,7 @@ func Facts() FactSheet {
 			"max_upload_parts": MaxUploadParts, "max_request_id_bytes": MaxRequestIDBytes,
 			"max_search_hits": MaxSearchHits, "default_search_hits": DefaultSearchHits, "max_query_bytes": MaxQueryBytes,
 			"snippet_tokens": SnippetTokens, "max_expand_messages": MaxExpandMessages, "max_expand_bytes": MaxExpandBytes,
-			"max_tool_result_chars": MaxToolResultChars},
+			"max_tool_result_chars": MaxToolResultChars, "max_tenant_search_sessions": MaxTenantSearchSessions},
 	}
 	f.Tools = RecallTools
 	f.SessionID.Pattern, f.SessionID.MaxBytes, f.SessionID.Error = SessionIDPattern, MaxSessionIDBytes, ErrSessionID.Error()

@@ -67,7 +67,16 @@ type SearchBody struct {
 	// Limit is how many hits at most (default DefaultSearchHits, at most
 	// MaxSearchHits).
 	Limit int `json:"limit,omitempty"`
+	// AllSessions searches the caller's tenant's other sessions too (the
+	// MaxTenantSearchSessions last written, SessionID's among them), mode
+	// terms only: sessions of one project recall each other. Each hit
+	// names its session.
+	AllSessions bool `json:"all_sessions,omitempty"`
 }
+
+// MaxTenantSearchSessions bounds the sessions a search with AllSessions
+// reads.
+const MaxTenantSearchSessions = 100
 
 // SearchAnswer answers compactor.session.search: the hits, best first.
 type SearchAnswer struct {
@@ -80,10 +89,12 @@ type SearchAnswer struct {
 
 // SearchHit is a message that matched, and the snippet that shows it.
 type SearchHit struct {
-	Seq   int64        `json:"seq"`
-	ID    string       `json:"id"`
-	Role  string       `json:"role"`
-	State MessageState `json:"state"`
+	// SessionID names the hit's session (a search with AllSessions).
+	SessionID string       `json:"session_id,omitempty"`
+	Seq       int64        `json:"seq"`
+	ID        string       `json:"id"`
+	Role      string       `json:"role"`
+	State     MessageState `json:"state"`
 	// CompactionID, on a summarised message, is the compaction whose
 	// summary stands for it (expand takes it).
 	CompactionID string `json:"compaction_id,omitempty"`

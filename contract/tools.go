@@ -29,10 +29,15 @@ type SearchHistoryArgs struct {
 	FromSeq int64          `json:"from_seq,omitempty"`
 	ToSeq   int64          `json:"to_seq,omitempty"`
 	Limit   int            `json:"limit,omitempty"`
+	// AllSessions searches the tenant's other sessions too.
+	AllSessions bool `json:"all_sessions,omitempty"`
 }
 
 // ExpandHistoryArgs are expand_history's arguments.
 type ExpandHistoryArgs struct {
+	// SessionID, when set, is another session of the tenant that a search
+	// with all_sessions named (default: the runtime's).
+	SessionID    string `json:"session_id,omitempty"`
 	CompactionID string `json:"compaction_id,omitempty"`
 	ToolCallID   string `json:"tool_call_id,omitempty"`
 	FromSeq      int64  `json:"from_seq,omitempty"`
@@ -58,7 +63,8 @@ var RecallTools = []ToolDef{
 			`"states":{"type":"array","items":{"type":"string","enum":["raw","cleared","summarised"]},"description":"only messages the context shows as they were (raw), as a placeholder (cleared), or only through the summary (summarised)"},` +
 			`"from_seq":{"type":"integer","minimum":0,"description":"only messages from this #seq"},` +
 			`"to_seq":{"type":"integer","minimum":0,"description":"only messages up to this #seq"},` +
-			`"limit":{"type":"integer","minimum":1,"maximum":50,"description":"how many hits (default 10)"}` +
+			`"limit":{"type":"integer","minimum":1,"maximum":50,"description":"how many hits (default 10)"},` +
+			`"all_sessions":{"type":"boolean","description":"also search the other recent conversations of this project (mode terms); a hit from one names its session_id"}` +
 			`},"required":["query"],"additionalProperties":false}`),
 	},
 	{
@@ -66,6 +72,7 @@ var RecallTools = []ToolDef{
 		Description: "Read back, word for word, messages of this conversation that compaction summarised or cleared: every message a compaction's summary stands for (compaction_id), " +
 			"a tool call and its results (tool_call_id, as a cleared placeholder names it), or a #seq range. Long answers come in pages: call again with after set to the last #seq shown.",
 		Parameters: json.RawMessage(`{"type":"object","properties":{` +
+			`"session_id":{"type":"string","description":"another conversation a search_history hit named (default: this one)"},` +
 			`"compaction_id":{"type":"string","description":"the compaction whose originals to read (search_history and the summary's header name it)"},` +
 			`"tool_call_id":{"type":"string","description":"the tool call whose call and results to read"},` +
 			`"from_seq":{"type":"integer","minimum":0,"description":"the first #seq of a range"},` +
@@ -111,10 +118,15 @@ func AnthropicTools() json.RawMessage {
 
 // Search is the search body of args for session sid.
 func (a SearchHistoryArgs) Search(sid string) SearchBody {
-	return SearchBody{SessionID: sid, Query: a.Query, Mode: a.Mode, Roles: a.Roles, States: a.States, FromSeq: a.FromSeq, ToSeq: a.ToSeq, Limit: a.Limit}
+	return SearchBody{SessionID: sid, Query: a.Query, Mode: a.Mode, Roles: a.Roles, States: a.States, FromSeq: a.FromSeq, ToSeq: a.ToSeq, Limit: a.Limit,
+		AllSessions: a.AllSessions}
 }
 
-// Expand is the expand body of args for session sid.
+// Expand is the expand body of args for session sid (or the session args
+// name).
 func (a ExpandHistoryArgs) Expand(sid string) ExpandBody {
+	if a.SessionID != "" {
+		sid = a.SessionID
+	}
 	return ExpandBody{SessionID: sid, CompactionID: a.CompactionID, ToolCallID: a.ToolCallID, FromSeq: a.FromSeq, ToSeq: a.ToSeq, After: a.After}
 }

@@ -27,8 +27,10 @@ type RecallReport struct {
 	Summarised int `json:"summarised_questions"`
 	Evidence   int `json:"summarised_evidence"`
 	// Found is, by k, the summarised evidence turns within the first k
-	// hits' snippets.
-	Found map[int]int `json:"found"`
+	// hits' snippets; QuestionsFound, the questions with summarised
+	// evidence all of whose summarised evidence is.
+	Found          map[int]int `json:"found"`
+	QuestionsFound map[int]int `json:"questions_found"`
 	// Answerable are the questions whose every evidence turn is in the
 	// final context or recalled within the first 5 hits.
 	Answerable int `json:"answerable"`
@@ -40,6 +42,14 @@ func (r RecallReport) Share(k int) float64 {
 		return 0
 	}
 	return float64(r.Found[k]) / float64(r.Evidence)
+}
+
+// QuestionShare is QuestionsFound[k] over Summarised.
+func (r RecallReport) QuestionShare(k int) float64 {
+	if r.Summarised == 0 {
+		return 0
+	}
+	return float64(r.QuestionsFound[k]) / float64(r.Summarised)
 }
 
 // AnswerableShare is Answerable over Questions.
@@ -57,10 +67,13 @@ func (r *RecallReport) Add(o RecallReport) {
 	r.Evidence += o.Evidence
 	r.Answerable += o.Answerable
 	if r.Found == nil {
-		r.Found = map[int]int{}
+		r.Found, r.QuestionsFound = map[int]int{}, map[int]int{}
 	}
 	for k, n := range o.Found {
 		r.Found[k] += n
+	}
+	for k, n := range o.QuestionsFound {
+		r.QuestionsFound[k] += n
 	}
 }
 
@@ -78,7 +91,7 @@ func Docs(msgs []session.Message) []recall.Doc {
 // MeasureRecall searches c's questions on an index of all its messages,
 // summarised(i) saying which message index the final context summarised.
 func MeasureRecall(c transcript.Conversation, limit int, summarised func(i int) bool) RecallReport {
-	rep := RecallReport{Name: c.Name, Source: c.Source, Limit: limit, Found: map[int]int{}}
+	rep := RecallReport{Name: c.Name, Source: c.Source, Limit: limit, Found: map[int]int{}, QuestionsFound: map[int]int{}}
 	ix := recall.NewIndex()
 	for _, d := range Docs(c.Messages) {
 		ix.Add(d)
@@ -103,6 +116,10 @@ func MeasureRecall(c transcript.Conversation, limit int, summarised func(i int) 
 			return false
 		}
 		answerable, some := true, false
+		all := map[int]bool{}
+		for _, k := range RecallKs {
+			all[k] = true
+		}
 		for _, i := range idx {
 			if !summarised(i) {
 				continue
@@ -112,12 +129,19 @@ func MeasureRecall(c transcript.Conversation, limit int, summarised func(i int) 
 			for _, k := range RecallKs {
 				if at(i, k) {
 					rep.Found[k]++
+				} else {
+					all[k] = false
 				}
 			}
 			answerable = answerable && at(i, 5)
 		}
 		if some {
 			rep.Summarised++
+			for _, k := range RecallKs {
+				if all[k] {
+					rep.QuestionsFound[k]++
+				}
+			}
 		}
 		if answerable {
 			rep.Answerable++

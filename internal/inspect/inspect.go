@@ -113,6 +113,7 @@ func Handler(cfg Config) http.Handler {
 	mux.HandleFunc("GET "+Prefix+"{$}", h.list)
 	mux.HandleFunc("GET "+Prefix+"sessions/{id}", h.session)
 	mux.HandleFunc("GET "+Prefix+"sessions/{id}/context", h.context)
+	mux.HandleFunc("GET "+Prefix+"sessions/{id}/search", h.search)
 	mux.HandleFunc("GET "+Prefix+"find", h.find)
 	mux.HandleFunc("GET "+Prefix+"style.css", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/css; charset=utf-8")
@@ -578,6 +579,32 @@ func (h *handler) context(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.render(w, r, "context.html", tn, sid+" · context", contextView{SessionID: sid, Tokens: cv.Tokens, Limit: cv.ContextLimit, Messages: cv.Messages})
+}
+
+// searchView is a search of a session's history.
+type searchView struct {
+	SessionID, Query, Mode string
+	HeadSeq                int64
+	Hits                   []contract.SearchHit
+}
+
+// search searches the session's stored messages (compactor.session.search's
+// use case): the form, and the hits with their snippets.
+func (h *handler) search(w http.ResponseWriter, r *http.Request) {
+	ctx, tn, sid, ok := h.sessionScope(w, r)
+	if !ok {
+		return
+	}
+	v := searchView{SessionID: sid, Query: strings.TrimSpace(r.URL.Query().Get("q")), Mode: cmp.Or(r.URL.Query().Get("mode"), contract.SearchTerms)}
+	if v.Query != "" {
+		ans, err := h.cfg.Sessions.Search(ctx, contract.SearchBody{SessionID: sid, Query: v.Query, Mode: v.Mode})
+		if err != nil {
+			h.fail(w, r, status(err), err)
+			return
+		}
+		v.HeadSeq, v.Hits = ans.HeadSeq, ans.Hits
+	}
+	h.render(w, r, "search.html", tn, sid+" · search", v)
 }
 
 // find looks for a request by its id, or by the trace id its result

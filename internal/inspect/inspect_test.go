@@ -207,13 +207,28 @@ func TestInspectorPages(t *testing.T) {
 		t.Error("a message's text reached the page unescaped")
 	}
 
+	// The history searched: a summarised message found with its snippet,
+	// its text escaped; a bad expression or an unknown session refused.
+	if !strings.Contains(body, `id="search-history"`) {
+		t.Error("the session page has no search box")
+	}
+	code, body, _ = e.get(t, "/ui/sessions/agent-1/search?q=billing")
+	if code != http.StatusOK || !strings.Contains(body, `id="search-count"`) || !strings.Contains(body, "summarised") || !strings.Contains(body, "billing") || strings.Contains(body, "<b>billing</b>") {
+		t.Errorf("search: %d %s", code, body)
+	}
+	if code, body, _ := e.get(t, "/ui/sessions/agent-1/search"); code != http.StatusOK || strings.Contains(body, `id="search-count"`) {
+		t.Errorf("the empty search form: %d %s", code, body)
+	}
+
 	// Errors: a clear page and status, never a 200.
 	for path, want := range map[string]int{
-		"/ui/sessions/nope":         http.StatusNotFound,
-		"/ui/sessions/bad%20id":     http.StatusBadRequest,
-		"/ui/?tenant=bad%20tenant":  http.StatusBadRequest,
-		"/ui/?prefix=%3Cscript%3E":  http.StatusBadRequest,
-		"/ui/sessions/agent-1/more": http.StatusNotFound,
+		"/ui/sessions/agent-1/search?q=(&mode=regex": http.StatusBadRequest,
+		"/ui/sessions/nope/search?q=x":               http.StatusNotFound,
+		"/ui/sessions/nope":                          http.StatusNotFound,
+		"/ui/sessions/bad%20id":                      http.StatusBadRequest,
+		"/ui/?tenant=bad%20tenant":                   http.StatusBadRequest,
+		"/ui/?prefix=%3Cscript%3E":                   http.StatusBadRequest,
+		"/ui/sessions/agent-1/more":                  http.StatusNotFound,
 	} {
 		if code, body, _ := e.get(t, path); code != want {
 			t.Errorf("%s: %d, want %d: %s", path, code, want, body)

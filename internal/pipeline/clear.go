@@ -182,8 +182,8 @@ const argsPlaceholderMin = 200
 
 // RenderCleared returns m as the context shows it cleared by c: a tool
 // result's content, or its large tool-call arguments, replaced by a
-// placeholder naming the tool, the original size and the stored message
-// (its seq) to recall it from; the text depends on nothing random, so a
+// placeholder naming the tool, the original size, and the tool call and
+// stored message (its seq) that expand_history reads it back from; the text depends on nothing random, so a
 // replica or a retry renders the same context. The call and its result keep their ids, so they stay
 // paired. The count is left for the caller (Tokens is zero).
 func RenderCleared(m session.Message, c session.Cleared) session.Message {
@@ -196,14 +196,14 @@ func RenderCleared(m session.Message, c session.Cleared) session.Message {
 		calls := slices.Clone(m.ToolCalls)
 		for i := range calls {
 			if len(calls[i].Function.Arguments) > argsPlaceholderMin {
-				note := fmt.Sprintf("arguments cleared (%d bytes); recall message %d with compactor.session.message", len(calls[i].Function.Arguments), c.Seq)
+				note := fmt.Sprintf("arguments cleared (%d bytes); expand_history tool_call_id=%s (message %d) reads them back", len(calls[i].Function.Arguments), calls[i].ID, c.Seq)
 				b, _ := json.Marshal(map[string]string{"cleared": note})
 				calls[i].Function.Arguments = string(b)
 			}
 		}
 		m.ToolCalls = calls
 	default:
-		m.Content = session.TextContent(fmt.Sprintf(ClearedPrefix+" %s, %d tokens; recall message %d with compactor.session.message]", tool, c.Tokens, c.Seq))
+		m.Content = session.TextContent(fmt.Sprintf(ClearedPrefix+" %s, %d tokens; expand_history tool_call_id=%s (message %d) reads it back]", tool, c.Tokens, m.ToolCallID, c.Seq))
 	}
 	m.Tokens = 0
 	return m

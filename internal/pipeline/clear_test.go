@@ -127,7 +127,7 @@ func TestPlanClear(t *testing.T) {
 func TestRenderCleared(t *testing.T) {
 	m := session.Message{ID: "m7", Seq: 7, Role: session.RoleTool, ToolCallID: "call_3", Content: session.TextContent("a long output"), Tokens: 900}
 	r := pipeline.RenderCleared(m, session.Cleared{Seq: 7, ID: "m7", Kind: session.ClearedResult, Tool: "run_tests", Tokens: 900})
-	for _, want := range []string{"run_tests", "900 tokens", "message 7", "compactor.session.message"} {
+	for _, want := range []string{"run_tests", "900 tokens", "message 7", "expand_history tool_call_id=call_3"} {
 		if !strings.Contains(r.Content.Text, want) {
 			t.Errorf("placeholder %q lacks %q", r.Content.Text, want)
 		}

@@ -384,7 +384,7 @@ func TestWorkingStateKept(t *testing.T) {
 		strings.Contains(instr, "\nAlways use tabs") || strings.HasPrefix(instr, "Always use tabs") {
 		t.Errorf("instructions:\n%s", instr)
 	}
-	if meta.Ledger == nil || meta.Ledger.Plan == nil || len(meta.Ledger.Approvals) != 1 || !strings.HasPrefix(view[1].Content.Text, "Summary of the earlier part") ||
+	if meta.Ledger == nil || meta.Ledger.Plan == nil || len(meta.Ledger.Approvals) != 1 || !strings.HasPrefix(view[1].Content.Text, "Summary of messages ") ||
 		!strings.Contains(view[1].Content.Text, "## Working state\n- task, as the user gave it") {
 		t.Fatalf("stored ledger %+v\n%s", meta.Ledger, view[1].Content.Text)
 	}

@@ -30,8 +30,9 @@ func CompactionID(key string) string {
 }
 
 // summaryPreamble opens a compaction message's content, so the model reading
-// the context knows what it is.
-const summaryPreamble = "Summary of the earlier part of this session (messages %d to %d, compacted; the raw messages follow it):\n\n"
+// the context knows what it is, and how to read back what it stands for
+// (expand_history with from_seq and to_seq).
+const summaryPreamble = "Summary of messages %d to %d (compacted; expand_history reads them back), before the raw messages:\n\n"
 
 // SummaryText returns the summary inside a compaction message's content.
 func SummaryText(m *session.Message) string {

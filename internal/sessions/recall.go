@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -174,30 +175,44 @@ func (s *Service) Search(ctx context.Context, b contract.SearchBody) (contract.S
 		return contract.SearchAnswer{}, err
 	}
 	ans := contract.SearchAnswer{SessionID: b.SessionID, Query: b.Query, Mode: b.Mode, Hits: []contract.SearchHit{}}
-	var hits []recall.Hit
-	var x indexed
-	err = s.withIndex(ctx, b.SessionID, func(ix *recall.Index, got indexed) error {
-		x = got
-		if b.Mode != contract.SearchTerms {
-			return nil
-		}
-		hits = ix.Search(recall.Query{Text: b.Query, Roles: b.Roles, FromSeq: b.FromSeq, ToSeq: b.ToSeq, Limit: b.Limit, Allow: x.allows(b.States)})
-		return nil
-	})
+	if b.AllSessions {
+		return s.searchTenant(ctx, b, ans)
+	}
+	hits, x, err := s.searchOne(ctx, b, re)
 	if err != nil {
 		return ans, err
 	}
 	ans.HeadSeq = x.rec.HeadSeq
-	if b.Mode != contract.SearchTerms {
-		if hits, err = s.scan(ctx, b, re, x); err != nil {
-			return ans, err
+	shown, err := s.hitsOf(ctx, b.SessionID, hits, x, b.Query)
+	ans.Hits = append(ans.Hits, shown...)
+	return ans, err
+}
+
+// searchOne is one session's hits for b, and what they are read against.
+func (s *Service) searchOne(ctx context.Context, b contract.SearchBody, re *regexp.Regexp) ([]recall.Hit, indexed, error) {
+	var hits []recall.Hit
+	var x indexed
+	err := s.withIndex(ctx, b.SessionID, func(ix *recall.Index, got indexed) error {
+		x = got
+		if b.Mode == contract.SearchTerms {
+			hits = ix.Search(recall.Query{Text: b.Query, Roles: b.Roles, FromSeq: b.FromSeq, ToSeq: b.ToSeq, Limit: b.Limit, Allow: x.allows(b.States)})
 		}
+		return nil
+	})
+	if err != nil || b.Mode == contract.SearchTerms {
+		return hits, x, err
 	}
+	hits, err = s.scan(ctx, b, re, x)
+	return hits, x, err
+}
+
+// hitsOf is hits as the answer shows them: one read of every hit's message
+// and neighbours, then the snippets.
+func (s *Service) hitsOf(ctx context.Context, sid string, hits []recall.Hit, x indexed, query string) ([]contract.SearchHit, error) {
 	count, err := s.counter(x.rec.Model)
 	if err != nil {
-		return ans, err
+		return nil, err
 	}
-	// One read of every hit's message and neighbours.
 	var seqs []int64
 	for _, h := range hits {
 		seqs = append(seqs, h.Seq-1, h.Seq, h.Seq+1)
@@ -207,16 +222,105 @@ func (s *Service) Search(ctx context.Context, b contract.SearchBody) (contract.S
 	var msgs []session.Message
 	if len(seqs) > 0 {
 		if err := s.retry(ctx, func() (err error) {
-			_, msgs, err = s.store.Messages(ctx, b.SessionID, session.Seqs{Only: seqs})
+			_, msgs, err = s.store.Messages(ctx, sid, session.Seqs{Only: seqs})
 			return err
 		}); err != nil {
-			return ans, err
+			return nil, err
 		}
 	}
+	out := make([]contract.SearchHit, 0, len(hits))
 	for _, h := range hits {
-		ans.Hits = append(ans.Hits, x.hit(h, msgs, b.Query, count.Count))
+		out = append(out, x.hit(h, msgs, query, count.Count))
+	}
+	return out, nil
+}
+
+// searchTenant searches the session's tenant's sessions (the
+// contract.MaxTenantSearchSessions last written, b's own among them),
+// each on its own index, and answers the best hits of all, each naming
+// its session. Scores are each index's BM25: comparable, not equal.
+func (s *Service) searchTenant(ctx context.Context, b contract.SearchBody, ans contract.SearchAnswer) (contract.SearchAnswer, error) {
+	if b.Mode != contract.SearchTerms {
+		return ans, fmt.Errorf("%w: all_sessions searches in mode terms only", session.ErrInvalid)
+	}
+	sids, err := s.recentSessions(ctx, b.SessionID)
+	if err != nil {
+		return ans, err
+	}
+	type found struct {
+		sid string
+		h   recall.Hit
+		x   indexed
+	}
+	var all []found
+	for _, sid := range sids {
+		one := b
+		one.SessionID = sid
+		hits, x, err := s.searchOne(ctx, one, nil)
+		if errors.Is(err, session.ErrNotFound) && sid != b.SessionID {
+			continue // deleted since it was listed
+		}
+		if err != nil {
+			return ans, err
+		}
+		if sid == b.SessionID {
+			ans.HeadSeq = x.rec.HeadSeq
+		}
+		for _, h := range hits {
+			all = append(all, found{sid, h, x})
+		}
+	}
+	slices.SortStableFunc(all, func(p, q found) int { return cmpScore(q.h.Score, p.h.Score) })
+	for _, f := range all[:min(len(all), b.Limit)] {
+		shown, err := s.hitsOf(ctx, f.sid, []recall.Hit{f.h}, f.x, b.Query)
+		if err != nil {
+			return ans, err
+		}
+		for i := range shown {
+			shown[i].SessionID = f.sid
+		}
+		ans.Hits = append(ans.Hits, shown...)
 	}
 	return ans, nil
+}
+
+func cmpScore(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// recentSessions are the caller's tenant's sessions last written, at most
+// contract.MaxTenantSearchSessions, sid first.
+func (s *Service) recentSessions(ctx context.Context, sid string) ([]string, error) {
+	var listed []session.Listed
+	opt := session.ListOptions{Limit: session.MaxPageSize}
+	for {
+		page, err := s.List(ctx, opt)
+		if err != nil {
+			return nil, err
+		}
+		listed = append(listed, page.Sessions...)
+		if page.Next == "" || len(listed) >= 10*contract.MaxTenantSearchSessions {
+			break
+		}
+		opt.After = page.Next
+	}
+	slices.SortStableFunc(listed, func(p, q session.Listed) int { return q.UpdatedAt.Compare(p.UpdatedAt) })
+	out := []string{sid}
+	for _, l := range listed {
+		if len(out) == contract.MaxTenantSearchSessions {
+			break
+		}
+		if l.SessionID != sid {
+			out = append(out, l.SessionID)
+		}
+	}
+	return out, nil
 }
 
 // allows is a hit's filter by state (nil: any).

@@ -91,3 +91,37 @@ func TestSearchAcrossReplicasAndTenants(t *testing.T) {
 		t.Fatalf("the last page: %+v %v", last, err)
 	}
 }
+
+// A search with all_sessions reads the tenant's other sessions too: a hit
+// names its session; another tenant's sessions are not among them; it
+// ranks by terms only.
+func TestSearchAllSessionsOfATenant(t *testing.T) {
+	ctx := context.Background()
+	svc := sessions.New(memstore.New(), nil, nil)
+	acme := tenant.With(ctx, "acme")
+	for _, c := range []struct {
+		ctx  context.Context
+		sid  string
+		text string
+	}{
+		{ctx, "here", "we chose Postgres for the ledger service"},
+		{ctx, "there", "the deploy key is stored in vault path secret/deploy-7"},
+		{acme, "theirs", "acme's deploy key is in vault path secret/acme-1"},
+	} {
+		if _, err := svc.Create(c.ctx, session.Record{SessionID: c.sid}, msgs(c.text, "noted")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ans, err := svc.Search(ctx, contract.SearchBody{SessionID: "here", Query: "where is the deploy key in vault?", AllSessions: true})
+	if err != nil || len(ans.Hits) == 0 || ans.Hits[0].SessionID != "there" || ans.HeadSeq != 2 {
+		t.Fatalf("all sessions: %+v %v", ans, err)
+	}
+	for _, h := range ans.Hits {
+		if h.SessionID == "theirs" {
+			t.Fatalf("another tenant's session searched: %+v", h)
+		}
+	}
+	if _, err := svc.Search(ctx, contract.SearchBody{SessionID: "here", Query: "vault", Mode: contract.SearchRegex, AllSessions: true}); !errors.Is(err, session.ErrInvalid) {
+		t.Fatalf("a regex over all sessions: %v", err)
+	}
+}

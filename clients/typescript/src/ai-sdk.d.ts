@@ -20,3 +20,6 @@ export interface CompactorPrepareStepOptions {
 
 /** A prepareStep that keeps the step's messages in the compactor and returns the compacted context. */
 export declare function compactorPrepareStep<TOOLS extends ToolSet = ToolSet>(options: CompactorPrepareStepOptions): PrepareStepFunction<TOOLS>;
+
+/** search_history and expand_history for generateText's and streamText's tools, bound to one session. */
+export declare function recallTools(options: { client: CompactorClient; sessionId: string }): ToolSet;

@@ -7,6 +7,9 @@
 //   await generateText({ model, tools, messages, stopWhen: stepCountIs(50),
 //     prepareStep: compactorPrepareStep({ client, sessionId: "chat-42", contextLimit: 128_000 }) });
 
+import { jsonSchema, tool } from "ai";
+
+import { RecallTools } from "./contract.js";
 import { CompactorError } from "./errors.js";
 
 /**
@@ -175,4 +178,21 @@ export function compactorPrepareStep({ client, sessionId, contextLimit, model = 
     if (!view.compaction_id) return {};
     return { messages: toModelMessages(view.messages) };
   };
+}
+
+/**
+ * The recall tools for the AI SDK: search_history and expand_history,
+ * bound to one session, for generateText's and streamText's tools. A model
+ * that needs what the summary left out calls them; each answers what the
+ * endpoint answers (hits with snippets, or a page of messages).
+ *
+ *   tools: { ...myTools, ...recallTools({ client, sessionId: "chat-42" }) }
+ */
+export function recallTools({ client, sessionId } = {}) {
+  if (!client || !sessionId) throw new CompactorError("recallTools needs a client and a sessionId");
+  const out = {};
+  for (const t of RecallTools) {
+    out[t.name] = tool({ description: t.description, inputSchema: jsonSchema(t.parameters), execute: (args) => client.runTool(sessionId, t.name, args) });
+  }
+  return out;
 }

@@ -278,7 +278,79 @@ export interface NewSession {
 /** The strategies a completed result may name (the schema's enum). */
 export declare const Strategies: readonly ["cleared", "single", "chunked", "incremental", "prepared", "prepared_topup", "resumed", "existing", "redelivered"];
 export type Strategy = (typeof Strategies)[number];
-export declare const Subjects: Readonly<Record<"create" | "append" | "upload" | "context" | "history" | "message" | "delete" | "breaker" | "compact" | "result", string>>;
+export declare const Subjects: Readonly<Record<"create" | "append" | "upload" | "context" | "history" | "message" | "delete" | "breaker" | "compact" | "result" | "search" | "expand", string>>;
+
+/** A recall tool: its name, what it tells the model, its parameters' JSON Schema. */
+export interface ToolDef {
+  name: "search_history" | "expand_history";
+  description: string;
+  parameters: Record<string, unknown>;
+}
+/** search_history and expand_history: one definition, the service's. */
+export declare const RecallTools: readonly ToolDef[];
+/** RecallTools in the OpenAI Chat Completions tools format. */
+export declare function openAITools(): { type: "function"; function: { name: string; description: string; parameters: Record<string, unknown> } }[];
+/** RecallTools in the Anthropic Messages tools format. */
+export declare function anthropicTools(): { name: string; description: string; input_schema: Record<string, unknown> }[];
+
+/** What the context shows of a stored message. */
+export type MessageState = "raw" | "cleared" | "summarised";
+export interface SearchOptions {
+  mode?: "terms" | "substring" | "regex";
+  roles?: Role[];
+  states?: MessageState[];
+  fromSeq?: number;
+  toSeq?: number;
+  limit?: number;
+  /** The tenant's other recent sessions too (mode terms). */
+  allSessions?: boolean;
+}
+export interface SnippetPart {
+  seq: number;
+  id: string;
+  role: Role;
+  name?: string;
+  state: MessageState;
+  text: string;
+  /** The text is part of the message: expand its seq for the rest. */
+  cut?: boolean;
+}
+export interface SearchHit {
+  /** The hit's session (a search with allSessions). */
+  session_id?: string;
+  seq: number;
+  id: string;
+  role: Role;
+  state: MessageState;
+  /** On a summarised message: the compaction expand takes. */
+  compaction_id?: string;
+  score?: number;
+  snippet: SnippetPart[];
+}
+export interface SearchAnswer {
+  session_id: string;
+  query: string;
+  mode: string;
+  head_seq: number;
+  hits: SearchHit[];
+}
+export interface ExpandOptions {
+  compactionId?: string;
+  toolCallId?: string;
+  fromSeq?: number;
+  toSeq?: number;
+  after?: number;
+  limit?: number;
+}
+export interface Expanded {
+  session_id: string;
+  messages: Message[];
+  states: MessageState[];
+  /** The after of the next page; absent on the last. */
+  next?: number;
+  /** Messages over one answer: read each with message(). */
+  omitted?: number[];
+}
 export declare const EventSubjects: Readonly<Record<"CompactionCompleted" | "CompactionFailed" | "CompactionCircuitOpened" | "CompactionCircuitClosed", string>>;
 /** The request triggers' event types and subject prefixes. */
 export declare const RequestRoutes: Readonly<Record<"over_budget" | "overflow" | "near_budget", Readonly<{ type: string; prefix: string }>>>;
@@ -307,6 +379,10 @@ export declare class CompactorClient {
   message(sessionId: string, seq: number): Promise<Message>;
   delete(sessionId: string): Promise<Deleted>;
   breaker(sessionId: string): Promise<Breaker>;
+  search(sessionId: string, query: string, options?: SearchOptions): Promise<SearchAnswer>;
+  expand(sessionId: string, options: ExpandOptions): Promise<Expanded>;
+  /** Runs a model's search_history or expand_history call in the session. */
+  runTool(sessionId: string, name: string, args?: Record<string, unknown> | string): Promise<SearchAnswer | Expanded>;
   /** Throws CompactionFailedError for a failed compaction, NoResultError after timeoutMs. */
   compact(sessionId: string, options?: CompactOptions): Promise<Completed>;
   compactSync(sessionId: string, options?: CompactOptions): Promise<Completed>;

@@ -23,8 +23,8 @@ import {
 
 export * from "./errors.js";
 
-import { Subjects, RequestRoutes, EventSubjects, ErrorHeaders, SessionIdPattern, SessionIdError, Limits, CloudEvents } from "./contract.js";
-export { Subjects, EventSubjects, RequestRoutes, ErrorHeaders, SessionIdPattern, SessionIdError, Limits } from "./contract.js";
+import { Subjects, RequestRoutes, EventSubjects, ErrorHeaders, SessionIdPattern, SessionIdError, Limits, CloudEvents, RecallTools } from "./contract.js";
+export { Subjects, EventSubjects, RequestRoutes, ErrorHeaders, SessionIdPattern, SessionIdError, Limits, RecallTools } from "./contract.js";
 
 /**
  * The strategies a completed result may name: how it reduced the context
@@ -326,6 +326,63 @@ export class CompactorClient {
     return JSON.parse(decoder.decode(Buffer.concat(chunks)));
   }
 
+  /**
+   * Finds the session's stored messages that match query, whatever
+   * compaction did with them (raw, cleared or summarised): ranked by its
+   * words and identifiers (mode "terms", the default), or the latest that
+   * hold it as written ("substring") or match it ("regex"); each hit with a
+   * snippet (it and a neighbour each side, within 300 tokens). With
+   * allSessions, the tenant's other recent sessions too, each hit naming its
+   * session_id.
+   */
+  async search(sessionId, query, { mode, roles, states, fromSeq, toSeq, limit, allSessions } = {}) {
+    checkSession(sessionId);
+    const body = { session_id: sessionId, query };
+    if (mode) body.mode = mode;
+    if (roles) body.roles = roles;
+    if (states) body.states = states;
+    if (fromSeq) body.from_seq = fromSeq;
+    if (toSeq) body.to_seq = toSeq;
+    if (limit) body.limit = limit;
+    if (allSessions) body.all_sessions = true;
+    return this.#endpoint(Subjects.search, body);
+  }
+
+  /**
+   * One page of the originals behind a compaction ({ compactionId }), a
+   * tool call and its results ({ toolCallId }) or a seq range ({ fromSeq,
+   * toSeq }), each with its state; the next page starts after the answer's
+   * next ({ after: page.next }).
+   */
+  async expand(sessionId, { compactionId, toolCallId, fromSeq, toSeq, after, limit } = {}) {
+    checkSession(sessionId);
+    const body = { session_id: sessionId };
+    if (compactionId) body.compaction_id = compactionId;
+    if (toolCallId) body.tool_call_id = toolCallId;
+    if (fromSeq) body.from_seq = fromSeq;
+    if (toSeq) body.to_seq = toSeq;
+    if (after) body.after = after;
+    if (limit) body.limit = limit;
+    return this.#endpoint(Subjects.expand, body);
+  }
+
+  /**
+   * Runs a recall tool call (RecallTools: search_history or
+   * expand_history) a model made in session sessionId, with its arguments
+   * as the model wrote them; answers what the endpoint answers.
+   */
+  async runTool(sessionId, name, args = {}) {
+    const a = typeof args === "string" ? JSON.parse(args || "{}") : args;
+    switch (name) {
+      case "search_history":
+        return this.search(sessionId, a.query, { mode: a.mode, roles: a.roles, states: a.states, fromSeq: a.from_seq, toSeq: a.to_seq, limit: a.limit, allSessions: a.all_sessions });
+      case "expand_history":
+        // another session of the tenant, as an all_sessions hit named it
+        return this.expand(a.session_id || sessionId, { compactionId: a.compaction_id, toolCallId: a.tool_call_id, fromSeq: a.from_seq, toSeq: a.to_seq, after: a.after });
+    }
+    throw new CompactorError(`no recall tool ${JSON.stringify(name)} (the tools are search_history and expand_history)`);
+  }
+
   /** Removes a session; deleting one that does not exist answers the same. */
   async delete(sessionId) {
     checkSession(sessionId);
@@ -580,4 +637,14 @@ function endpointError(subject, { code, message, body }) {
   if (code === 409) return new ConflictError(subject, code, message, body);
   if (code === 507) return new StorageFullError(subject, code, message, body);
   return new EndpointError(subject, code, message, body);
+}
+
+/** RecallTools in the OpenAI Chat Completions tools format. */
+export function openAITools() {
+  return RecallTools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
+}
+
+/** RecallTools in the Anthropic Messages tools format. */
+export function anthropicTools() {
+  return RecallTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.parameters }));
 }

@@ -1,3 +1,4 @@
+import type { StructuredToolInterface } from "@langchain/core/tools";
 import type { BaseMessage } from "@langchain/core/messages";
 import type { AgentMiddleware } from "langchain";
 import type { CompactorClient, Completed, Message } from "./index.js";
@@ -31,3 +32,6 @@ export declare function fromLangChain(message: BaseMessage): Message;
 export declare function toLangChain(messages: Message[]): BaseMessage[];
 /** An agent middleware for createAgent, a drop-in for summarizationMiddleware backed by the compactor. */
 export declare function compactorMiddleware(options: CompactorMiddlewareOptions): AgentMiddleware;
+
+/** search_history and expand_history as LangChain tools, bound to one session. */
+export declare function recallTools(options: { client: CompactorClient; sessionId: string }): StructuredToolInterface[];

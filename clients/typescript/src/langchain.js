@@ -15,6 +15,9 @@ import { randomUUID } from "node:crypto";
 import { createMiddleware } from "langchain";
 import { AIMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage } from "@langchain/core/messages";
 
+import { tool } from "@langchain/core/tools";
+
+import { RecallTools } from "./contract.js";
 import { CompactorError } from "./errors.js";
 
 // LangGraph's id of a RemoveMessage that clears the state's messages.
@@ -172,4 +175,16 @@ export function compactorMiddleware({ client, sessionId, contextLimit, trigger, 
       return { messages: [new RemoveMessage({ id: REMOVE_ALL_MESSAGES }), ...toLangChain(after.messages)] };
     },
   });
+}
+
+/**
+ * The recall tools for LangChain.js: search_history and expand_history,
+ * bound to one session, for createAgent's tools; each answers what the
+ * endpoint answers, as JSON.
+ */
+export function recallTools({ client, sessionId } = {}) {
+  if (!client || !sessionId) throw new CompactorError("recallTools needs a client and a sessionId");
+  return RecallTools.map((t) =>
+    tool(async (args) => JSON.stringify(await client.runTool(sessionId, t.name, args)), { name: t.name, description: t.description, schema: t.parameters }),
+  );
 }

@@ -46,7 +46,8 @@ test("the contract is the service's", async () => {
   const c = await import("../src/contract.js");
   const facts = JSON.parse(execFileSync(compactorBinary(), ["contract", "--json"], { encoding: "utf8" }));
   const names = { create: "session_create", append: "session_append", upload: "session_upload", context: "session_context",
-    history: "session_history", message: "session_message", delete: "session_delete", breaker: "breaker_get", compact: "compact", result: "result_get" };
+    history: "session_history", message: "session_message", delete: "session_delete", breaker: "breaker_get", compact: "compact", result: "result_get",
+    search: "session_search", expand: "session_expand" };
   for (const [key, subject] of Object.entries(c.Subjects)) assert.equal(subject, facts.subjects[names[key]], `Subjects.${key}`);
   for (const [trigger, route] of Object.entries(c.RequestRoutes)) {
     const r = facts.routes.find((r) => r.request && r.trigger === trigger);
@@ -58,6 +59,7 @@ test("the contract is the service's", async () => {
   for (const r of results) assert.equal(c.EventSubjects[r.type], r.prefix, r.type);
   assert.deepEqual({ code: c.ErrorHeaders.code, error: c.ErrorHeaders.error }, { code: facts.headers.error_code, error: facts.headers.error });
   assert.equal(c.SessionIdPattern.source, facts.session_id.pattern);
+  assert.deepEqual(JSON.parse(JSON.stringify(c.RecallTools)), facts.tools, "RecallTools");
   assert.equal(c.SessionIdError, facts.session_id.error);
   assert.equal(c.Limits.maxUploadPartBytes, facts.limits.max_upload_part_bytes);
   assert.equal(c.Limits.maxUploadParts, facts.limits.max_upload_parts);
