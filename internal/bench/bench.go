@@ -340,16 +340,7 @@ type Latency struct {
 }
 
 func latency(d []time.Duration) Latency {
-	if len(d) == 0 {
-		return Latency{}
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	q := func(p float64) float64 {
-		i := int(p*float64(len(s)-1) + 0.5)
-		return float64(s[i]) / float64(time.Millisecond)
-	}
-	return Latency{P50: q(0.5), P99: q(0.99)}
+	return Latency{P50: quantile(d, 0.5), P99: quantile(d, 0.99)}
 }
 
 // OverheadRow is the overhead measure for one session length.

@@ -232,6 +232,8 @@ func (e *env) searchLatency(ctx context.Context, pool []session.Message, questio
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// quantile is the p quantile of d in milliseconds (nearest rank; 0 for
+// none).
 func quantile(d []time.Duration, p float64) float64 {
 	if len(d) == 0 {
 		return 0

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -1070,7 +1071,7 @@ func scaleGoals(rep *ScaleReport) []Goal {
 			fmt.Sprintf("%.2fx (%.3f against %.3f ms)", flat, last.MSPer, first.MSPer), flat <= 1.5)
 	}
 	if rep.Separate && len(rep.Appends) > 0 {
-		worst := slices.MaxFunc(rep.Appends, func(a, b AppendRow) int { return cmpF(a.ServerMS, b.ServerMS) })
+		worst := slices.MaxFunc(rep.Appends, func(a, b AppendRow) int { return cmp.Compare(a.ServerMS, b.ServerMS) })
 		add("nats-server CPU per append", "<= 0.3 ms", fmt.Sprintf("%.3f ms (at %d runtimes)", worst.ServerMS, worst.Runtimes), worst.ServerMS <= 0.3)
 	}
 	add("stream subjects per message", "<= 1.2", fmt.Sprintf("%.3f", rep.PerMsg.Subjects), rep.PerMsg.Subjects <= 1.2)
@@ -1113,14 +1114,4 @@ func scaleGoals(rep *ScaleReport) []Goal {
 		add("eval through the service asks for the compactions in process does", "the same", fmt.Sprintf("%d and %d", ev.ServiceCompactions, ev.InProcessCompactions), ev.ServiceCompactions == ev.InProcessCompactions)
 	}
 	return goals
-}
-
-func cmpF(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -10,6 +10,7 @@
 package recall
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"sort"
@@ -151,6 +152,7 @@ const (
 	neighbourShare = 0.7
 )
 
+
 // Search ranks the messages for q: each one's BM25 score plus a share of
 // its neighbours', best first (ties: the later message), no two hits
 // within a message of each other (their snippets would overlap).
@@ -257,7 +259,18 @@ func (ix *Index) allowed(q Query, doc uint32) bool {
 // DocOf is m as the index reads it: its text, and each tool call's name
 // and arguments.
 func DocOf(m *session.Message) Doc {
-	d := Doc{Seq: m.Seq, Role: string(m.Role), Name: m.Name, Text: Text(m)}
+	d := Doc{Seq: m.Seq, Role: string(m.Role), Name: m.Name, Text: m.Content.Text}
+	if len(m.ToolCalls) > 0 {
+		var sb strings.Builder
+		sb.WriteString(d.Text)
+		for _, tc := range m.ToolCalls {
+			sb.WriteString("\n")
+			sb.WriteString(tc.Function.Name)
+			sb.WriteString(" ")
+			sb.WriteString(argumentsText(tc.Function.Arguments))
+		}
+		d.Text = sb.String()
+	}
 	for _, tc := range m.ToolCalls {
 		d.Calls = append(d.Calls, tc.ID)
 	}
@@ -265,4 +278,45 @@ func DocOf(m *session.Message) Doc {
 		d.Calls = append(d.Calls, m.ToolCallID)
 	}
 	return d
+}
+
+// argumentsText is a tool call's arguments as words: the JSON's string
+// values unescaped (a command's lines, a path), keys and other values as
+// written; arguments that are not JSON as they are.
+func argumentsText(args string) string {
+	var v any
+	if json.Unmarshal([]byte(args), &v) != nil {
+		return args
+	}
+	var sb strings.Builder
+	var walk func(v any)
+	walk = func(v any) {
+		switch t := v.(type) {
+		case map[string]any:
+			keys := make([]string, 0, len(t))
+			for k := range t {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				sb.WriteString(k)
+				sb.WriteString(": ")
+				walk(t[k])
+				sb.WriteString("\n")
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+				sb.WriteString(" ")
+			}
+		case string:
+			sb.WriteString(t)
+		case nil:
+		default:
+			b, _ := json.Marshal(t)
+			sb.Write(b)
+		}
+	}
+	walk(v)
+	return sb.String()
 }

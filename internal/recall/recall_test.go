@@ -176,3 +176,18 @@ func TestCacheBound(t *testing.T) {
 		t.Fatalf("%d indexes after a drop", n)
 	}
 }
+
+// A tool call's arguments are searched as their values say them: a
+// command's escaped lines are words ("\nSELECT" is SELECT), a path whole.
+func TestArgumentsAreSearchedUnescaped(t *testing.T) {
+	ix := recall.NewIndex()
+	m := session.Message{Seq: 1, Role: session.RoleAssistant, ToolCalls: []session.ToolCall{{ID: "c1", Function: session.FunctionCall{Name: "bash",
+		Arguments: `{"command":"cat > q.sql << 'EOF'\nSELECT total\nFROM invoices\nEOF","cwd":"/srv/app"}`}}}}
+	ix.Add(recall.DocOf(&m))
+	ix.Add(recall.DocOf(&session.Message{Seq: 2, Role: session.RoleUser, Content: session.TextContent("unrelated")}))
+	for _, q := range []string{"SELECT", "q.sql", "/srv/app"} {
+		if hits := ix.Search(recall.Query{Text: q}); len(hits) == 0 || hits[0].Seq != 1 {
+			t.Errorf("%q: %+v", q, hits)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package sessions
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -270,7 +271,7 @@ func (s *Service) searchTenant(ctx context.Context, b contract.SearchBody, ans c
 			all = append(all, found{sid, h, x})
 		}
 	}
-	slices.SortStableFunc(all, func(p, q found) int { return cmpScore(q.h.Score, p.h.Score) })
+	slices.SortStableFunc(all, func(p, q found) int { return cmp.Compare(q.h.Score, p.h.Score) })
 	for _, f := range all[:min(len(all), b.Limit)] {
 		shown, err := s.hitsOf(ctx, f.sid, []recall.Hit{f.h}, f.x, b.Query)
 		if err != nil {
@@ -282,16 +283,6 @@ func (s *Service) searchTenant(ctx context.Context, b contract.SearchBody, ans c
 		ans.Hits = append(ans.Hits, shown...)
 	}
 	return ans, nil
-}
-
-func cmpScore(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // recentSessions are the caller's tenant's sessions last written, at most
