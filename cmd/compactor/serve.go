@@ -21,6 +21,7 @@ import (
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/migrate"
+	"github.com/compactor/compactor/internal/sessions"
 	"github.com/compactor/compactor/internal/telemetry/otlp"
 	"github.com/compactor/compactor/internal/tokens"
 )
@@ -38,6 +39,7 @@ type serveFlags struct {
 	shards      *int
 	workers     *int
 	prepWorkers *int
+	recallMB    *int
 	ackWait     *time.Duration
 	maxDeliver  *int
 	eventBytes  *byteSize
@@ -69,6 +71,7 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		shards:      fs.Int("shards", 0, "shards of a new session store, each a stream and a bucket with its own leader (default: as many as --replicas); a store keeps its count"),
 		workers:     fs.Int("workers", consumer.DefaultWorkers, "requests held at once, each running or waiting behind its session's running one (model calls are I/O: far more than the cores)"),
 		prepWorkers: fs.Int("prepare-workers", 4, "preparations run at once (they yield to requests)"),
+		recallMB:    fs.Int("recall-memory", sessions.DefaultRecallMemory>>20, "`MiB` of search indexes this replica keeps (compactor.session.search): the least recently searched sessions' are dropped past it and built again from the store"),
 		ackWait:     fs.Duration("ack-wait", consumer.AckWait, "the consumer's ack wait: how soon the work of a crashed replica is redelivered"),
 		maxDeliver:  fs.Int("max-deliver", consumer.MaxDeliver, "deliveries of one request before it is dead-lettered"),
 		eventBytes:  eventBytesFlag(fs),
@@ -202,7 +205,7 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 	a, err := app.Start(ctx, app.Config{NATSURL: *sf.nats.url, NATSOptions: opts,
 		Embedded:  embedded.Options{Host: *sf.host, Port: *sf.port, DataDir: *sf.dataDir, SyncInterval: sync},
 		Provision: *sf.provision, Replicas: *sf.replicas, Shards: *sf.shards, AckWait: *sf.ackWait, MaxDeliver: *sf.maxDeliver, EventBytes: int64(*sf.eventBytes),
-		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
+		Workers: *sf.workers, PrepareWorkers: *sf.prepWorkers, RecallMemory: *sf.recallMB << 20, ShutdownGrace: *sf.grace, Source: *sf.source, MetricsAddr: *sf.metricsAddr, PprofAddr: *sf.pprofAddr,
 		UI: *sf.ui, SignInOptions: sf.nats.tlsOptions(),
 		SessionTTL: *sf.sessionTTL, StartTimeout: *sf.startWait, Version: semver(), Pipeline: sf.pf.cfg, Models: sf.pf.conf.Models, Summarizer: sum, Logger: log,
 		Tenants: sf.pf.conf.Policies(), Limits: sf.pf.conf.Limits()})

@@ -66,6 +66,9 @@ type Config struct {
 	// PrepareWorkers run preparations at once (default 4; see
 	// pipeline.Config.PrepareAt).
 	PrepareWorkers int
+	// RecallMemory bounds the search indexes this replica keeps, in bytes
+	// (0: sessions.DefaultRecallMemory).
+	RecallMemory int
 	// ObservePreparation, when set, sees every preparation that ran
 	// (after the metrics).
 	ObservePreparation func(pipeline.Preparation, error)

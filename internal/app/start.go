@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -231,6 +232,7 @@ func (a *App) build(context.Context, time.Time) (err error) {
 	// The preparer hears of every write of the use case, whichever driver
 	// made it.
 	a.Sessions = sessions.New(a.store, a.breakers, cfg.Models, sessions.WithQuotas(a.Quotas), sessions.WithImageEstimate(cfg.Pipeline.ImageTokens),
+		sessions.WithRecallMemory(cmp.Or(cfg.RecallMemory, sessions.DefaultRecallMemory)),
 		sessions.WithHooks(sessions.Hooks{
 			Created: func(ctx context.Context, c sessions.Created) {
 				a.Preparer.Created(ctx, c.SessionID, c.HeadSeq, c.Tokens, c.ContextLimit)

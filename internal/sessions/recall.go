@@ -27,7 +27,7 @@ func WithRecallMemory(bytes int) Option {
 	return func(s *Service) { s.recall = recall.NewCache(bytes) }
 }
 
-// Recall is the search indexes' cache (nil until the first search).
+// Recall is the search indexes' cache (made on first use).
 func (s *Service) Recall() *recall.Cache { return s.recallCache() }
 
 func (s *Service) recallCache() *recall.Cache {
