@@ -182,11 +182,12 @@ type Sessions struct {
 	chunk int
 	// holder names this process in the leases it takes.
 	holder string
-	// recent caches the records this process last wrote, so that the next
-	// append to a session skips reading it: every write an append makes is
-	// guarded (the log's last sequence, the record's revision), so a stale
-	// one only costs a retry; what an append answers without writing is
-	// decided on a record read from the leader.
+	// cache holds the records this process last wrote or loaded, so that
+	// the next append to a session, or the commit of a compaction planned
+	// on a load, skips reading it: every write is guarded (the log's last
+	// sequence, the record's revision), so a stale one only costs a retry;
+	// what an append answers without writing is decided on a record read
+	// from the leader.
 	cacheMu sync.Mutex
 	cache   map[string]record
 	// appending queues this process's appends to a session: from many
