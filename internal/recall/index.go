@@ -152,7 +152,6 @@ const (
 	neighbourShare = 0.7
 )
 
-
 // Search ranks the messages for q: each one's BM25 score plus a share of
 // its neighbours', best first (ties: the later message), no two hits
 // within a message of each other (their snippets would overlap).
