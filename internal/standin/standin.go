@@ -1,0 +1,276 @@
+// Package standin is a stand-in model provider that speaks the wire
+// protocols agents use — OpenAI Chat Completions and Responses, Anthropic
+// Messages, each streamed (SSE) or not — with the providers' own reply
+// and error bodies, and a context window it enforces as they do (OpenAI's
+// context_length_exceeded, Anthropic's "prompt is too long"). What it
+// answers is scripted (a Script), so an agent can be driven through a
+// multi-step task without a model, and it records what each call carried.
+// The gateway's tests, its benchmark and `compactor standin` use it.
+package standin
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/compactor/compactor/internal/tokens"
+)
+
+// Call is one call as the stand-in read it.
+type Call struct {
+	// API is "chat", "responses" or "messages".
+	API    string
+	Model  string
+	Stream bool
+	// Tokens counts the call's text (messages, system, tools) with the
+	// o200k_base tokenizer: what the window is checked against.
+	Tokens int
+	// Body is the call's JSON as it came.
+	Body json.RawMessage
+	// Tools names the tools the call offers.
+	Tools []string
+	// Results counts the tool results in the call's conversation; Last is
+	// the text of its last message.
+	Results int
+	Last    string
+	// Header is the call's headers.
+	Header http.Header
+}
+
+// Reply is what a call is answered: text, tool calls, or both.
+type Reply struct {
+	Text      string
+	ToolCalls []ToolCall
+}
+
+// ToolCall is a call of one of the request's tools.
+type ToolCall struct {
+	Name string
+	// Arguments is a JSON object.
+	Arguments string
+}
+
+// Script answers a call.
+type Script func(Call) Reply
+
+// Echo answers every call with a short text naming what it read.
+func Echo(c Call) Reply {
+	return Reply{Text: fmt.Sprintf("ok: %d tokens, %d tool results", c.Tokens, c.Results)}
+}
+
+// Server is a running stand-in.
+type Server struct {
+	// URL is the base URL (no /v1: the OpenAI SDKs take URL+"/v1").
+	URL string
+	// Window is the context window enforced (0: none).
+	Window int
+	// Delay is waited before answering; ChunkDelay between streamed
+	// events.
+	Delay, ChunkDelay time.Duration
+
+	script  Script
+	srv     *http.Server
+	counter *tokens.Counter
+	mu      sync.Mutex
+	calls   []Call
+}
+
+// Start serves on addr ("127.0.0.1:0": a free loopback port).
+func Start(addr string, window int, script Script) (*Server, error) {
+	if script == nil {
+		script = Echo
+	}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{URL: "http://" + l.Addr().String(), Window: window, script: script, counter: counter}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.handle("chat"))
+	mux.HandleFunc("POST /v1/responses", s.handle("responses"))
+	mux.HandleFunc("POST /v1/messages", s.handle("messages"))
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, 200, map[string]any{"object": "list", "data": []map[string]any{{"id": "standin", "object": "model", "owned_by": "standin"}}})
+	})
+	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = s.srv.Serve(l) }()
+	return s, nil
+}
+
+// Close stops the server.
+func (s *Server) Close() { _ = s.srv.Close() }
+
+// Calls returns the calls so far.
+func (s *Server) Calls() []Call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Call(nil), s.calls...)
+}
+
+func (s *Server) handle(api string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			return
+		}
+		c, err := s.read(api, body)
+		if err != nil {
+			s.invalid(w, api, err.Error())
+			return
+		}
+		c.Header = r.Header.Clone()
+		s.mu.Lock()
+		s.calls = append(s.calls, c)
+		s.mu.Unlock()
+		if s.Window > 0 && c.Tokens > s.Window {
+			s.overflow(w, api, c.Tokens)
+			return
+		}
+		if s.Delay > 0 {
+			time.Sleep(s.Delay)
+		}
+		reply := s.script(c)
+		out := s.counter.Count(reply.Text) + 1
+		for _, tc := range reply.ToolCalls {
+			out += s.counter.Count(tc.Arguments) + 3
+		}
+		a := answer{s: s, w: w, call: c, reply: reply, in: c.Tokens, out: out, rid: newID("resp_"), mid: newID("msg_")}
+		switch {
+		case !c.Stream:
+			a.whole()
+		case api == "chat":
+			a.streamChat()
+		case api == "responses":
+			a.streamResponses()
+		default:
+			a.streamMessages()
+		}
+	}
+}
+
+// read parses a call enough to count it and script its answer.
+func (s *Server) read(api string, body []byte) (Call, error) {
+	var req struct {
+		Model    string            `json:"model"`
+		Stream   bool              `json:"stream"`
+		Messages []json.RawMessage `json:"messages"`
+		Input    json.RawMessage   `json:"input"`
+		Tools    []struct {
+			Name     string `json:"name"`
+			Function struct {
+				Name string `json:"name"`
+			} `json:"function"`
+		} `json:"tools"`
+		MaxTokens int `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return Call{}, fmt.Errorf("We could not parse the JSON body of your request. (%v)", err)
+	}
+	if req.Model == "" {
+		return Call{}, fmt.Errorf("you must provide a model parameter")
+	}
+	c := Call{API: api, Model: req.Model, Stream: req.Stream, Body: body}
+	for _, t := range req.Tools {
+		c.Tools = append(c.Tools, t.Name+t.Function.Name)
+	}
+	var texts []string
+	collect(body, &texts, "")
+	c.Tokens = s.counter.Count(strings.Join(texts, "\n"))
+	items := req.Messages
+	if api == "responses" {
+		if err := json.Unmarshal(req.Input, &items); err != nil {
+			items = []json.RawMessage{req.Input}
+		}
+	}
+	if api == "messages" && req.MaxTokens <= 0 {
+		return Call{}, fmt.Errorf("max_tokens: Field required")
+	}
+	if len(items) == 0 {
+		return Call{}, fmt.Errorf("messages: at least one message is required")
+	}
+	for _, it := range items {
+		c.Results += strings.Count(string(it), `"tool_result"`) + strings.Count(string(it), `"function_call_output"`)
+		if strings.Contains(string(it), `"role":"tool"`) || strings.Contains(string(it), `"role": "tool"`) {
+			c.Results++
+		}
+	}
+	var last []string
+	collect(items[len(items)-1], &last, "")
+	c.Last = strings.Join(last, "\n")
+	return c, nil
+}
+
+// collect gathers the string values of a JSON value, but its ids,
+// signatures and the model's name.
+func collect(raw json.RawMessage, out *[]string, key string) {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return
+	}
+	walk(v, out, key)
+}
+
+func walk(v any, out *[]string, key string) {
+	switch x := v.(type) {
+	case string:
+		switch key {
+		case "model", "id", "tool_use_id", "tool_call_id", "call_id", "signature", "type", "role", "data", "url", "image_url":
+		default:
+			*out = append(*out, x)
+		}
+	case []any:
+		for _, e := range x {
+			walk(e, out, key)
+		}
+	case map[string]any:
+		for k, e := range x {
+			walk(e, out, k)
+		}
+	}
+}
+
+// invalid answers a malformed call as the provider does.
+func (s *Server) invalid(w http.ResponseWriter, api, msg string) {
+	if api == "messages" {
+		writeJSON(w, 400, map[string]any{"type": "error", "error": map[string]any{"type": "invalid_request_error", "message": msg},
+			"request_id": newID("req_")})
+		return
+	}
+	writeJSON(w, 400, map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "param": nil, "code": nil}})
+}
+
+// overflow answers a call over the window with the provider's error.
+func (s *Server) overflow(w http.ResponseWriter, api string, n int) {
+	if api == "messages" {
+		writeJSON(w, 400, map[string]any{"type": "error", "error": map[string]any{"type": "invalid_request_error",
+			"message": fmt.Sprintf("prompt is too long: %d tokens > %d maximum", n, s.Window)}, "request_id": newID("req_")})
+		return
+	}
+	writeJSON(w, 400, map[string]any{"error": map[string]any{
+		"message": fmt.Sprintf("This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.", s.Window, n),
+		"type":    "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// newID is a provider-looking id.
+func newID(prefix string) string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
