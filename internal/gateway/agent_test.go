@@ -120,7 +120,7 @@ func (a *agent) take(b []byte) bool {
 		must(a.t, json.Unmarshal(b, &r))
 		var m struct {
 			ToolCalls []struct {
-				ID       string `json:"id"`
+				ID       string                `json:"id"`
 				Function struct{ Name string } `json:"function"`
 			} `json:"tool_calls"`
 		}

@@ -107,9 +107,9 @@ func checkStored(t *testing.T, c *client.Client, sid string, a *agent) {
 func paired(api string, body []byte) error {
 	var req struct {
 		Messages []struct {
-			Role       string          `json:"role"`
-			Content    json.RawMessage `json:"content"`
-			ToolCalls  []struct {
+			Role      string          `json:"role"`
+			Content   json.RawMessage `json:"content"`
+			ToolCalls []struct {
 				ID string `json:"id"`
 			} `json:"tool_calls"`
 			ToolCallID string `json:"tool_call_id"`

@@ -38,7 +38,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) request(api, upstream string) { m.requests.WithLabelValues(api, upstream).Inc() }
 
-func (m *Metrics) added(api string, d time.Duration) { m.addedTime.WithLabelValues(api).Observe(d.Seconds()) }
+func (m *Metrics) added(api string, d time.Duration) {
+	m.addedTime.WithLabelValues(api).Observe(d.Seconds())
+}
 
 func (m *Metrics) compaction(strategy, outcome string) {
 	m.compactions.WithLabelValues(outcome, strategy).Inc()
