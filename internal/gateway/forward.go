@@ -31,7 +31,7 @@ const maxErrorBody = 1 << 20
 // its answer back, streamed as it comes. When the upstream refuses the
 // call for its length and retry gives a body, that is sent once instead.
 func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, path, model string, body []byte,
-	retry func(context.Context) []byte) {
+	retry func(context.Context, []byte) []byte) {
 	ctx := r.Context()
 	for {
 		resp, err := g.send(ctx, r, a, path, model, body)
@@ -45,7 +45,7 @@ func (g *Gateway) forward(w http.ResponseWriter, r *http.Request, a *api, path, 
 			errBody, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 			resp.Body.Close()
 			if a.overflow != nil && a.overflow(resp.StatusCode, errBody) {
-				if next := retry(ctx); next != nil {
+				if next := retry(ctx, errBody); next != nil {
 					body, retry = next, nil
 					continue
 				}

@@ -17,7 +17,10 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -70,6 +73,8 @@ const DefaultWindow = 128000
 type Gateway struct {
 	cfg    Config
 	states *states
+	// learned are the windows upstreams' refusals named, by model.
+	learned sync.Map
 	http   *http.Client
 	log    *slog.Logger
 	m      *Metrics
@@ -228,8 +233,10 @@ type turn struct {
 	sid      string
 	start    time.Time
 	original []byte
-	// compacted: what goes upstream is the compacted context.
+	// compacted: what goes upstream is the compacted context; sent its
+	// tokens (the gateway's count).
 	compacted bool
+	sent      int
 }
 
 // failOpen logs why the call goes upstream as it came, and names the
@@ -273,6 +280,7 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 		}
 		items = st.items(c)
 	}
+	t.sent = st.estimate(sy, c, items) + overhead
 	if st.view == nil {
 		t.g.m.request(t.a.name, "raw")
 		return t.original, nil
@@ -283,20 +291,37 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 	}
 	t.compacted = true
 	t.g.m.request(t.a.name, "compacted")
-	full := st.estimate(sy, c, nil)
-	t.g.m.saved(full - st.estimate(sy, c, items))
+	t.g.m.saved(st.estimate(sy, c, nil) + overhead - t.sent)
 	return c.body(elems)
 }
 
-// window is the model's context window.
+// window is the model's context window: configured, or from the model
+// table, and no more than an upstream's refusal said.
 func (g *Gateway) window(model string) int {
+	w := DefaultWindow
 	if g.cfg.Window > 0 {
-		return g.cfg.Window
+		w = g.cfg.Window
+	} else if info := g.cfg.Models.Lookup(model); info.Known {
+		w = info.ContextWindow
 	}
-	if info := g.cfg.Models.Lookup(model); info.Known {
-		return info.ContextWindow
+	if n, ok := g.learned.Load(model); ok {
+		w = min(w, n.(int))
 	}
-	return DefaultWindow
+	return w
+}
+
+// windowRe finds the window in a provider's refusal: OpenAI's "maximum
+// context length is N tokens", Anthropic's "N tokens > M maximum".
+var windowRe = regexp.MustCompile(`maximum context length is (\d+)|> (\d+) maximum`)
+
+// windowIn is the window a refusal names (0: none).
+func windowIn(body []byte) int {
+	m := windowRe.FindSubmatch(body)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]) + string(m[2]))
+	return n
 }
 
 // reserve is the room a call leaves for the reply: what it asks for (else
@@ -400,8 +425,17 @@ func (t *turn) compact(ctx context.Context, sy syncer, st *state, est int, overf
 }
 
 // retry is asked when the upstream refused the call for its length: it
-// returns the body to send once more, compacted (nil: none).
-func (t *turn) retry(ctx context.Context) []byte {
+// learns the model's window from the refusal (or takes three quarters of
+// what was sent) and returns the body to send once more, compacted (nil:
+// none).
+func (t *turn) retry(ctx context.Context, refusal []byte) []byte {
+	n := windowIn(refusal)
+	if n <= 0 {
+		n = t.sent * 3 / 4
+	}
+	if n > 0 {
+		t.g.learned.Store(t.c.model, n)
+	}
 	out, err := t.prepare(ctx, true)
 	if err != nil {
 		t.g.log.WarnContext(ctx, "gateway: no compaction after the upstream's overflow", "session_id", t.sid, "error", err)

@@ -63,6 +63,13 @@ type setup struct {
 // have window, on the test's service.
 func start(t *testing.T, window, upWindow int, script standin.Script) *setup {
 	t.Helper()
+	return startWith(t, gateway.Config{Window: window}, upWindow, script)
+}
+
+// startWith is start with a gateway configured as cfg (its upstreams and
+// client set here).
+func startWith(t *testing.T, cfg gateway.Config, upWindow int, script standin.Script) *setup {
+	t.Helper()
 	up, err := standin.Start("127.0.0.1:0", upWindow, script)
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +84,11 @@ func start(t *testing.T, window, upWindow int, script standin.Script) *setup {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(gateway.Config{Upstreams: map[string]string{"openai": up.URL, "anthropic": up.URL}, Client: c, Window: window,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	cfg.Upstreams, cfg.Client = map[string]string{"openai": up.URL, "anthropic": up.URL}, c
+	if testing.Verbose() {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	gw, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
