@@ -46,6 +46,8 @@ func commands() []command {
 		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
 		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
 		{"mcp", "serve the recall tools (search_history, expand_history) for a session as an MCP server, over stdio or streamable HTTP", runMCP},
+		{"gateway", "serve the OpenAI and Anthropic APIs in front of the service: agents that only take a base URL get compacted contexts", runGateway},
+		{"standin", "a stand-in model of the OpenAI and Anthropic APIs (scripted, no key) to try the gateway and agents with", runStandin},
 		{"contract", "print the public contract: subjects, event types, streams, codes, the session-id rule, limits (--json for clients)", runContract},
 		{"version", "print the version (also --version)", func(_ context.Context, _ []string, stdout, _ io.Writer) error {
 			_, err := fmt.Fprintf(stdout, "compactor %s (%s)\n", buildVersion(), runtime.Version())

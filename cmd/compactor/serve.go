@@ -13,12 +13,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/app"
 	"github.com/compactor/compactor/internal/config"
 	"github.com/compactor/compactor/internal/consumer"
 	"github.com/compactor/compactor/internal/embedded"
 	"github.com/compactor/compactor/internal/events"
+	"github.com/compactor/compactor/internal/gateway"
 	"github.com/compactor/compactor/internal/kvstore"
 	"github.com/compactor/compactor/internal/migrate"
 	"github.com/compactor/compactor/internal/sessions"
@@ -52,6 +55,8 @@ type serveFlags struct {
 	source      *string
 	sessionTTL  *time.Duration
 	startWait   *time.Duration
+	gateway     *string
+	gf          *gatewayFlags
 }
 
 func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
@@ -84,6 +89,8 @@ func addServeFlags(fs *flag.FlagSet, args []string) (*serveFlags, error) {
 		source:      fs.String("source", events.DefaultSource, "CloudEvents `SOURCE` of the events published"),
 		sessionTTL:  fs.Duration("session-ttl", 0, "delete sessions nobody wrote to for this `DURATION` (0: keep them)"),
 		startWait:   fs.Duration("start-timeout", app.DefaultStartTimeout, "at start, how long to wait for NATS and JetStream (a server not up yet, a cluster electing its leaders) before exiting; /livez answers meanwhile"),
+		gateway:     fs.String("gateway", "", "also serve the provider APIs' gateway (compactor gateway) on `ADDRESS`, as a runtime of this service with its NATS user (empty: off)"),
+		gf:          addGatewayFlags(fs),
 	}, nil
 }
 
@@ -225,10 +232,42 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 		}
 	}()
 	log.Info("provider", slog.String("provider", *sf.pf.provider))
+	if *sf.gateway != "" {
+		if err := startGateway(ctx, sf, a, opts, log); err != nil {
+			_ = a.Stop()
+			return err
+		}
+	}
 	if ready != nil {
 		ready(a.URL)
 	}
 	return a.Wait()
+}
+
+// startGateway serves the gateway beside the service, connected to it as
+// a runtime is.
+func startGateway(ctx context.Context, sf *serveFlags, a *app.App, opts []nats.Option, log *slog.Logger) error {
+	nc, _, err := dial(ctx, a.URL, "compactor-gateway", opts...)
+	if err != nil {
+		return err
+	}
+	cfg := sf.gf.config(log, a.Metrics.Registry())
+	if cfg.Client, err = client.New(nc, client.WithSource(cliSource)); err != nil {
+		nc.Close()
+		return err
+	}
+	gw, err := gateway.New(cfg)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	go func() {
+		defer nc.Close()
+		if err := serveGateway(ctx, *sf.gateway, gw, log); err != nil {
+			log.Error("gateway", slog.String("error", err.Error()))
+		}
+	}()
+	return nil
 }
 
 // reloadTenants applies the config file's tenants' policies and quotas to

@@ -216,6 +216,7 @@ func (g *Gateway) serveAPI(w http.ResponseWriter, r *http.Request, a *api, path,
 			return
 		}
 		g.m.request(a.name, t.failOpen(ctx, err))
+		w.Header().Set(HeaderSession, t.sid)
 		g.forward(w, r.WithContext(ctx), a, path, c.model, body, nil)
 		return
 	}
@@ -268,10 +269,10 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 	sy := syncer{c: t.cl, limit: limit, model: c.model, counter: counter}
 	st, err = g.sync(ctx, sy, t.tenant, st, c)
 	defer st.mu.Unlock()
+	t.sid = st.sid
 	if err != nil {
 		return nil, err
 	}
-	t.sid = st.sid
 	items := st.items(c)
 	est := st.estimate(sy, c, items)
 	if overflow || est > limit {

@@ -33,7 +33,11 @@ func (a *answer) calls() []call {
 		if a.call.API == "messages" {
 			prefix = "toolu_"
 		}
-		out[i] = call{id: newID(prefix), name: tc.Name, args: args}
+		id := tc.ID
+		if id == "" {
+			id = newID(prefix)
+		}
+		out[i] = call{id: id, name: tc.Name, args: args}
 	}
 	return out
 }

@@ -16,6 +16,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -40,8 +42,13 @@ type Call struct {
 	// the text of its last message.
 	Results int
 	Last    string
+	// LastCall is the call id the last message answers, when it is a
+	// tool result.
+	LastCall string
 	// Header is the call's headers.
 	Header http.Header
+	// Refused: the call was over the window.
+	Refused bool
 }
 
 // Reply is what a call is answered: text, tool calls, or both.
@@ -52,6 +59,8 @@ type Reply struct {
 
 // ToolCall is a call of one of the request's tools.
 type ToolCall struct {
+	// ID is the call's id (default: a new one).
+	ID   string
 	Name string
 	// Arguments is a JSON object.
 	Arguments string
@@ -64,6 +73,30 @@ type Script func(Call) Reply
 func Echo(c Call) Reply {
 	return Reply{Text: fmt.Sprintf("ok: %d tokens, %d tool results", c.Tokens, c.Results)}
 }
+
+// Steps calls the first tool the call offers, with args, n times in a
+// row, then answers "done". The step is in the call's id, and the last
+// message (the result of the step before) names it, so the count holds
+// however the conversation before it was compacted.
+func Steps(n int, args string) Script {
+	return func(c Call) Reply {
+		step := 0
+		if m := stepRe.FindStringSubmatch(c.LastCall); m != nil {
+			step, _ = strconv.Atoi(m[1])
+		}
+		if step >= n || len(c.Tools) == 0 {
+			return Reply{Text: fmt.Sprintf("done after %d steps", step)}
+		}
+		prefix := "call_"
+		if c.API == "messages" {
+			prefix = "toolu_"
+		}
+		return Reply{Text: fmt.Sprintf("step %d", step+1),
+			ToolCalls: []ToolCall{{ID: fmt.Sprintf("%ss%d_%s", prefix, step+1, newID("")), Name: c.Tools[0], Arguments: args}}}
+	}
+}
+
+var stepRe = regexp.MustCompile(`_s(\d+)_`)
 
 // Server is a running stand-in.
 type Server struct {
@@ -80,6 +113,8 @@ type Server struct {
 	counter *tokens.Counter
 	mu      sync.Mutex
 	calls   []Call
+	// failed are the X-Standin-Fail-Once keys answered with a 500.
+	failed map[string]bool
 }
 
 // Start serves on addr ("127.0.0.1:0": a free loopback port).
@@ -95,13 +130,28 @@ func Start(addr string, window int, script Script) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{URL: "http://" + l.Addr().String(), Window: window, script: script, counter: counter}
+	s := &Server{URL: "http://" + l.Addr().String(), Window: window, script: script, counter: counter, failed: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.handle("chat"))
 	mux.HandleFunc("POST /v1/responses", s.handle("responses"))
 	mux.HandleFunc("POST /v1/messages", s.handle("messages"))
 	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, 200, map[string]any{"object": "list", "data": []map[string]any{{"id": "standin", "object": "model", "owned_by": "standin"}}})
+	})
+	mux.HandleFunc("GET /standin/calls", func(w http.ResponseWriter, _ *http.Request) {
+		type summary struct {
+			API     string `json:"api"`
+			Model   string `json:"model"`
+			Stream  bool   `json:"stream"`
+			Tokens  int    `json:"tokens"`
+			Refused bool   `json:"refused"`
+			Results int    `json:"tool_results"`
+		}
+		out := []summary{}
+		for _, c := range s.Calls() {
+			out = append(out, summary{API: c.API, Model: c.Model, Stream: c.Stream, Tokens: c.Tokens, Refused: c.Refused, Results: c.Results})
+		}
+		writeJSON(w, 200, map[string]any{"window": s.Window, "calls": out})
 	})
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(l) }()
@@ -132,8 +182,20 @@ func (s *Server) handle(api string) http.HandlerFunc {
 		c.Header = r.Header.Clone()
 		s.mu.Lock()
 		s.calls = append(s.calls, c)
+		key := r.Header.Get("X-Standin-Fail-Once")
+		fail := key != "" && !s.failed[key]
+		if fail {
+			s.failed[key] = true
+		}
 		s.mu.Unlock()
+		if fail {
+			s.serverError(w, api)
+			return
+		}
 		if s.Window > 0 && c.Tokens > s.Window {
+			s.mu.Lock()
+			s.calls[len(s.calls)-1].Refused = true
+			s.mu.Unlock()
 			s.overflow(w, api, c.Tokens)
 			return
 		}
@@ -208,6 +270,7 @@ func (s *Server) read(api string, body []byte) (Call, error) {
 	var last []string
 	collect(items[len(items)-1], &last, "")
 	c.Last = strings.Join(last, "\n")
+	c.LastCall = lastCall(items[len(items)-1])
 	return c, nil
 }
 
@@ -250,6 +313,18 @@ func (s *Server) invalid(w http.ResponseWriter, api, msg string) {
 	writeJSON(w, 400, map[string]any{"error": map[string]any{"message": msg, "type": "invalid_request_error", "param": nil, "code": nil}})
 }
 
+// serverError answers a 500 as the provider does (the first call that
+// carries an X-Standin-Fail-Once key: an SDK retries it).
+func (s *Server) serverError(w http.ResponseWriter, api string) {
+	if api == "messages" {
+		writeJSON(w, 500, map[string]any{"type": "error", "error": map[string]any{"type": "api_error", "message": "Internal server error"},
+			"request_id": newID("req_")})
+		return
+	}
+	writeJSON(w, 500, map[string]any{"error": map[string]any{"message": "The server had an error while processing your request. Sorry about that!",
+		"type": "server_error", "param": nil, "code": nil}})
+}
+
 // overflow answers a call over the window with the provider's error.
 func (s *Server) overflow(w http.ResponseWriter, api string, n int) {
 	if api == "messages" {
@@ -273,4 +348,25 @@ func newID(prefix string) string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b)
 	return prefix + hex.EncodeToString(b)
+}
+
+// lastCall is the call id a message answers: a chat tool message's, a
+// function_call_output's, or a user message's last tool_result's.
+func lastCall(raw json.RawMessage) string {
+	var m struct {
+		ToolCallID string `json:"tool_call_id"`
+		CallID     string `json:"call_id"`
+		Content    []struct {
+			Type      string `json:"type"`
+			ToolUseID string `json:"tool_use_id"`
+		} `json:"content"`
+	}
+	_ = json.Unmarshal(raw, &m)
+	id := m.ToolCallID + m.CallID
+	for _, b := range m.Content {
+		if b.Type == "tool_result" {
+			id = b.ToolUseID
+		}
+	}
+	return id
 }
