@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-		"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/gateway"
@@ -184,7 +184,7 @@ func TestTenantKeys(t *testing.T) {
 	status, answer, _ = post(t, url+"/v1/messages", nil, raw(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 10,
 		"messages": []any{msg("user", "hi")}}))
 	var ae struct {
-		Type  string `json:"type"`
+		Type  string                `json:"type"`
 		Error struct{ Type string } `json:"error"`
 	}
 	if status != http.StatusUnauthorized || json.Unmarshal(answer, &ae) != nil || ae.Type != "error" || ae.Error.Type != "authentication_error" {

@@ -75,9 +75,9 @@ type Gateway struct {
 	states *states
 	// learned are the windows upstreams' refusals named, by model.
 	learned sync.Map
-	http   *http.Client
-	log    *slog.Logger
-	m      *Metrics
+	http    *http.Client
+	log     *slog.Logger
+	m       *Metrics
 }
 
 // New returns a gateway.
