@@ -35,7 +35,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE`")
 	scale := fs.Bool("scale", false, "the scale benchmark instead: appends, storage per message, sweeps, compactions, three nodes; --out docs/SCALE.md (and scale.json beside it)")
-	pos, err := parseFlags(fs, args, stdout, "bench [--data DIR] [--out FILE] | bench --scale [--data DIR] [--quick] [--out FILE]")
+	gw := fs.Bool("gateway", false, "the gateway benchmark instead: its added latency and first streamed byte against calling the stand-in directly, and an agent's replay past its window; --out docs/GATEWAY.md")
+	pos, err := parseFlags(fs, args, stdout, "bench [--data DIR] [--out FILE] | bench --scale [--data DIR] [--quick] [--out FILE] | bench --gateway [--quick] [--out FILE]")
 	if err != nil {
 		return err
 	}
@@ -44,6 +45,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *scale {
 		return runScale(ctx, args, *data, *out, *quick, *asJSON, stdout, stderr)
+	}
+	if *gw {
+		return runGatewayBench(ctx, args, *out, *quick, *asJSON, stdout, stderr)
 	}
 	if *out != "" {
 		if err := checkWritable(*out); err != nil {
@@ -86,6 +90,40 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %s and %s\n", *out, chart)
+	return nil
+}
+
+// runGatewayBench is `compactor bench --gateway`.
+func runGatewayBench(ctx context.Context, args []string, out string, quick, asJSON bool, stdout, stderr io.Writer) error {
+	if out != "" {
+		if err := checkWritable(out); err != nil {
+			return fmt.Errorf("%w: --out: %v", errUsage, err)
+		}
+	}
+	cfg := bench.DefaultGatewayConfig()
+	if quick {
+		cfg.Conversations, cfg.Turns, cfg.Steps, cfg.StepDelay, cfg.SummaryDelay = 2, 20, 24, 100*time.Millisecond, 300*time.Millisecond
+	}
+	rep, err := bench.RunGateway(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON || out == "" {
+		if err := printJSON(stdout, rep); err != nil {
+			return err
+		}
+	}
+	if out != "" {
+		cmd := "compactor " + strings.Join(append([]string{"bench"}, args...), " ")
+		if err := os.WriteFile(out, []byte(rep.Markdown(cmd)), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "wrote %s\n", out)
+	}
+	if missed := rep.Missed(); len(missed) > 0 {
+		fmt.Fprintf(stderr, "gateway goals missed: %s\n", strings.Join(missed, "; "))
+		return errFailed
+	}
 	return nil
 }
 

@@ -267,6 +267,26 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 	reserve := g.reserve(c, window)
 	limit := max(window-reserve-overhead, window/4)
 	sy := syncer{c: t.cl, limit: limit, model: c.model, counter: counter}
+	if !overflow && st.extends(c) {
+		if items := st.items(c); st.estimate(sy, c, items) <= limit {
+			// Nothing to compact: the call goes upstream now, and its new
+			// messages are appended meanwhile, before the session's next
+			// call is served (it waits for the lock).
+			out, err := t.body(st, sy, items, overhead)
+			if err == nil {
+				t.sid = st.sid
+				go func() {
+					defer st.mu.Unlock()
+					actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+					defer cancel()
+					if err := st.appendNew(actx, sy, c); err != nil {
+						g.log.WarnContext(ctx, "gateway: appending the call's messages", "session_id", st.sid, "error", err)
+					}
+				}()
+				return out, nil
+			}
+		}
+	}
 	st, err = g.sync(ctx, sy, t.tenant, st, c)
 	defer st.mu.Unlock()
 	t.sid = st.sid
@@ -281,6 +301,13 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 		}
 		items = st.items(c)
 	}
+	return t.body(st, sy, items, overhead)
+}
+
+// body is what goes upstream for items: the runtime's own body when
+// nothing is compacted, else the compacted context.
+func (t *turn) body(st *state, sy syncer, items []item, overhead int) ([]byte, error) {
+	c := t.c
 	t.sent = st.estimate(sy, c, items) + overhead
 	if st.view == nil {
 		t.g.m.request(t.a.name, "raw")

@@ -165,6 +165,30 @@ func (g *Gateway) sync(ctx context.Context, sy syncer, tenant string, st *state,
 	return st, fmt.Errorf("session %s: its head kept moving", st.sid)
 }
 
+// extends reports whether the request is the session as the gateway knows
+// it, and more: what is new only needs appending.
+func (st *state) extends(c *conv) bool {
+	n := len(c.msgs)
+	if !st.known || st.head == 0 || st.head >= n || c.ids[st.head-1] != st.lastID {
+		return false
+	}
+	_, forked := st.forkFor(c)
+	return !forked
+}
+
+// appendNew appends the request's messages after the head it knows; a
+// refusal leaves the state unknown, so the next call reads it again (and
+// appends what is still missing).
+func (st *state) appendNew(ctx context.Context, sy syncer, c *conv) error {
+	n := len(c.msgs)
+	if _, err := sy.c.Append(ctx, st.sid, c.msgs[st.head:], client.ExpectHead(int64(st.head))); err != nil {
+		st.known = false
+		return err
+	}
+	st.head, st.lastID = n, c.ids[n-1]
+	return nil
+}
+
 // forkFor returns the fork the conversation went on in, if any.
 func (st *state) forkFor(c *conv) (string, bool) {
 	for _, f := range st.forks {

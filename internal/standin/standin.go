@@ -158,6 +158,13 @@ func Start(addr string, window int, script Script) (*Server, error) {
 	return s, nil
 }
 
+// SetScript changes how later calls are answered.
+func (s *Server) SetScript(script Script) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = script
+}
+
 // Close stops the server.
 func (s *Server) Close() { _ = s.srv.Close() }
 
@@ -202,7 +209,10 @@ func (s *Server) handle(api string) http.HandlerFunc {
 		if s.Delay > 0 {
 			time.Sleep(s.Delay)
 		}
-		reply := s.script(c)
+		s.mu.Lock()
+		script := s.script
+		s.mu.Unlock()
+		reply := script(c)
 		out := s.counter.Count(reply.Text) + 1
 		for _, tc := range reply.ToolCalls {
 			out += s.counter.Count(tc.Arguments) + 3
