@@ -74,6 +74,9 @@ type GatewayReplay struct {
 	Compactions  int     `json:"compactions"`
 	FromPrepared int     `json:"from_preparation"`
 	PreparedPct  float64 `json:"from_preparation_pct"`
+	// NoModel counts the compactions that made no model call on the
+	// turn: from a preparation, or clearing old tool results only.
+	NoModel int `json:"no_model_call"`
 	Stored       bool    `json:"stored_equals_sent"`
 	Finished     bool    `json:"finished"`
 	// Blocked is the p95 of the turns that waited on a compaction.
@@ -389,8 +392,12 @@ func (e *gatewayEnv) replay(ctx context.Context, cfg GatewayConfig) (GatewayRepl
 				continue
 			}
 			out.Compactions += n
-			if labels["strategy"] == client.StrategyPrepared {
+			switch labels["strategy"] {
+			case client.StrategyPrepared:
 				out.FromPrepared += n
+				out.NoModel += n
+			case client.StrategyCleared:
+				out.NoModel += n
 			}
 		}
 	}
@@ -563,6 +570,7 @@ func (r GatewayReport) Markdown(command string) string {
 	fmt.Fprintf(&b, "| finished its task | %v | yes | %s |\n", rp.Finished, met(rp.Finished))
 	fmt.Fprintf(&b, "| upstream calls / over the window | %d / %d (largest %d tokens) | 0 over | %s |\n", rp.Calls, rp.OverWindow, rp.MaxTokens, met(rp.OverWindow == 0))
 	fmt.Fprintf(&b, "| compactions from a preparation | %d of %d (%.0f%%) | >= %.0f%% | %s |\n", rp.FromPrepared, rp.Compactions, rp.PreparedPct, gatewayGoalPrepared, met(rp.PreparedPct >= gatewayGoalPrepared))
+	fmt.Fprintf(&b, "| compactions with no model call on the turn (a preparation, or clearing alone) | %d of %d | | |\n", rp.NoModel, rp.Compactions)
 	fmt.Fprintf(&b, "| turns that compacted, p95 | %.0f ms | | |\n", rp.CompactedTurnP95)
 	fmt.Fprintf(&b, "| the session equals what the agent sent | %v | yes | %s |\n", rp.Stored, met(rp.Stored))
 	return b.String()

@@ -268,7 +268,9 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 	limit := max(window-reserve-overhead, window/4)
 	sy := syncer{c: t.cl, limit: limit, model: c.model, counter: counter}
 	if !overflow && st.extends(c) {
-		if items := st.items(c); st.estimate(sy, c, items) <= limit {
+		items := st.items(c)
+		if est := st.estimate(sy, c, items); est <= limit {
+			t.hint(ctx, st, sy, est)
 			// Nothing to compact: the call goes upstream now, and its new
 			// messages are appended meanwhile, before the session's next
 			// call is served (it waits for the lock).
@@ -302,6 +304,36 @@ func (t *turn) prepare(ctx context.Context, overflow bool) ([]byte, error) {
 		items = st.items(c)
 	}
 	return t.body(st, sy, items, overhead)
+}
+
+// NearShare is the share of its limit at which the gateway tells the
+// service that a session nears it (a ContextNearBudget), once per
+// compaction in force: the service prepares the compaction the call over
+// the limit will commit.
+const NearShare = 0.75
+
+// hint sends the session's ContextNearBudget when its estimate passes
+// NearShare of the limit, in the background.
+func (t *turn) hint(ctx context.Context, st *state, sy syncer, est int) {
+	base := ""
+	if st.view != nil {
+		base = st.view.compaction
+	}
+	if float64(est) < NearShare*float64(sy.limit) || st.hinted == base+"\x00"+st.sid {
+		return
+	}
+	st.hinted = base + "\x00" + st.sid
+	sum := sha256.Sum256([]byte(st.sid + "\x00near\x00" + base))
+	req := client.CompactRequest{RequestID: "gw-" + hex.EncodeToString(sum[:16]), Model: sy.model, ContextLimit: sy.limit,
+		RequestedTokens: est, MessageCount: len(t.c.msgs)}
+	req.TraceParent, req.TraceState = telemetry.Inject(ctx)
+	go func() {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := t.cl.NearBudget(hctx, st.sid, req); err != nil {
+			t.g.log.WarnContext(ctx, "gateway: ContextNearBudget", "session_id", st.sid, "error", err)
+		}
+	}()
 }
 
 // body is what goes upstream for items: the runtime's own body when

@@ -33,6 +33,9 @@ type state struct {
 	// overhead counts the last request's system and tools, by digest.
 	overheadKey [32]byte
 	overhead    int
+	// hinted is the compaction in force when the session's
+	// ContextNearBudget was sent.
+	hinted string
 	// forks are the sessions this one's conversation branched into.
 	forks []fork
 }
