@@ -19,8 +19,11 @@ type api struct {
 	// provider is the upstream it goes to: "openai" or "anthropic".
 	provider string
 	// list is the field that holds the conversation.
-	list  string
-	parse func(c *conv) error
+	list string
+	// element reads one element of the list; assemble makes the
+	// conversation of the elements read, and the top-level fields.
+	element  func(raw []byte) (*parsed, error)
+	assemble func(c *conv, ps []*parsed) error
 	// rebuild writes an element with only some of its blocks (whole: all
 	// of it), some of them cleared to a placeholder (block -1: the
 	// element's own content).
@@ -35,14 +38,16 @@ type api struct {
 
 var apis = []*api{chatAPI, responsesAPI, messagesAPI}
 
-// read parses a request body for a.
-func (a *api) read(body []byte) (*conv, error) {
+// parses reports whether the gateway reads a's calls (else it forwards
+// them as they are).
+func (a *api) parses() bool { return a.element != nil }
+
+// read parses a request body for a, each element read once (ec).
+func (a *api) read(body []byte, ec *elementCache) (*conv, error) {
 	c := &conv{api: a}
-	if err := json.Unmarshal(body, &c.fields); err != nil {
-		return nil, fmt.Errorf("the body is not a JSON object: %v", err)
-	}
-	if c.fields == nil {
-		return nil, errors.New("the body is not a JSON object")
+	var err error
+	if c.fields, c.elems, err = scan(body, a.list); err != nil {
+		return nil, err
 	}
 	if raw, ok := c.fields["model"]; ok {
 		if err := json.Unmarshal(raw, &c.model); err != nil {
@@ -52,10 +57,28 @@ func (a *api) read(body []byte) (*conv, error) {
 	if raw, ok := c.fields["stream"]; ok {
 		_ = json.Unmarshal(raw, &c.stream)
 	}
-	if err := a.parse(c); err != nil {
+	if c.elems == nil && a.name == "responses" {
+		if s, ok := textOf(c.fields["input"]); ok && !isNull(c.fields["input"]) {
+			c.elems = []json.RawMessage{mustJSON(map[string]string{"role": "user", "content": s})}
+		}
+	}
+	if c.elems == nil {
+		if a.name == "responses" {
+			return nil, errors.New("input: a string or an array of items is required")
+		}
+		return nil, fmt.Errorf("%s: an array of messages is required", a.list)
+	}
+	ps := make([]*parsed, len(c.elems))
+	for i, raw := range c.elems {
+		if ps[i], err = ec.read(a, raw); err != nil {
+			return nil, fmt.Errorf("%s[%d]: %v", a.list, i, err)
+		}
+	}
+	if err := a.assemble(c, ps); err != nil {
 		return nil, err
 	}
-	return c, c.chain()
+	c.chain()
+	return c, nil
 }
 
 // body is the request body with the conversation's elements replaced.

@@ -12,7 +12,8 @@ import (
 // of the session's.
 var chatAPI = &api{
 	name: "chat", path: "/v1/chat/completions", provider: "openai", list: "messages",
-	parse:     parseChat,
+	element:   chatElement,
+	assemble:  assembleChat,
 	rebuild:   rebuildChat,
 	summary:   func(text string) json.RawMessage { return mustJSON(map[string]string{"role": "user", "content": text}) },
 	errorBody: openAIError,
@@ -27,34 +28,33 @@ type chatMessage struct {
 	ToolCallID string            `json:"tool_call_id"`
 }
 
-func parseChat(c *conv) error {
-	if err := json.Unmarshal(c.fields["messages"], &c.elems); err != nil || c.elems == nil {
-		return fmt.Errorf("messages: an array of messages is required")
+// chatElement reads one chat message.
+func chatElement(raw []byte) (*parsed, error) {
+	var m chatMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
 	}
+	msg, err := chatToMessage(m)
+	if err != nil {
+		return nil, err
+	}
+	return &parsed{kind: m.Role, msgs: []client.Message{msg}, blocks: [][]int{nil}}, nil
+}
+
+// assembleChat: the leading system (and developer) messages are the head,
+// each other message one of the session's.
+func assembleChat(c *conv, ps []*parsed) error {
 	c.key = stringField(c.fields, "prompt_cache_key")
 	c.maxOutput = max(intField(c.fields, "max_completion_tokens"), intField(c.fields, "max_tokens"))
 	c.overhead = append(c.overhead, c.fields["tools"]...)
-	leading := true
-	for i, raw := range c.elems {
-		var m chatMessage
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("messages[%d]: %v", i, err)
-		}
-		if leading && (m.Role == "system" || m.Role == "developer") {
-			c.head = append(c.head, raw)
-			c.overhead = append(c.overhead, raw...)
-			continue
-		}
-		leading = false
-		msg, err := chatToMessage(m)
-		if err != nil {
-			return fmt.Errorf("messages[%d]: %v", i, err)
-		}
-		c.add(msg, span{elem: i})
+	n := 0
+	for n < len(ps) && (ps[n].kind == "system" || ps[n].kind == "developer") {
+		c.overhead = append(c.overhead, c.elems[n]...)
+		n++
 	}
-	c.elems = c.elems[len(c.head):]
-	for i := range c.from {
-		c.from[i][0].elem -= len(c.head)
+	c.head, c.elems = c.elems[:n], c.elems[n:]
+	for i, p := range ps[n:] {
+		c.add(p.msgs[0], p.digests[0], span{elem: i})
 	}
 	return nil
 }

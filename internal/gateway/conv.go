@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 
 	"github.com/compactor/compactor/client"
 )
@@ -30,6 +29,8 @@ type conv struct {
 	elems []json.RawMessage
 	msgs  []client.Message
 	from  [][]span
+	// digests are the messages' canonical digests.
+	digests []string
 	// ids are the messages' chain ids: each a digest of its message and
 	// the id before it, so an id names its whole prefix.
 	ids []string
@@ -47,9 +48,10 @@ type span struct {
 	blocks []int
 }
 
-// add appends a message made of sp.
-func (c *conv) add(m client.Message, sp ...span) {
+// add appends a message of digest made of sp.
+func (c *conv) add(m client.Message, digest string, sp ...span) {
 	c.msgs = append(c.msgs, m)
+	c.digests = append(c.digests, digest)
 	c.from = append(c.from, sp)
 }
 
@@ -72,25 +74,16 @@ func spansOf(elems []int) []span {
 	return out
 }
 
-// chain computes the messages' chain ids.
-func (c *conv) chain() error {
+// chain computes the messages' chain ids from their digests.
+func (c *conv) chain() {
 	c.ids = make([]string, len(c.msgs))
 	prev := ""
 	for i := range c.msgs {
-		m := c.msgs[i]
-		m.ID = ""
-		b, err := json.Marshal(m)
-		if err != nil {
-			return fmt.Errorf("message %d: %w", i, err)
-		}
-		h := sha256.New()
-		h.Write([]byte(prev))
-		h.Write(b)
-		prev = "g" + hex.EncodeToString(h.Sum(nil)[:15])
+		sum := sha256.Sum256([]byte(prev + c.digests[i]))
+		prev = "g" + hex.EncodeToString(sum[:15])
 		c.ids[i] = prev
 		c.msgs[i].ID = prev
 	}
-	return nil
 }
 
 // item is one element of what goes upstream: a message of the

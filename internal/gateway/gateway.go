@@ -64,6 +64,10 @@ type Config struct {
 	// Sessions bounds the sessions whose state the gateway keeps (default
 	// 10,000); the others are read again from the service when they come.
 	Sessions int
+	// ElementBytes bounds the conversations' elements whose reading the
+	// gateway keeps, in their bytes (default 64 MiB): a turn reads only
+	// what it adds.
+	ElementBytes int
 }
 
 // DefaultWindow is the window of a model the table does not know.
@@ -75,6 +79,8 @@ type Gateway struct {
 	states *states
 	// learned are the windows upstreams' refusals named, by model.
 	learned sync.Map
+	// elements are the elements read lately.
+	elements *elementCache
 	http    *http.Client
 	log     *slog.Logger
 	m       *Metrics
@@ -101,7 +107,11 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Sessions <= 0 {
 		cfg.Sessions = 10000
 	}
-	g := &Gateway{cfg: cfg, states: newStates(cfg.Sessions), http: cfg.HTTP, log: cfg.Logger, m: cfg.Metrics}
+	if cfg.ElementBytes <= 0 {
+		cfg.ElementBytes = 64 << 20
+	}
+	g := &Gateway{cfg: cfg, states: newStates(cfg.Sessions), http: cfg.HTTP, log: cfg.Logger, m: cfg.Metrics,
+		elements: newElementCache(cfg.ElementBytes)}
 	if g.http == nil {
 		g.http = &http.Client{Transport: &http.Transport{Proxy: http.ProxyFromEnvironment, MaxIdleConnsPerHost: 256,
 			IdleConnTimeout: 90 * time.Second, ResponseHeaderTimeout: 0, ForceAttemptHTTP2: true}}
@@ -129,7 +139,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.fail(w, a, http.StatusUnauthorized, "compactor gateway: a gateway key is required ("+HeaderKey+" header or /k/{key}/ in the base URL)")
 		return
 	}
-	if a.parse == nil || r.Method != http.MethodPost {
+	if !a.parses() || r.Method != http.MethodPost {
 		g.m.request(a.name, "passthrough")
 		g.forward(w, r, a, path, "", nil, nil)
 		return
@@ -186,7 +196,7 @@ func (g *Gateway) serveAPI(w http.ResponseWriter, r *http.Request, a *api, path,
 		g.fail(w, a, status, "compactor gateway: reading the body: "+err.Error())
 		return
 	}
-	c, err := a.read(body)
+	c, err := a.read(body, g.elements)
 	if err != nil {
 		g.m.request(a.name, "invalid")
 		g.fail(w, a, http.StatusBadRequest, "compactor gateway: "+err.Error())

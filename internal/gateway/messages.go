@@ -13,7 +13,8 @@ import (
 // per tool_result block and one for the other blocks in a row.
 var messagesAPI = &api{
 	name: "messages", path: "/v1/messages", provider: "anthropic", list: "messages",
-	parse:   parseMessages,
+	element:  messagesElement,
+	assemble: assembleMessages,
 	rebuild: rebuildMessages,
 	summary: func(text string) json.RawMessage {
 		return mustJSON(map[string]any{"role": "user", "content": []map[string]string{{"type": "text", "text": text}}})
@@ -44,10 +45,32 @@ type anthropicBlock struct {
 	} `json:"source"`
 }
 
-func parseMessages(c *conv) error {
-	if err := json.Unmarshal(c.fields["messages"], &c.elems); err != nil || c.elems == nil {
-		return fmt.Errorf("messages: an array of messages is required")
+// messagesElement reads one message: a user message as its tool results
+// and its other blocks in a row, an assistant message as one.
+func messagesElement(raw []byte) (*parsed, error) {
+	var m anthropicMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
 	}
+	p := &parsed{kind: m.Role}
+	switch m.Role {
+	case "user":
+		return p, p.userMessage(m.Content)
+	case "assistant":
+		return p, p.assistantMessage(m.Content)
+	}
+	return nil, fmt.Errorf("role %q is not one of user, assistant", m.Role)
+}
+
+// add appends a message made of blocks (nil: all of the element).
+func (p *parsed) add(m client.Message, blocks []int) {
+	p.msgs = append(p.msgs, m)
+	p.blocks = append(p.blocks, blocks)
+}
+
+// assembleMessages: each message's messages, in order; one that makes
+// none (thinking alone) goes with the next.
+func assembleMessages(c *conv, ps []*parsed) error {
 	var meta struct {
 		UserID string `json:"user_id"`
 	}
@@ -56,31 +79,18 @@ func parseMessages(c *conv) error {
 	c.maxOutput = intField(c.fields, "max_tokens")
 	c.overhead = append(append(c.overhead, c.fields["system"]...), c.fields["tools"]...)
 	var orphans []int
-	for i, raw := range c.elems {
-		var m anthropicMessage
-		if err := json.Unmarshal(raw, &m); err != nil {
-			return fmt.Errorf("messages[%d]: %v", i, err)
-		}
-		n := len(c.msgs)
-		var err error
-		switch m.Role {
-		case "user":
-			err = c.userMessage(i, m.Content)
-		case "assistant":
-			err = c.assistantMessage(i, m.Content)
-		default:
-			err = fmt.Errorf("role %q is not one of user, assistant", m.Role)
-		}
-		if err != nil {
-			return fmt.Errorf("messages[%d]: %v", i, err)
-		}
-		if len(c.msgs) == n {
+	for i, p := range ps {
+		if len(p.msgs) == 0 {
 			orphans = append(orphans, i)
 			continue
 		}
-		if len(orphans) > 0 {
-			c.from[n] = append(spansOf(orphans), c.from[n]...)
-			orphans = nil
+		for j, m := range p.msgs {
+			sp := []span{{elem: i, blocks: p.blocks[j]}}
+			if j == 0 && len(orphans) > 0 {
+				sp = append(spansOf(orphans), sp...)
+				orphans = nil
+			}
+			c.add(m, p.digests[j], sp...)
 		}
 	}
 	c.attach(orphans)
@@ -101,20 +111,20 @@ func blocksOf(raw json.RawMessage) ([]anthropicBlock, bool, error) {
 
 // userMessage adds a user message's: each tool_result one tool message,
 // the other blocks in a row one user message.
-func (c *conv) userMessage(elem int, raw json.RawMessage) error {
+func (p *parsed) userMessage(raw json.RawMessage) error {
 	blocks, plain, err := blocksOf(raw)
 	if err != nil {
 		return err
 	}
 	if plain {
-		c.add(client.Message{Role: client.User, Content: client.Content{Text: blocks[0].Text, Empty: blocks[0].Text == ""}}, span{elem: elem})
+		p.add(client.Message{Role: client.User, Content: client.Content{Text: blocks[0].Text, Empty: blocks[0].Text == ""}}, nil)
 		return nil
 	}
 	var b contentBuilder
 	var group []int
 	flush := func() {
 		if len(group) > 0 {
-			c.add(client.Message{Role: client.User, Content: b.content()}, span{elem: elem, blocks: group})
+			p.add(client.Message{Role: client.User, Content: b.content()}, group)
 		}
 		b, group = contentBuilder{}, nil
 	}
@@ -142,8 +152,7 @@ func (c *conv) userMessage(elem int, raw json.RawMessage) error {
 		if bl.IsError {
 			text = "Error: " + text
 		}
-		c.add(client.Message{Role: client.Tool, ToolCallID: bl.ToolUseID, Content: client.Content{Text: text, Empty: text == ""}},
-			span{elem: elem, blocks: []int{j}})
+		p.add(client.Message{Role: client.Tool, ToolCallID: bl.ToolUseID, Content: client.Content{Text: text, Empty: text == ""}}, []int{j})
 	}
 	flush()
 	return nil
@@ -183,7 +192,7 @@ func toolResultText(raw json.RawMessage) (string, error) {
 // assistantMessage adds an assistant message: its text, its tool_use
 // blocks as tool calls (thinking and server tools' blocks go upstream with
 // it, unstored).
-func (c *conv) assistantMessage(elem int, raw json.RawMessage) error {
+func (p *parsed) assistantMessage(raw json.RawMessage) error {
 	blocks, _, err := blocksOf(raw)
 	if err != nil {
 		return err
@@ -206,7 +215,7 @@ func (c *conv) assistantMessage(elem int, raw json.RawMessage) error {
 	if m.Content.Text == "" && len(m.ToolCalls) == 0 {
 		return nil // thinking alone: it goes with the next message
 	}
-	c.add(m, span{elem: elem})
+	p.add(m, nil)
 	return nil
 }
 

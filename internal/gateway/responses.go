@@ -14,7 +14,8 @@ import (
 // keep (reasoning, built-in tools' calls) go with the message after them.
 var responsesAPI = &api{
 	name: "responses", path: "/v1/responses", provider: "openai", list: "input",
-	parse:   parseResponses,
+	element:  responsesElement,
+	assemble: assembleResponses,
 	rebuild: rebuildResponses,
 	summary: func(text string) json.RawMessage {
 		return mustJSON(map[string]any{"type": "message", "role": "user",
@@ -36,64 +37,19 @@ type responsesItem struct {
 	Output    json.RawMessage `json:"output"`
 }
 
-// parseResponses reads the items; a string input is one user message.
-func parseResponses(c *conv) error {
-	c.stateful = stringField(c.fields, "previous_response_id") != "" || !isNull(c.fields["conversation"])
-	c.key = stringField(c.fields, "prompt_cache_key")
-	c.maxOutput = intField(c.fields, "max_output_tokens")
-	c.overhead = append(append(c.overhead, c.fields["instructions"]...), c.fields["tools"]...)
-	input := c.fields["input"]
-	if s, ok := textOf(input); ok && !isNull(input) {
-		input = mustJSON([]map[string]string{{"role": "user", "content": s}})
+// responsesElement reads one item: a message, a call, a call's output,
+// or another item (kept with the message after it).
+func responsesElement(raw []byte) (*parsed, error) {
+	var it responsesItem
+	if err := json.Unmarshal(raw, &it); err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(input, &c.elems); err != nil || c.elems == nil {
-		return fmt.Errorf("input: a string or an array of items is required")
-	}
-	var r responsesReader
-	for i, raw := range c.elems {
-		var it responsesItem
-		if err := json.Unmarshal(raw, &it); err != nil {
-			return fmt.Errorf("input[%d]: %v", i, err)
-		}
-		if err := r.item(c, i, raw, it); err != nil {
-			return fmt.Errorf("input[%d]: %v", i, err)
-		}
-	}
-	r.flush(c)
-	c.attach(r.orphans)
-	c.elems = c.elems[len(c.head):]
-	for i := range c.from {
-		for j := range c.from[i] {
-			c.from[i][j].elem -= len(c.head)
-		}
-	}
-	return nil
-}
-
-// responsesReader groups items into messages.
-type responsesReader struct {
-	calls   *client.Message
-	spans   []span
-	orphans []int
-	started bool
-}
-
-func (r *responsesReader) item(c *conv, i int, raw json.RawMessage, it responsesItem) error {
 	kind := it.Type
 	if kind == "" && it.Role != "" {
 		kind = "message"
 	}
-	if !r.started && kind == "message" && (it.Role == "system" || it.Role == "developer") {
-		c.head = append(c.head, raw)
-		c.overhead = append(c.overhead, raw...)
-		return nil
-	}
-	r.started = true
 	switch kind {
 	case "function_call", "custom_tool_call", "local_shell_call":
-		if r.calls == nil {
-			r.calls = &client.Message{Role: client.Assistant, Content: client.Content{}}
-		}
 		args := it.Arguments
 		switch kind {
 		case "custom_tool_call":
@@ -101,56 +57,88 @@ func (r *responsesReader) item(c *conv, i int, raw json.RawMessage, it responses
 		case "local_shell_call":
 			args, it.Name = string(it.Action), "local_shell"
 		}
-		r.calls.ToolCalls = append(r.calls.ToolCalls, client.ToolCall{ID: it.CallID, Type: "function",
-			Function: client.FunctionCall{Name: it.Name, Arguments: args}})
-		r.spans = append(r.spans, spansOf(r.orphans)...)
-		r.spans = append(r.spans, span{elem: i})
-		r.orphans = nil
-		return nil
-	case "message", "function_call_output", "custom_tool_call_output", "local_shell_call_output":
-	default:
-		// reasoning, built-in tools' calls, item references: kept with
-		// the message after them.
-		r.orphans = append(r.orphans, i)
-		return nil
-	}
-	r.flush(c)
-	var m client.Message
-	if kind == "message" {
+		return &parsed{kind: "call", call: &client.ToolCall{ID: it.CallID, Type: "function", Function: client.FunctionCall{Name: it.Name, Arguments: args}}}, nil
+	case "message":
 		role := it.Role
 		if role == "developer" {
 			role = "system"
 		}
 		if role != "user" && role != "assistant" && role != "system" {
-			return fmt.Errorf("role %q is not one of user, assistant, system, developer", it.Role)
+			return nil, fmt.Errorf("role %q is not one of user, assistant, system, developer", it.Role)
 		}
 		content, err := responsesContent(it.Content)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		m = client.Message{Role: client.Role(role), Content: content}
-	} else {
+		return &parsed{kind: "message", role: it.Role, msgs: []client.Message{{Role: client.Role(role), Content: content}}}, nil
+	case "function_call_output", "custom_tool_call_output", "local_shell_call_output":
 		if it.CallID == "" {
-			return fmt.Errorf("a %s needs call_id", kind)
+			return nil, fmt.Errorf("a %s needs call_id", kind)
 		}
 		content, err := responsesContent(it.Output)
 		if err != nil {
-			return fmt.Errorf("output: %v", err)
+			return nil, fmt.Errorf("output: %v", err)
 		}
-		m = client.Message{Role: client.Tool, ToolCallID: it.CallID, Content: client.Content{Text: content.Text, Empty: content.Text == ""}}
+		return &parsed{kind: "output", msgs: []client.Message{{Role: client.Tool, ToolCallID: it.CallID,
+			Content: client.Content{Text: content.Text, Empty: content.Text == ""}}}}, nil
 	}
-	c.add(m, append(spansOf(r.orphans), span{elem: i})...)
-	r.orphans = nil
-	return nil
+	// reasoning, built-in tools' calls, item references
+	return &parsed{kind: "other"}, nil
 }
 
-// flush adds the calls read in a row as one assistant message.
-func (r *responsesReader) flush(c *conv) {
-	if r.calls == nil {
-		return
+// assembleResponses: the leading system (and developer) messages are the
+// head; the calls in a row one assistant message.
+func assembleResponses(c *conv, ps []*parsed) error {
+	c.stateful = stringField(c.fields, "previous_response_id") != "" || !isNull(c.fields["conversation"])
+	c.key = stringField(c.fields, "prompt_cache_key")
+	c.maxOutput = intField(c.fields, "max_output_tokens")
+	c.overhead = append(append(c.overhead, c.fields["instructions"]...), c.fields["tools"]...)
+	n := 0
+	for n < len(ps) && ps[n].kind == "message" && (ps[n].role == "system" || ps[n].role == "developer") {
+		c.overhead = append(c.overhead, c.elems[n]...)
+		n++
 	}
-	c.add(*r.calls, r.spans...)
-	r.calls, r.spans = nil, nil
+	c.head, c.elems = c.elems[:n], c.elems[n:]
+	var calls *client.Message
+	var spans []span
+	var orphans []int
+	flush := func() error {
+		if calls == nil {
+			return nil
+		}
+		d, err := digestOf(*calls)
+		if err != nil {
+			return err
+		}
+		c.add(*calls, d, spans...)
+		calls, spans = nil, nil
+		return nil
+	}
+	for i, p := range ps[n:] {
+		switch p.kind {
+		case "other":
+			orphans = append(orphans, i)
+			continue
+		case "call":
+			if calls == nil {
+				calls = &client.Message{Role: client.Assistant}
+			}
+			calls.ToolCalls = append(calls.ToolCalls, *p.call)
+			spans = append(append(spans, spansOf(orphans)...), span{elem: i})
+			orphans = nil
+			continue
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		c.add(p.msgs[0], p.digests[0], append(spansOf(orphans), span{elem: i})...)
+		orphans = nil
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	c.attach(orphans)
+	return nil
 }
 
 // responsesContent reads a message's content or a tool's output: a

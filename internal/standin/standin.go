@@ -258,7 +258,9 @@ func (s *Server) read(api string, body []byte) (Call, error) {
 	}
 	var texts []string
 	collect(body, &texts, "")
-	c.Tokens = s.counter.Count(strings.Join(texts, "\n"))
+	for _, t := range texts {
+		c.Tokens += s.counter.Count(t) + 1 // (each string counted once: the counter keeps counts)
+	}
 	items := req.Messages
 	if api == "responses" {
 		if err := json.Unmarshal(req.Input, &items); err != nil {
