@@ -76,9 +76,9 @@ type GatewayReplay struct {
 	PreparedPct  float64 `json:"from_preparation_pct"`
 	// NoModel counts the compactions that made no model call on the
 	// turn: from a preparation, or clearing old tool results only.
-	NoModel int `json:"no_model_call"`
-	Stored       bool    `json:"stored_equals_sent"`
-	Finished     bool    `json:"finished"`
+	NoModel  int  `json:"no_model_call"`
+	Stored   bool `json:"stored_equals_sent"`
+	Finished bool `json:"finished"`
 	// Blocked is the p95 of the turns that waited on a compaction.
 	CompactedTurnP95 float64 `json:"compacted_turn_p95_ms"`
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +22,20 @@ func chatBody(msgs ...map[string]any) []byte {
 
 func msg(role, text string) map[string]any { return map[string]any{"role": role, "content": text} }
 
-// stored is how many messages the session holds.
-func stored(t *testing.T, c *client.Client, sid string) int {
+// stored is how many messages the session holds once it holds want (a
+// call's messages are appended while it goes upstream), or after a while.
+func stored(t *testing.T, c *client.Client, sid string, want int) int {
 	t.Helper()
-	h, err := c.History(t.Context(), sid)
-	if err != nil {
-		t.Fatal(err)
+	var n int
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		h, err := c.History(t.Context(), sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n = len(h.Messages); n >= want || time.Now().After(deadline) {
+			return n
+		}
 	}
-	return len(h.Messages)
 }
 
 // TestRetriedCallAppendsOnce: an SDK's retry sends the same call again;
@@ -36,7 +43,8 @@ func stored(t *testing.T, c *client.Client, sid string) int {
 func TestRetriedCallAppendsOnce(t *testing.T) {
 	s := start(t, 0, 0, nil)
 	url := s.url + "/v1/chat/completions"
-	turn1 := chatBody(msg("system", "Be brief."), msg("user", "What is 2+2? (retried)"))
+	q := "What is 2+2? (retried " + nonce() + ")"
+	turn1 := chatBody(msg("system", "Be brief."), msg("user", q))
 	status, _, sid := post(t, url, nil, turn1)
 	if status != 200 || sid == "" {
 		t.Fatalf("status %d, session %q", status, sid)
@@ -45,16 +53,16 @@ func TestRetriedCallAppendsOnce(t *testing.T) {
 	if status != 200 || again != sid {
 		t.Fatalf("the retry: status %d, session %q (was %q)", status, again, sid)
 	}
-	if n := stored(t, s.c, sid); n != 1 {
+	if n := stored(t, s.c, sid, 1); n != 1 {
 		t.Fatalf("after a call and its retry the session holds %d messages, want 1 (the system prompt is not stored)", n)
 	}
-	turn2 := chatBody(msg("system", "Be brief."), msg("user", "What is 2+2? (retried)"), msg("assistant", "4"), msg("user", "And 3+3?"))
+	turn2 := chatBody(msg("system", "Be brief."), msg("user", q), msg("assistant", "4"), msg("user", "And 3+3?"))
 	for range 2 {
 		if status, _, got := post(t, url, nil, turn2); status != 200 || got != sid {
 			t.Fatalf("turn 2: status %d, session %q", status, got)
 		}
 	}
-	if n := stored(t, s.c, sid); n != 3 {
+	if n := stored(t, s.c, sid, 3); n != 3 {
 		t.Fatalf("after turn 2 (sent twice) the session holds %d messages, want 3", n)
 	}
 }
@@ -65,9 +73,10 @@ func TestRetriedCallAppendsOnce(t *testing.T) {
 func TestConversationsKeepTheirSessions(t *testing.T) {
 	s := start(t, 0, 0, nil)
 	url := s.url + "/v1/chat/completions"
-	a := []map[string]any{msg("user", "Plan a trip to Lisbon (sessions test)")}
+	n := nonce()
+	a := []map[string]any{msg("user", "Plan a trip to Lisbon (sessions test "+n+")")}
 	_, _, sidA := post(t, url, nil, chatBody(a...))
-	_, _, sidB := post(t, url, nil, chatBody(msg("user", "Plan a trip to Porto (sessions test)")))
+	_, _, sidB := post(t, url, nil, chatBody(msg("user", "Plan a trip to Porto (sessions test "+n+")")))
 	if sidA == sidB {
 		t.Fatalf("two conversations share session %s", sidA)
 	}
@@ -85,10 +94,10 @@ func TestConversationsKeepTheirSessions(t *testing.T) {
 	if _, _, got := post(t, url, nil, chatBody(c3...)); got != sidC {
 		t.Fatalf("the fork's next turn went to %s, want %s", got, sidC)
 	}
-	if n := stored(t, s.c, sidA); n != 3 {
+	if n := stored(t, s.c, sidA, 3); n != 3 {
 		t.Fatalf("the first conversation's session holds %d messages, want 3", n)
 	}
-	if n := stored(t, s.c, sidC); n != 5 {
+	if n := stored(t, s.c, sidC, 5); n != 5 {
 		t.Fatalf("the fork holds %d messages, want 5", n)
 	}
 	// An older turn of the first conversation, sent again.
@@ -96,7 +105,7 @@ func TestConversationsKeepTheirSessions(t *testing.T) {
 	if status != 200 || !strings.Contains(string(body), "chat.completion") {
 		t.Fatalf("an older turn: status %d: %s", status, body)
 	}
-	if n := stored(t, s.c, sidA); n != 3 {
+	if n := stored(t, s.c, sidA, 3); n != 3 {
 		t.Fatalf("an older turn changed the session: %d messages", n)
 	}
 }
@@ -108,8 +117,11 @@ func TestOverflowCompactsAndRetries(t *testing.T) {
 	for _, api := range []string{"chat", "messages"} {
 		t.Run(api, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
-			s := startWith(t, gateway.Config{Window: 200000, Metrics: gateway.NewMetrics(reg)}, 5000, readFiles(16))
-			a := newAgent(t, api, s.url, "You read files.", "Read f1.txt to f16.txt (overflow test).")
+			// (At 5,000 tokens a compaction may leave no raw tail beside
+			// the summary and the reply's room: the last result summarised,
+			// the model asks for it again.)
+			s := startWith(t, gateway.Config{Window: 200000, Metrics: gateway.NewMetrics(reg)}, 8000, readFiles(20))
+			a := newAgent(t, api, s.url, "You read files.", "Read f1.txt to f20.txt (overflow test "+nonce()+").")
 			for turn := 0; turn < 40; turn++ {
 				status, called := a.turn()
 				if status != 200 {
@@ -119,8 +131,8 @@ func TestOverflowCompactsAndRetries(t *testing.T) {
 					break
 				}
 			}
-			if a.calls != 16 {
-				t.Fatalf("the agent ran %d tools, want 16", a.calls)
+			if a.calls != 20 {
+				t.Fatalf("the agent ran %d tools, want 20", a.calls)
 			}
 			retried := requests(t, reg, api, "overflow_retried")
 			if retried == 0 {
@@ -150,7 +162,7 @@ func TestFailOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := serve(t, gw)
-	body := chatBody(msg("user", "Hello without a service"))
+	body := chatBody(msg("user", "Hello without a service "+nonce()))
 	status, answer, _ := post(t, url+"/v1/chat/completions", nil, body)
 	if status != 200 || !strings.Contains(string(answer), "chat.completion") {
 		t.Fatalf("status %d: %s", status, answer)
@@ -263,3 +275,7 @@ func requests(t *testing.T, reg *prometheus.Registry, api, upstream string) floa
 	}
 	return 0
 }
+
+// nonce makes a test's conversations its own when the tests run again
+// against the same service (-count).
+func nonce() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }

@@ -81,9 +81,9 @@ type Gateway struct {
 	learned sync.Map
 	// elements are the elements read lately.
 	elements *elementCache
-	http    *http.Client
-	log     *slog.Logger
-	m       *Metrics
+	http     *http.Client
+	log      *slog.Logger
+	m        *Metrics
 }
 
 // New returns a gateway.

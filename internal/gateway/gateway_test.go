@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/gateway"
+	"github.com/compactor/compactor/internal/natstest"
 )
 
 // TestAgentPastItsWindow drives an agent of each API, streamed and not,
@@ -26,7 +28,7 @@ func TestAgentPastItsWindow(t *testing.T) {
 				s := start(t, window, window, readFiles(steps))
 				a := newAgent(t, api, s.url, "You are a careful assistant that reads files.", "Read the files f1.txt to f24.txt and report.")
 				a.stream = stream
-				sid := fmt.Sprintf("gw-test-%s-%v", api, stream)
+				sid := fmt.Sprintf("gw-test-%s-%v-%s", api, stream, nonce())
 				a.header.Set(gateway.HeaderSession, sid)
 				turns := 0
 				for ; turns < 3*steps; turns++ {
@@ -63,13 +65,28 @@ func TestAgentPastItsWindow(t *testing.T) {
 }
 
 // checkStored compares the session with the agent's list: the same tool
-// results, in order, each once, and the task first.
+// results, in order, each once, and the task first. (A call's messages
+// are appended while it goes upstream: the last call's may still be on
+// their way when the agent has its answer.)
 func checkStored(t *testing.T, c *client.Client, sid string, a *agent) {
 	t.Helper()
-	h, err := c.History(t.Context(), sid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var h client.History
+	natstest.Eventually(t, 30*time.Second, 50*time.Millisecond, func() error {
+		var err error
+		if h, err = c.History(t.Context(), sid); err != nil {
+			return err
+		}
+		results := 0
+		for _, m := range h.Messages {
+			if m.Role == client.Tool {
+				results++
+			}
+		}
+		if results < a.calls {
+			return fmt.Errorf("the session holds %d tool results, the agent sent %d", results, a.calls)
+		}
+		return nil
+	})
 	var ids []string
 	var outputs int
 	for i, m := range h.Messages {

@@ -15,7 +15,7 @@ var messagesAPI = &api{
 	name: "messages", path: "/v1/messages", provider: "anthropic", list: "messages",
 	element:  messagesElement,
 	assemble: assembleMessages,
-	rebuild: rebuildMessages,
+	rebuild:  rebuildMessages,
 	summary: func(text string) json.RawMessage {
 		return mustJSON(map[string]any{"role": "user", "content": []map[string]string{{"type": "text", "text": text}}})
 	},

@@ -16,7 +16,7 @@ var responsesAPI = &api{
 	name: "responses", path: "/v1/responses", provider: "openai", list: "input",
 	element:  responsesElement,
 	assemble: assembleResponses,
-	rebuild: rebuildResponses,
+	rebuild:  rebuildResponses,
 	summary: func(text string) json.RawMessage {
 		return mustJSON(map[string]any{"type": "message", "role": "user",
 			"content": []map[string]string{{"type": "input_text", "text": text}}})
