@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # The shared test data lives beside the checkout; tests skip what is absent.
 TESTFLAGS ?= -race -shuffle=on -timeout 8m
 
-.PHONY: build test test-ts bench-ts test-race test-short bench recall scale chaos microbench lint fmt tidy run demo docker screenshots clean
+.PHONY: build test test-ts bench-ts test-race test-short bench recall gateway scale chaos microbench lint fmt tidy run demo docker screenshots clean
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/compactor
@@ -41,6 +41,13 @@ test-short:
 bench: build
 	$(BIN) bench --data ../shared/data --out docs/BENCHMARKS.md
 	$(BIN) eval --recall --data ../shared/data --out docs/RECALL.md
+	$(BIN) bench --gateway --out docs/GATEWAY.md
+
+# The gateway (about a minute): what it adds to a call against the
+# stand-in model called directly, and an agent's replay past its window
+# (docs/GATEWAY.md).
+gateway: build
+	$(BIN) bench --gateway --out docs/GATEWAY.md
 
 # Recall (under a minute): what a search finds of what the replays
 # summarised, and search latency through the endpoint (docs/RECALL.md);
@@ -102,7 +109,7 @@ tidy:
 # in ARGS: make run ARGS='--nats-port 4333 --data-dir /tmp/c'.
 ARGS ?=
 run: build
-	$(BIN) serve $(ARGS)
+	$(BIN) serve --gateway 127.0.0.1:8090 $(ARGS)
 
 # The whole system on one machine, with a real conversation.
 demo: build

@@ -377,7 +377,20 @@ func (e *gatewayEnv) replay(ctx context.Context, cfg GatewayConfig) (GatewayRepl
 			out.OverWindow++
 		}
 	}
-	fams, _ := e.reg.Gather()
+	out.countCompactions(e.reg)
+	out.CompactedTurnP95 = quantile(compactedTurns, 0.95)
+	// (The last call's messages are appended while it goes upstream.)
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if out.Stored, err = storedEquals(ctx, e.c, sid, results); err != nil || out.Stored || time.Now().After(deadline) {
+			return out, err
+		}
+	}
+}
+
+// countCompactions reads the gateway's compactions by strategy.
+func (out *GatewayReplay) countCompactions(reg *prometheus.Registry) {
+	fams, _ := reg.Gather()
 	for _, f := range fams {
 		if f.GetName() != "compactor_gateway_compactions_total" {
 			continue
@@ -404,26 +417,28 @@ func (e *gatewayEnv) replay(ctx context.Context, cfg GatewayConfig) (GatewayRepl
 	if out.Compactions > 0 {
 		out.PreparedPct = 100 * float64(out.FromPrepared) / float64(out.Compactions)
 	}
-	out.CompactedTurnP95 = quantile(compactedTurns, 0.95)
-	h, err := e.c.History(ctx, sid)
+}
+
+// storedEquals reports whether the session holds the replay's messages:
+// seqs in order, and every tool result, once, as sent.
+func storedEquals(ctx context.Context, c *client.Client, sid string, results int) (bool, error) {
+	h, err := c.History(ctx, sid)
 	if err != nil {
-		return out, err
+		return false, err
 	}
-	stored := 0
-	out.Stored = true
+	stored, ok := 0, true
 	for i, m := range h.Messages {
 		if m.Seq != int64(i+1) {
-			out.Stored = false
+			ok = false
 		}
 		if m.Role == client.Tool {
 			stored++
 			if m.Content.Text != toolOutput(stored) {
-				out.Stored = false
+				ok = false
 			}
 		}
 	}
-	out.Stored = out.Stored && stored == results
-	return out, nil
+	return ok && stored == results, nil
 }
 
 // toolOutput is a tool's output of about 600 tokens, its own each step.
