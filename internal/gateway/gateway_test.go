@@ -58,6 +58,9 @@ func TestAgentPastItsWindow(t *testing.T) {
 				if compacted == 0 {
 					t.Fatal("no call went upstream compacted")
 				}
+				if r := s.up.Refusals(); len(r) > 0 {
+					t.Fatalf("the upstream refused %d calls: %s", len(r), r[0])
+				}
 				checkStored(t, s.c, sid, a)
 			})
 		}

@@ -12,6 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -115,6 +116,8 @@ type Server struct {
 	calls   []Call
 	// failed are the X-Standin-Fail-Once keys answered with a 500.
 	failed map[string]bool
+	// refusals are the malformed calls' errors.
+	refusals []string
 }
 
 // Start serves on addr ("127.0.0.1:0": a free loopback port).
@@ -151,11 +154,19 @@ func Start(addr string, window int, script Script) (*Server, error) {
 		for _, c := range s.Calls() {
 			out = append(out, summary{API: c.API, Model: c.Model, Stream: c.Stream, Tokens: c.Tokens, Refused: c.Refused, Results: c.Results})
 		}
-		writeJSON(w, 200, map[string]any{"window": s.Window, "calls": out})
+		writeJSON(w, 200, map[string]any{"window": s.Window, "calls": out, "refusals": append([]string{}, s.Refusals()...)})
 	})
 	s.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = s.srv.Serve(l) }()
 	return s, nil
+}
+
+// Refusals returns the errors malformed calls were answered (a tool
+// result without its call among them).
+func (s *Server) Refusals() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.refusals...)
 }
 
 // SetScript changes how later calls are answered.
@@ -183,6 +194,9 @@ func (s *Server) handle(api string) http.HandlerFunc {
 		}
 		c, err := s.read(api, body)
 		if err != nil {
+			s.mu.Lock()
+			s.refusals = append(s.refusals, err.Error())
+			s.mu.Unlock()
 			s.invalid(w, api, err.Error())
 			return
 		}
@@ -272,6 +286,9 @@ func (s *Server) read(api string, body []byte) (Call, error) {
 	}
 	if len(items) == 0 {
 		return Call{}, fmt.Errorf("messages: at least one message is required")
+	}
+	if why := unpaired(api, items); why != "" {
+		return Call{}, errors.New(why)
 	}
 	for _, it := range items {
 		c.Results += strings.Count(string(it), `"tool_result"`) + strings.Count(string(it), `"function_call_output"`)
@@ -381,4 +398,84 @@ func lastCall(raw json.RawMessage) string {
 		}
 	}
 	return id
+}
+
+// unpaired says what a provider refuses in a conversation's tool calls and
+// results, in its own words: a result with no call before it, a call with
+// no result right after it ("" when they pair).
+func unpaired(api string, items []json.RawMessage) string {
+	type entry struct {
+		Type       string `json:"type"`
+		Role       string `json:"role"`
+		CallID     string `json:"call_id"`
+		ToolCallID string `json:"tool_call_id"`
+		ToolCalls  []struct {
+			ID string `json:"id"`
+		} `json:"tool_calls"`
+		Content json.RawMessage `json:"content"`
+	}
+	open := map[string]int{}
+	for i, raw := range items {
+		var e entry
+		_ = json.Unmarshal(raw, &e)
+		switch api {
+		case "chat":
+			if e.Role == "tool" {
+				if _, ok := open[e.ToolCallID]; !ok {
+					return fmt.Sprintf("Invalid parameter: messages with role 'tool' must be a response to a preceeding message with 'tool_calls'. (messages.[%d].role)", i)
+				}
+				delete(open, e.ToolCallID)
+				continue
+			}
+			for id, at := range open {
+				return fmt.Sprintf("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: %s (messages.[%d].role)", id, at)
+			}
+			for _, c := range e.ToolCalls {
+				open[c.ID] = i
+			}
+		case "responses":
+			switch e.Type {
+			case "function_call", "custom_tool_call":
+				open[e.CallID] = i
+			case "function_call_output", "custom_tool_call_output":
+				if _, ok := open[e.CallID]; !ok {
+					return "No tool call found for function call output with call_id " + e.CallID + "."
+				}
+				delete(open, e.CallID)
+			}
+		case "messages":
+			var blocks []struct {
+				Type      string `json:"type"`
+				ID        string `json:"id"`
+				ToolUseID string `json:"tool_use_id"`
+			}
+			_ = json.Unmarshal(e.Content, &blocks)
+			answered := map[string]bool{}
+			for j, b := range blocks {
+				if b.Type == "tool_result" {
+					if _, ok := open[b.ToolUseID]; !ok {
+						return fmt.Sprintf("messages.%d.content.%d: unexpected `tool_use_id` found in `tool_result` blocks: %s. Each `tool_result` block must have a corresponding `tool_use` block in the previous message.", i, j, b.ToolUseID)
+					}
+					answered[b.ToolUseID] = true
+				}
+			}
+			for id, at := range open {
+				if !answered[id] {
+					return fmt.Sprintf("messages.%d: `tool_use` ids were found without `tool_result` blocks immediately after: %s. Each `tool_use` block must have a corresponding `tool_result` block in the next message.", at, id)
+				}
+			}
+			open = map[string]int{}
+			for _, b := range blocks {
+				if b.Type == "tool_use" {
+					open[b.ID] = i
+				}
+			}
+		}
+	}
+	if api == "responses" {
+		for id := range open {
+			return "No tool output found for function call " + id + "."
+		}
+	}
+	return ""
 }

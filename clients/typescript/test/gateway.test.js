@@ -8,54 +8,27 @@
 
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
-import { createServer as netServer } from "node:net";
 
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 import { connect } from "@nats-io/transport-node";
 import { CompactorClient } from "../src/index.js";
-import { compactorBinary, startService } from "./service.js";
+import { startGatewayStack } from "./service.js";
 
 const WINDOW = 6000;
 const STEPS = 20;
-let svc, nc, compactor, upstream, standin, gateway;
-
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const s = netServer();
-    s.once("error", fail);
-    s.listen(0, "127.0.0.1", () => {
-      const { port } = s.address();
-      s.close(() => ok(port));
-    });
-  });
-}
+let stack, nc, compactor, upstream, gateway;
 
 before(async () => {
-  const up = await freePort();
-  standin = spawn(compactorBinary(), ["standin", "--listen", `127.0.0.1:${up}`, "--window", String(WINDOW), "--steps", String(STEPS),
-    "--tool-args", JSON.stringify({ path: "notes.txt" })], { stdio: ["ignore", "ignore", "pipe"] });
-  upstream = `http://127.0.0.1:${up}`;
-  const gw = await freePort();
-  gateway = `http://127.0.0.1:${gw}`;
-  svc = await startService(["--gateway", `127.0.0.1:${gw}`, "--openai-url", upstream, "--anthropic-url", upstream, "--window", String(WINDOW)]);
-  for (let i = 0; ; i++) {
-    try {
-      if ((await fetch(`${gateway}/v1/models`)).ok) break;
-    } catch (e) {
-      if (i > 100) throw e;
-    }
-    await new Promise((ok) => setTimeout(ok, 100));
-  }
-  nc = await connect({ servers: svc.url });
+  stack = await startGatewayStack({ window: WINDOW, steps: STEPS, toolArgs: { path: "notes.txt" } });
+  ({ upstream, gateway } = stack);
+  nc = await connect({ servers: stack.svc.url });
   compactor = new CompactorClient(nc, { timeoutMs: 30_000 });
 });
 
 after(async () => {
   await nc?.close();
-  await svc?.stop();
-  standin?.kill();
+  await stack?.stop();
 });
 
 /** A tool's output of about 600 tokens, its own for each step. */
@@ -87,6 +60,7 @@ async function checkRun(sid, before) {
   const calls = (await upstreamCalls()).slice(before);
   assert.ok(calls.length >= STEPS + 1, `${calls.length} upstream calls`);
   for (const c of calls) assert.ok(c.tokens <= WINDOW, `an upstream call of ${c.tokens} tokens, over the window ${WINDOW}`);
+  assert.deepEqual((await (await fetch(`${upstream}/standin/calls`)).json()).refusals.filter((r) => /tool/.test(r)), [], "tool calls and results paired");
   const h = await historyOf(sid, (h) => h.messages.filter((m) => m.role === "tool").length >= STEPS);
   const results = h.messages.filter((m) => m.role === "tool");
   assert.equal(results.length, STEPS, "tool results stored");

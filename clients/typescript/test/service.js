@@ -151,3 +151,41 @@ export async function startBareNATS() {
     },
   };
 }
+
+/**
+ * Runs `compactor standin` (window tokens, calling its first tool `steps`
+ * times with toolArgs, then answering "done after N steps") and
+ * `compactor serve --gateway` in front of it with the same window.
+ * Resolves with the service (startService's), the stand-in's and the
+ * gateway's base URLs, the upstream's calls so far (calls()) and stop().
+ */
+export async function startGatewayStack({ window, steps, toolArgs = {} }) {
+  const up = await freePort();
+  const standin = spawn(compactorBinary(), ["standin", "--listen", `127.0.0.1:${up}`, "--window", String(window), "--steps", String(steps),
+    "--tool-args", JSON.stringify(toolArgs)], { stdio: ["ignore", "ignore", "pipe"] });
+  const upstream = `http://127.0.0.1:${up}`;
+  const gw = await freePort();
+  const gateway = `http://127.0.0.1:${gw}`;
+  const svc = await startService(["--gateway", `127.0.0.1:${gw}`, "--openai-url", upstream, "--anthropic-url", upstream, "--window", String(window)]);
+  for (let i = 0; ; i++) {
+    try {
+      if ((await fetch(`${gateway}/v1/models`)).ok) break;
+    } catch (e) {
+      if (i > 100) throw e;
+    }
+    await new Promise((ok) => setTimeout(ok, 100));
+  }
+  return {
+    svc,
+    upstream,
+    gateway,
+    /** The upstream's calls so far, and the calls it refused as malformed. */
+    async calls() {
+      return await (await fetch(`${upstream}/standin/calls`)).json();
+    },
+    async stop() {
+      await svc.stop();
+      standin.kill();
+    },
+  };
+}
