@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/gateway"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/standin"
+	"github.com/compactor/compactor/internal/tenant"
 )
 
 func chatBody(msgs ...map[string]any) []byte {
@@ -279,3 +281,31 @@ func requests(t *testing.T, reg *prometheus.Registry, api, upstream string) floa
 // nonce makes a test's conversations its own when the tests run again
 // against the same service (-count).
 func nonce() string { return strconv.FormatInt(time.Now().UnixNano(), 36) }
+
+// TestQuotasApply: a tenant over its quota of sessions gets the API's
+// 429 for a new conversation, and the call does not go upstream.
+func TestQuotasApply(t *testing.T) {
+	s := start(t, 0, 0, nil)
+	svc.SetTenants(nil, map[string]tenant.Limits{tenant.Default: {Sessions: 1}})
+	t.Cleanup(func() { svc.SetTenants(nil, nil) })
+	var status int
+	var answer []byte
+	natstest.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		status, answer, _ = post(t, s.url+"/v1/messages", nil, raw(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 10,
+			"messages": []any{msg("user", "a new conversation over the quota "+nonce())}}))
+		if status != http.StatusTooManyRequests {
+			return fmt.Errorf("status %d: %s", status, answer)
+		}
+		return nil
+	})
+	var e struct {
+		Type  string `json:"type"`
+		Error struct{ Type, Message string } `json:"error"`
+	}
+	if json.Unmarshal(answer, &e) != nil || e.Type != "error" || e.Error.Type != "rate_limit_error" || !strings.Contains(e.Error.Message, "quota") {
+		t.Fatalf("over the quota: %s", answer)
+	}
+	if n := len(s.up.Calls()); n != 0 {
+		t.Fatalf("%d calls over the quota went upstream", n)
+	}
+}

@@ -22,8 +22,11 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 )
 
-// natsURL is the service's, run for the package's tests.
-var natsURL string
+// natsURL is the service's, run for the package's tests, svc the service.
+var (
+	natsURL string
+	svc     *app.App
+)
 
 // TestMain runs the compactor on an embedded NATS server, as `compactor
 // serve` does, with the offline summariser.
@@ -38,7 +41,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	svc, err := app.Start(context.Background(), app.Config{Provision: true, Embedded: embedded.Options{Port: -1, DataDir: dir},
+	svc, err = app.Start(context.Background(), app.Config{Provision: true, Embedded: embedded.Options{Port: -1, DataDir: dir},
 		Pipeline: pipeline.DefaultConfig(), Summarizer: extractive.New(counter)})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
