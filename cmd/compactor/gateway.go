@@ -145,19 +145,9 @@ func serveGateway(ctx context.Context, addr string, gw http.Handler, log *slog.L
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
-	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 30 * time.Second}
 	log.Info("gateway: serving the OpenAI and Anthropic APIs", slog.String("openai_base_url", "http://"+ln.Addr().String()+"/v1"),
 		slog.String("anthropic_base_url", "http://"+ln.Addr().String()))
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serveUntil(ctx, ln, gw, 10*time.Second)
 }
 
 // serveMetrics serves reg's /metrics on addr until ctx ends.

@@ -64,11 +64,17 @@ func serveMCPHTTP(ctx context.Context, addr string, h http.Handler, stderr io.Wr
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", h)
 	mux.Handle("/mcp/", h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(stderr, "compactor mcp: streamable HTTP on http://%s/mcp\n", ln.Addr())
+	return serveUntil(ctx, ln, mux, 5*time.Second)
+}
+
+// serveUntil serves h on ln until ctx ends, then lets the calls in flight
+// finish within grace.
+func serveUntil(ctx context.Context, ln net.Listener, h http.Handler, grace time.Duration) error {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace)
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()

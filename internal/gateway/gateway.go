@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -221,6 +222,10 @@ func (g *Gateway) serveAPI(w http.ResponseWriter, r *http.Request, a *api, path,
 	out, err := t.prepare(ctx, false)
 	if err != nil {
 		if errors.Is(err, client.ErrQuotaExceeded) {
+			var ce *client.Error
+			if errors.As(err, &ce) && ce.RetryAfter > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(ce.RetryAfter.Seconds()))))
+			}
 			g.m.request(a.name, "quota")
 			g.fail(w, a, http.StatusTooManyRequests, "compactor gateway: the tenant's quota: "+err.Error())
 			return
