@@ -299,7 +299,7 @@ func TestQuotasApply(t *testing.T) {
 		return nil
 	})
 	var e struct {
-		Type  string `json:"type"`
+		Type  string                         `json:"type"`
 		Error struct{ Type, Message string } `json:"error"`
 	}
 	if json.Unmarshal(answer, &e) != nil || e.Type != "error" || e.Error.Type != "rate_limit_error" || !strings.Contains(e.Error.Message, "quota") {
