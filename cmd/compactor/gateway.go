@@ -77,10 +77,14 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("%w: --listen: %v", errUsage, err)
+	}
 	if *metricsAddr != "" {
 		go serveMetrics(ctx, *metricsAddr, reg, log)
 	}
-	return serveGateway(ctx, *listen, gw, log)
+	return serveGateway(ctx, ln, gw, log)
 }
 
 // keysFile is --keys.
@@ -139,12 +143,8 @@ func gatewayClients(ctx context.Context, nf *natsFlags, keys string, cfg *gatewa
 	return conns, nil
 }
 
-// serveGateway serves gw on addr until ctx ends.
-func serveGateway(ctx context.Context, addr string, gw http.Handler, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
-	}
+// serveGateway serves gw on ln until ctx ends.
+func serveGateway(ctx context.Context, ln net.Listener, gw http.Handler, log *slog.Logger) error {
 	log.Info("gateway: serving the OpenAI and Anthropic APIs", slog.String("openai_base_url", "http://"+ln.Addr().String()+"/v1"),
 		slog.String("anthropic_base_url", "http://"+ln.Addr().String()))
 	return serveUntil(ctx, ln, gw, 10*time.Second)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"regexp"
@@ -247,23 +248,30 @@ func serve(ctx context.Context, sf *serveFlags, log *slog.Logger, ready func(url
 // startGateway serves the gateway beside the service, connected to it as
 // a runtime is.
 func startGateway(ctx context.Context, sf *serveFlags, a *app.App, opts []nats.Option, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", *sf.gateway)
+	if err != nil {
+		return fmt.Errorf("%w: --gateway: %v", errUsage, err)
+	}
 	nc, _, err := dial(ctx, a.URL, "compactor-gateway", opts...)
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	cfg := sf.gf.config(log, a.Metrics.Registry())
 	if cfg.Client, err = client.New(nc, client.WithSource(cliSource)); err != nil {
 		nc.Close()
+		ln.Close()
 		return err
 	}
 	gw, err := gateway.New(cfg)
 	if err != nil {
 		nc.Close()
+		ln.Close()
 		return err
 	}
 	go func() {
 		defer nc.Close()
-		if err := serveGateway(ctx, *sf.gateway, gw, log); err != nil {
+		if err := serveGateway(ctx, ln, gw, log); err != nil {
 			log.Error("gateway", slog.String("error", err.Error()))
 		}
 	}()
