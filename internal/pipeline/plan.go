@@ -109,6 +109,27 @@ func (s *Service) keepTurns(p *plan) int {
 	return max(1, k-expected)
 }
 
+// grownCount is how many messages the context holds when the compaction
+// is committed: those now, and for a preparation those its growth will
+// bring, at the session's tokens per message. A preparation that counted
+// only those now chose a clearing at prepare_at that the request, past
+// max_messages by then, could not stand on: it summarised, the model's
+// time on the turn (the gateway's agent replay: 2 of 8 compactions).
+func grownCount(p *plan) int {
+	n := len(p.before)
+	if p.growth == 0 || len(p.candidates) == 0 {
+		return n
+	}
+	tokens := 0
+	for i := range p.candidates {
+		tokens += p.candidates[i].Tokens
+	}
+	if tokens == 0 {
+		return n
+	}
+	return n + p.growth*len(p.candidates)/tokens
+}
+
 // target is what the context aims for after a compaction: the headroom
 // share of the limit, less the growth a preparation leaves room for.
 func (s *Service) target(p *plan) int {
@@ -256,7 +277,7 @@ func (s *Service) plan(p *plan, d Decision, sel Selection, res *Result) (*reduct
 	cands, now, growthCleared := s.planClear(p, d, r, target)
 	// A clearing stands when it fits the limit and leaves no other reason
 	// to compact (the message count).
-	fitsCount := s.cfg.MaxMessages <= 0 || len(p.before) <= s.cfg.MaxMessages
+	fitsCount := s.cfg.MaxMessages <= 0 || grownCount(p) <= s.cfg.MaxMessages
 	cleared := len(r.clear.Cleared) > 0 && now <= p.limit && fitsCount
 	asCleared := func() *reduction {
 		r.step, r.tail = StepClear, cands
