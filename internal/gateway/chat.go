@@ -21,7 +21,9 @@ var chatAPI = &api{
 }
 
 type chatMessage struct {
-	Role       string            `json:"role"`
+	Role string `json:"role"`
+	// FunctionCall is the legacy function calling's (no call ids).
+	FunctionCall json.RawMessage `json:"function_call"`
 	Content    json.RawMessage   `json:"content"`
 	Name       string            `json:"name"`
 	ToolCalls  []client.ToolCall `json:"tool_calls"`
@@ -33,6 +35,9 @@ func chatElement(raw []byte) (*parsed, error) {
 	var m chatMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
+	}
+	if m.Role == "function" || !isNull(m.FunctionCall) {
+		return &parsed{kind: "legacy"}, nil
 	}
 	msg, err := chatToMessage(m)
 	if err != nil {
@@ -54,6 +59,10 @@ func assembleChat(c *conv, ps []*parsed) error {
 	}
 	c.head, c.elems = c.elems[:n], c.elems[n:]
 	for i, p := range ps[n:] {
+		if p.kind == "legacy" {
+			c.asIs = "legacy_functions"
+			return nil
+		}
 		c.add(p.msgs[0], p.digests[0], span{elem: i})
 	}
 	return nil

@@ -20,9 +20,11 @@ type conv struct {
 	// key names the conversation when the protocol carries it (Anthropic's
 	// metadata.user_id, OpenAI's prompt_cache_key).
 	key string
-	// stateful: the upstream holds the conversation (a Responses
-	// previous_response_id or conversation); nothing to compact here.
-	stateful bool
+	// asIs says why the call goes upstream as it came, when it does: the
+	// upstream holds the conversation (a Responses previous_response_id or
+	// conversation), or it uses the legacy function calling the session
+	// cannot pair.
+	asIs string
 	// head are the leading system (and developer) elements: sent as they
 	// are, never stored, like Anthropic's system field.
 	head  []json.RawMessage

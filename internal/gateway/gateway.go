@@ -9,6 +9,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -204,8 +205,8 @@ func (g *Gateway) serveAPI(w http.ResponseWriter, r *http.Request, a *api, path,
 		return
 	}
 	span.SetAttributes(attribute.String("gen_ai.request.model", c.model))
-	if c.stateful || len(c.msgs) == 0 {
-		g.m.request(a.name, "passthrough")
+	if c.asIs != "" || len(c.msgs) == 0 {
+		g.m.request(a.name, cmp.Or(c.asIs, "passthrough"))
 		g.forward(w, r.WithContext(ctx), a, path, c.model, body, nil)
 		return
 	}

@@ -19,7 +19,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	const ns, sub = "compactor", "gateway"
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
-			Help: "Calls served, by API and what went upstream: raw (the runtime's list), compacted, passthrough (nothing to keep), behind, fail_open (the service unreachable), invalid, quota, overflow_retried."},
+			Help: "Calls served, by API and what went upstream: raw (the runtime's list), compacted, passthrough (nothing to keep), stateful (the upstream holds the conversation), legacy_functions (function_call without ids), behind, fail_open (the service unreachable), invalid, quota, overflow_retried."},
 			[]string{"api", "upstream"}),
 		addedTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "added_seconds",
 			Help:    "Time from a call's arrival to its upstream request: what the gateway adds before the model sees it.",

@@ -117,3 +117,23 @@ func checkElems(t *testing.T, got []json.RawMessage, want []string) {
 		}
 	}
 }
+
+// TestAsIs: what the session cannot hold goes upstream as it came.
+func TestAsIs(t *testing.T) {
+	for _, c := range []struct {
+		a    *api
+		body string
+		why  string
+	}{
+		{chatAPI, `{"model":"gpt-3.5-turbo","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"function_call":{"name":"f","arguments":"{}"}},{"role":"function","name":"f","content":"1"}]}`, "legacy_functions"},
+		{responsesAPI, `{"model":"gpt-5","previous_response_id":"resp_1","input":"and then?"}`, "stateful"},
+		{responsesAPI, `{"model":"gpt-5","conversation":"conv_1","input":[{"role":"user","content":"hi"}]}`, "stateful"},
+	} {
+		conv, err := c.a.read([]byte(c.body), newElementCache(1<<20))
+		if err != nil {
+			t.Errorf("%s: %v", c.body, err)
+		} else if conv.asIs != c.why {
+			t.Errorf("%s: as is %q, want %q", c.body, conv.asIs, c.why)
+		}
+	}
+}

@@ -89,7 +89,9 @@ func responsesElement(raw []byte) (*parsed, error) {
 // assembleResponses: the leading system (and developer) messages are the
 // head; the calls in a row one assistant message.
 func assembleResponses(c *conv, ps []*parsed) error {
-	c.stateful = stringField(c.fields, "previous_response_id") != "" || !isNull(c.fields["conversation"])
+	if stringField(c.fields, "previous_response_id") != "" || !isNull(c.fields["conversation"]) {
+		c.asIs = "stateful"
+	}
 	c.key = stringField(c.fields, "prompt_cache_key")
 	c.maxOutput = intField(c.fields, "max_output_tokens")
 	c.overhead = append(append(c.overhead, c.fields["instructions"]...), c.fields["tools"]...)
