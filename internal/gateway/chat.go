@@ -23,11 +23,11 @@ var chatAPI = &api{
 type chatMessage struct {
 	Role string `json:"role"`
 	// FunctionCall is the legacy function calling's (no call ids).
-	FunctionCall json.RawMessage `json:"function_call"`
-	Content    json.RawMessage   `json:"content"`
-	Name       string            `json:"name"`
-	ToolCalls  []client.ToolCall `json:"tool_calls"`
-	ToolCallID string            `json:"tool_call_id"`
+	FunctionCall json.RawMessage   `json:"function_call"`
+	Content      json.RawMessage   `json:"content"`
+	Name         string            `json:"name"`
+	ToolCalls    []client.ToolCall `json:"tool_calls"`
+	ToolCallID   string            `json:"tool_call_id"`
 }
 
 // chatElement reads one chat message.
