@@ -137,3 +137,19 @@ func TestAsIs(t *testing.T) {
 		}
 	}
 }
+
+// TestStatesBounded: the states kept stay within their count, the least
+// recently used dropped.
+func TestStatesBounded(t *testing.T) {
+	s := newStates(2)
+	a := s.get("t", "a")
+	s.get("t", "b")
+	s.get("t", "a")
+	s.get("t", "c") // drops b
+	if s.order.Len() != 2 || s.get("t", "a") != a {
+		t.Fatalf("%d states kept; a kept: %v", s.order.Len(), s.get("t", "a") == a)
+	}
+	if _, ok := s.byKey["t\x00b"]; ok {
+		t.Fatal("b was kept")
+	}
+}

@@ -23,7 +23,9 @@ import (
 // again from the service; one that knows wrong finds out when an append
 // at its head is refused.
 type state struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// key is the state's in states: its tenant's and session's.
+	key    string
 	sid    string
 	known  bool
 	head   int
@@ -76,17 +78,12 @@ func (s *states) get(tenant, sid string) *state {
 		s.order.MoveToFront(e)
 		return e.Value.(*state)
 	}
-	st := &state{sid: sid, tokens: map[string]int{}}
+	st := &state{key: key, sid: sid, tokens: map[string]int{}}
 	s.byKey[key] = s.order.PushFront(st)
 	for s.order.Len() > s.max {
 		last := s.order.Back()
 		s.order.Remove(last)
-		for k, e := range s.byKey {
-			if e == last {
-				delete(s.byKey, k)
-				break
-			}
-		}
+		delete(s.byKey, last.Value.(*state).key)
 	}
 	return st
 }
