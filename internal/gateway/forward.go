@@ -65,9 +65,15 @@ func (g *Gateway) send(ctx context.Context, r *http.Request, a *api, path, model
 			return nil, err
 		}
 	}
-	ctx, span := telemetry.Tracer().Start(ctx, strings.TrimSpace(a.name+" "+model), trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("gen_ai.operation.name", a.name), attribute.String("gen_ai.provider.name", a.provider),
-			attribute.String("gen_ai.request.model", model)))
+	// The GenAI conventions name every API's call "chat"; which API it
+	// was is the gateway's own attribute.
+	op := "chat"
+	if !a.parses() {
+		op = a.name
+	}
+	ctx, span := telemetry.Tracer().Start(ctx, strings.TrimSpace(op+" "+model), trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("gen_ai.operation.name", op), attribute.String("gen_ai.provider.name", a.provider),
+			attribute.String("gen_ai.request.model", model), attribute.String("compactor.gateway.api", a.name)))
 	u := g.cfg.Upstreams[a.provider] + path
 	if r.URL.RawQuery != "" {
 		u += "?" + r.URL.RawQuery
