@@ -20,6 +20,7 @@ import (
 	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/gateway"
 	"github.com/compactor/compactor/internal/standin"
+	"github.com/compactor/compactor/internal/telemetry/otlp"
 )
 
 // gatewayFlags configure a gateway, alone or in serve.
@@ -62,6 +63,16 @@ func runGateway(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	// Traces go where the OTEL_* environment says, as serve's.
+	shutdown, err := otlp.Setup(ctx, buildVersion(), os.Getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = shutdown(sctx)
+	}()
 	reg := prometheus.NewRegistry()
 	cfg := gf.config(log, reg)
 	conns, err := gatewayClients(ctx, nf, *keys, &cfg)
