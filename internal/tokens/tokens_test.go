@@ -124,6 +124,22 @@ func TestEnsureCountsOnce(t *testing.T) {
 	}
 }
 
+// A message read again (its count not stored) is counted from the cache:
+// its role, name and tool name as well as its texts.
+func TestRecountEncodesNothing(t *testing.T) {
+	c := counter(t, "o200k_base")
+	m := session.Message{Role: "assistant", Name: "bot-7", Content: session.TextContent("ok"),
+		ToolCalls: []session.ToolCall{{ID: "c1", Type: "function", Function: session.FunctionCall{Name: "ls", Arguments: "{}"}}}}
+	first := c.Message(&m)
+	before := tokens.EncodedBytes()
+	if again := c.Message(&m); again != first {
+		t.Fatalf("counted %d, then %d", first, again)
+	}
+	if d := tokens.EncodedBytes() - before; d != 0 {
+		t.Fatalf("counting the same message again encoded %d bytes", d)
+	}
+}
+
 func TestToolCallsCounted(t *testing.T) {
 	c := counter(t, "o200k_base")
 	plain := session.Message{Role: "assistant"}
@@ -193,6 +209,21 @@ func BenchmarkCount(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkCountShort: a role counted by the encoder, and from the cache.
+func BenchmarkCountShort(b *testing.B) {
+	c := counter(b, "o200k_base")
+	b.Run("encoder", func(b *testing.B) {
+		for b.Loop() {
+			c.CountWhole("assistant")
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			c.Count("assistant")
+		}
+	})
 }
 
 func BenchmarkEnsureCached(b *testing.B) {
