@@ -20,7 +20,7 @@ import (
 // docs/RELIABILITY.md. Exit 1 when a goal is missed, naming it.
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	runtimes := fs.Int("runtimes", 50, "runtimes writing at once")
+	runtimes := fs.Int("runtimes", 50, "runtimes writing at once (with --noisy: tenant B's, default 8)")
 	duration := fs.Duration("duration", time.Minute, "`DURATION` of the load; the faults happen within it")
 	failRate := fs.Float64("fail-rate", 0.3, "share of model calls that fail")
 	outage := fs.Duration("outage", 7*time.Second, "how long the model fails every call, once")
@@ -63,7 +63,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if !flagSet(fs, "out") {
 			file = "docs/NOISY.md"
 		}
-		return runNoisy(ctx, chaos.NoisyOptions{Binary: bin, NATSConf: *natsConf, Phase: *phase, Flood: *flood, AppendFlood: *appendFlood, Progress: stderr}, file, *asJSON, args, stdout, stderr)
+		quiet := 0 // the default
+		if flagSet(fs, "runtimes") {
+			quiet = *runtimes
+		}
+		return runNoisy(ctx, chaos.NoisyOptions{Binary: bin, NATSConf: *natsConf, Phase: *phase, Quiet: quiet, Flood: *flood, AppendFlood: *appendFlood, Progress: stderr}, file, *asJSON, args, stdout, stderr)
 	}
 	rep, err := chaos.Run(ctx, chaos.Options{Binary: bin, Runtimes: *runtimes, Duration: *duration, FailRate: *failRate,
 		ContextLimit: *limit, Outage: *outage, Pause: *pause, Drain: *drain, BreakerCooldown: *cooldown, Keep: *keep, Progress: stderr})

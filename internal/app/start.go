@@ -238,7 +238,7 @@ func (a *App) build(context.Context, time.Time) (err error) {
 				a.Preparer.Created(ctx, c.SessionID, c.HeadSeq, c.Tokens, c.ContextLimit)
 			},
 			Appended: func(ctx context.Context, ap sessions.Appended) {
-				a.Preparer.Appended(ctx, ap.SessionID, ap.HeadSeq, ap.FirstSeq, preparer.EstimateTokens(ap.Bytes))
+				a.Preparer.Appended(ctx, ap.SessionID, preparer.Append{Head: ap.HeadSeq, FirstSeq: ap.FirstSeq, Tokens: preparer.EstimateTokens(ap.Bytes), SessionBytes: ap.SessionBytes})
 			},
 		}))
 	if o, ok := cfg.Summarizer.(interface{ Observe(func(router.Call)) }); ok {

@@ -474,6 +474,31 @@ func TestContendedAppends(t *testing.T) {
 	if len(seen) != 2*perReplica {
 		t.Fatalf("%d messages stored, want %d", len(seen), 2*perReplica)
 	}
+	// Each replica's append says the session's bytes with the other's
+	// appends in them (what the preparer estimates their gap from).
+	for r, s := range []*kvstore.Sessions{a, b, a} {
+		m := session.Message{ID: fmt.Sprintf("last-%d", r), Role: session.RoleUser, Content: session.TextContent("one more")}
+		ap, err := s.Append(ctx, "busy", m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := s.AppendWith(ctx, "busy", ap, session.AppendOptions{}) // applied already: the same bytes
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := b.Record(ctx, "busy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sess, _ := b.Load(ctx, "busy", false)
+		var want int64
+		for i := range sess.Messages {
+			want += int64(session.TextBytes(&sess.Messages[i]))
+		}
+		if got.Bytes != want || rec.Bytes != want {
+			t.Fatalf("replica %d: the append says %d bytes, the record %d, the messages %d", r, got.Bytes, rec.Bytes, want)
+		}
+	}
 }
 
 // A load says whether a compaction message was written after the one in

@@ -426,6 +426,7 @@ func (s *Sessions) appendOn(ctx context.Context, w where, rec record, fresh bool
 			return session.Appended{}, err
 		}
 		if head == rec.HeadSeq {
+			out.Bytes = rec.Bytes
 			return out, nil // every message is stored already
 		}
 		err := session.CheckToolResults(out.Messages, func(i int) bool { return out.New[i] }, func() (*session.Message, []string, error) {
@@ -462,7 +463,7 @@ func (s *Sessions) appendOn(ctx context.Context, w where, rec record, fresh bool
 		}
 		// The entry is the append: it is in the log, where every reader
 		// rolls forward to. The record follows now and then.
-		if err := s.appended(ctx, w, rec, seq, add); err != nil {
+		if out.Bytes, err = s.appended(ctx, w, rec, seq, add); err != nil {
 			return session.Appended{}, err
 		}
 		out.HeadSeq = head
@@ -505,17 +506,17 @@ func numbered(rec *record, prepared []session.Message) (out session.Appended, ad
 
 // appended moves rec past the entry at stream sequence seq that holds add:
 // the record kept in the cache, and stored when the log has run far enough
-// ahead of it (checkpoint).
-func (s *Sessions) appended(ctx context.Context, w where, rec record, seq uint64, add []session.Message) error {
+// ahead of it (checkpoint). It returns the session's bytes after it.
+func (s *Sessions) appended(ctx context.Context, w where, rec record, seq uint64, add []session.Message) (int64, error) {
 	next := rec
 	next.add(seq, add)
 	next.UpdatedAt = s.now().UTC()
 	if err := s.checkpoint(ctx, w, &next); err != nil {
 		s.remember(w, nil)
-		return err
+		return 0, err
 	}
 	s.remember(w, &next)
-	return nil
+	return next.Bytes, nil
 }
 
 // checkpointEvery is how many messages the log may run ahead of the

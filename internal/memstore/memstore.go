@@ -157,7 +157,7 @@ func (s *Store) AppendWith(ctx context.Context, sessionID string, msgs []session
 		e.rec.UpdatedAt = s.now().UTC()
 		e.rec.Revision++
 	}
-	out.Messages, out.HeadSeq = slices.Clone(prepared), head
+	out.Messages, out.HeadSeq, out.Bytes = slices.Clone(prepared), head, e.rec.Bytes
 	return out, nil
 }
 

@@ -133,6 +133,9 @@ type Preparation struct {
 	// preparation read them (0 when it did not read the session).
 	HeadSeq int64 `json:"head_seq,omitempty"`
 	Limit   int   `json:"context_limit,omitempty"`
+	// SessionBytes is the session's text at HeadSeq (Record.Bytes), for
+	// the scheduler's estimate.
+	SessionBytes int64 `json:"-"`
 	// TokensBefore is the context when prepared; TokensAfter the context
 	// the prepared compaction leaves then.
 	TokensBefore int `json:"tokens_before,omitempty"`
@@ -390,7 +393,7 @@ func (pp *preparations) due(ctx context.Context, ps PreparedStore, req PrepareRe
 		return nil, err
 	}
 	rec := p.sess.Record
-	out.HeadSeq, out.Limit, out.TokensBefore = rec.HeadSeq, p.limit, p.beforeTokens
+	out.HeadSeq, out.Limit, out.TokensBefore, out.SessionBytes = rec.HeadSeq, p.limit, p.beforeTokens, rec.Bytes
 	switch {
 	case req.Measure:
 		out.Outcome, out.Detail = PrepareBelow, "measured"

@@ -179,6 +179,11 @@ type estimate struct {
 	// each (the last maxMarks): a read that ends after more appends came
 	// finds the estimate at its own head there (see learn).
 	marks []mark
+	// bytes is the session's text at head (Record.Bytes; 0 when not
+	// known): appends made through other replicas show as a gap in the
+	// seqs, and the session's bytes after the next append here say what
+	// they added, with no read.
+	bytes int64
 }
 
 // mark is an estimate's added once the session's head was head.
@@ -247,11 +252,33 @@ func (p *Preparer) Stats() Stats {
 // a quarter, plus a message's framing): appends are not counted on their
 // path, and an estimate that runs ahead only starts a preparation's read
 // of the exact count sooner.
-func EstimateTokens(bytes int) int { return bytes/3 + 4 }
+func EstimateTokens(bytes int) int { return bytes/3 + messageFraming }
 
-// Appended is told of an append that went through the service: the
-// session's head after it, the seq of its first message and the tokens it
-// added (EstimateTokens). It never blocks.
+// messageFraming is what a message adds to a context beside its text, at
+// most (tokens.Message: 3, a name 1 more).
+const messageFraming = 4
+
+// Append is what Appended is told of an append.
+type Append struct {
+	// Head is the session's head after it, FirstSeq the seq of its first
+	// message.
+	Head, FirstSeq int64
+	// Tokens is what it added (EstimateTokens of its bytes).
+	Tokens int
+	// SessionBytes is the session's text after it (Record.Bytes; 0 when
+	// not known).
+	SessionBytes int64
+}
+
+// Appended is told of an append that went through the service (a). It
+// never blocks.
+//
+// Appends made through other replicas leave a gap in the seqs. Where
+// the session's bytes before the gap and after this append are known,
+// the gap is estimated from them (EstimateTokens, and a message's
+// framing each), and the estimate holds; otherwise the session is read
+// (with two replicas, a read for one append in two: a session's whole
+// log read again, and most of the server's time under appends).
 //
 // Past prepare_at, a session is prepared when its pace says it must be:
 // when the tokens still free before its limit, at the rate the session
@@ -265,15 +292,22 @@ func EstimateTokens(bytes int) int { return bytes/3 + 4 }
 // preparation, or with Unpaced, prepare_at alone decides. Once the pace
 // decides, a session it has no count of, or never measured, is read
 // (Measure) before it is paced.
-func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSeq int64, tokens int) {
+func (p *Preparer) Appended(ctx context.Context, sessionID string, a Append) {
 	p.triggers.Add(1)
 	if p.svc.Config().PrepareAt == 0 {
 		return
 	}
+	head, firstSeq, tokens := a.Head, a.FirstSeq, a.Tokens
 	t := tenant.From(ctx)
 	cause, detail := CauseUnread, ""
 	p.mu.Lock()
 	e := p.est[tenant.Key(t, sessionID)]
+	if e != nil && e.head > 0 && head > e.head && firstSeq > e.head+1 && e.bytes > 0 && a.SessionBytes > e.bytes {
+		// What other replicas appended since, with this append.
+		tokens = EstimateTokens(int(a.SessionBytes-e.bytes)) + messageFraming*int(firstSeq-1-e.head)
+		firstSeq = e.head + 1
+	}
+
 	if e != nil && e.head > 0 && head <= e.head && (e.limit == 0 || p.opt.Now().Sub(e.read) < p.opt.Recheck) {
 		// Counted already: a read that ended after this append (its
 		// reply and this call come after the write), or a read is
@@ -287,6 +321,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		// No append unseen since the last count: the estimate holds
 		// (an append that a read counted in part errs high).
 		d, c, det := p.grown(e, head, tokens)
+		e.bytes = a.SessionBytes
 		switch d {
 		case growSkip, growPaced:
 			p.mu.Unlock()
@@ -308,7 +343,7 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, head, firstSe
 		// made while it ran would otherwise follow one the preparer
 		// did not know, and be read again (a new session's first
 		// appends, read five times over at a runtime's pace).
-		pending := &estimate{head: head, added: tokens, marks: []mark{{head: head, added: tokens}}}
+		pending := &estimate{head: head, added: tokens, marks: []mark{{head: head, added: tokens}}, bytes: a.SessionBytes}
 		if e != nil {
 			pending.scale, pending.rate, pending.peak = e.scale, rateOf(e, p.opt.Now()), e.peak
 		}
@@ -730,10 +765,11 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 		}
 	}
 	now := p.opt.Now()
-	e := &estimate{head: out.HeadSeq, readHead: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate, peak: peak}
+	e := &estimate{head: out.HeadSeq, readHead: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate, peak: peak,
+		bytes: out.SessionBytes}
 	if seen && old.head > out.HeadSeq {
 		// The appends after the read's head stay on the estimate.
-		e.head, e.added, e.biggest = old.head, old.added-at, old.biggest
+		e.head, e.added, e.biggest, e.bytes = old.head, old.added-at, old.biggest, old.bytes
 		for _, m := range old.marks {
 			if m.head > out.HeadSeq {
 				e.marks = append(e.marks, mark{head: m.head, added: m.added - at})

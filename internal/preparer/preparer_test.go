@@ -91,7 +91,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	}
 	// The first append is read: the estimate starts.
 	first, n := appendTurn(0)
-	p.Appended(ctx, "s", head, first, n)
+	p.Appended(ctx, "s", preparer.Append{Head: head, FirstSeq: first, Tokens: n})
 	if out := wait(); out.Outcome != pipeline.PrepareBelow || out.HeadSeq != head {
 		t.Fatalf("first read: %+v", out)
 	}
@@ -100,7 +100,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	for ; ; i++ {
 		first, n := appendTurn(i)
 		before := p.Stats().Skipped
-		p.Appended(ctx, "s", head, first, n)
+		p.Appended(ctx, "s", preparer.Append{Head: head, FirstSeq: first, Tokens: n})
 		if p.Stats().Skipped == before {
 			break // the estimate reached prepare_at: queued
 		}
@@ -112,7 +112,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	// Once prepared, more appends leave it alone (it stands).
 	first, n = appendTurn(i + 1)
 	before := p.Stats().Skipped
-	p.Appended(ctx, "s", head, first, n)
+	p.Appended(ctx, "s", preparer.Append{Head: head, FirstSeq: first, Tokens: n})
 	if p.Stats().Skipped != before+1 {
 		t.Fatalf("an append after the preparation was queued: %+v", p.Stats())
 	}
@@ -121,7 +121,7 @@ func TestAppendsAreCheckedAgainstAnEstimate(t *testing.T) {
 	// only (the pace decides from the next append).
 	appendTurn(i + 2)
 	first, n = appendTurn(i + 3)
-	p.Appended(ctx, "s", head, first, n)
+	p.Appended(ctx, "s", preparer.Append{Head: head, FirstSeq: first, Tokens: n})
 	if out := wait(); out.Outcome != pipeline.PrepareBelow || out.Detail != "measured" || out.Cause != preparer.CauseMeasure || out.HeadSeq != head {
 		t.Fatalf("after a missed append: %+v", out)
 	}
@@ -243,7 +243,7 @@ func TestPreparationsArePaced(t *testing.T) {
 			advance(every)
 			total += n
 			queued := p.Stats().Queued
-			p.Appended(ctx, sid, a.HeadSeq, a.HeadSeq-int64(len(msgs))+1, n)
+			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: n})
 			if p.Stats().Queued == queued {
 				continue
 			}
@@ -345,7 +345,7 @@ func testCalibrated(t *testing.T, exact bool) {
 			}
 			advance(10 * time.Second)
 			queued := p.Stats().Queued
-			p.Appended(ctx, sid, a.HeadSeq, a.HeadSeq-int64(len(msgs))+1, estimated)
+			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: estimated})
 			if p.Stats().Queued == queued {
 				continue
 			}

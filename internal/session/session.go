@@ -409,6 +409,11 @@ type Appended struct {
 	New []bool
 	// HeadSeq is the session's head after the append.
 	HeadSeq int64
+	// Bytes is the session's Record.Bytes after the append (0 where the
+	// store does not say): what every append so far brought, through
+	// whichever process, so that one that saw only some of them knows
+	// what the others added.
+	Bytes int64
 }
 
 // Applied counts the messages this append wrote.

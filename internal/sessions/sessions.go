@@ -282,6 +282,9 @@ type Appended struct {
 	// The service counts tokens when a compaction needs them, not at the
 	// append.
 	Bytes int `json:"bytes"`
+	// SessionBytes is the session's text after the append (the store's
+	// Record.Bytes; 0 where it does not say), for the hooks.
+	SessionBytes int64 `json:"-"`
 }
 
 // AppendedMessage says where one message of an append is.
@@ -332,7 +335,7 @@ func (s *Service) Append(ctx context.Context, sid string, msgs []session.Message
 	if err != nil {
 		return Appended{}, err
 	}
-	out := Appended{SessionID: sid, Status: StatusAlreadyApplied, HeadSeq: a.HeadSeq}
+	out := Appended{SessionID: sid, Status: StatusAlreadyApplied, HeadSeq: a.HeadSeq, SessionBytes: a.Bytes}
 	for i, m := range a.Messages {
 		out.Messages = append(out.Messages, AppendedMessage{ID: m.ID, Seq: m.Seq, Applied: a.New[i]})
 		out.IDs = append(out.IDs, m.ID)

@@ -174,9 +174,13 @@ func caseStoreRecordCountsBytes(t *testing.T, _ Features, newStore func(t *testi
 	}
 	batch := []session.Message{{ID: "u-9", Role: session.RoleUser, Content: text("a question of forty-two bytes, or so.")}}
 	want += int64(session.TextBytes(&batch[0]))
-	for range 2 {
-		if _, err := s.AppendWith(ctx, "b", batch, session.AppendOptions{}); err != nil {
+	for range 2 { // the second applies nothing
+		a, err := s.AppendWith(ctx, "b", batch, session.AppendOptions{})
+		if err != nil {
 			t.Fatal(err)
+		}
+		if a.Bytes != want {
+			t.Fatalf("the append says the session holds %d bytes, want %d", a.Bytes, want)
 		}
 	}
 	sess, err := s.Load(ctx, "b", false)
