@@ -1,9 +1,11 @@
-// Package legacystore reads (and, for tests of the migration, writes) the
-// session store's first layout: one KV bucket, sessions, with a key per
-// message. The service no longer serves from it: `compactor migrate` moves
-// its sessions into kvstore's sharded layout (issue 24). The code is the
-// store as it was at dfd368a, kept so that a store written then is read
-// with the code that wrote it.
+// Package legacystore reads the session store's first layout, and
+// deletes from it, as `compactor migrate` needs: one KV bucket, sessions,
+// with a key per message. The service no longer serves from it: migrate
+// moves its sessions into kvstore's sharded layout (issue 24). The code is
+// the reading half of the store as it was at dfd368a, so that a store
+// written then is read with the code that wrote it; the writing half is
+// gone, and the migration's test loads a bucket that half wrote
+// (internal/migrate/testdata).
 //
 // Layout of the sessions bucket, one value per key so that no value nears
 // max_payload whatever the session's size:
@@ -30,8 +32,6 @@ package legacystore
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -40,29 +40,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/compactor/compactor/contract"
-	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 )
 
 // SessionsBucket is the layout's one bucket.
 const SessionsBucket = "sessions"
 
-var _ pipeline.SessionStore = (*Sessions)(nil)
-
-// maxBatch is JetStream's limit of messages in one atomic batch.
-const maxBatch = 1000
-
-// maxBatchesInFlight bounds one process's atomic batches in flight, under
-// JetStream's 50 per stream.
-const maxBatchesInFlight = 32
-
 // casRetries bounds re-reads after a lost compare-and-set.
 const casRetries = 50
-
-// MaxMessageBytes bounds one message as JSON (a long log, a screenshot as a
-// data URL): larger ones are refused. Values over the connection's
-// max_payload are stored in chunks.
-const MaxMessageBytes = 64 << 20
 
 // opTimeout bounds one backend request. A request sent just before its
 // server died is never answered: it must not hold the operation (and
@@ -87,19 +72,11 @@ func chunkKey(sid string, seq int64, n int) string {
 	return fmt.Sprintf("%s.b.%012d.%04d", sid, seq, n)
 }
 
-// indexKey is the key of the index entry of message id: a hash, so that any
-// id a runtime chooses makes a valid key.
-func indexKey(sid, id string) string {
-	h := sha256.Sum256([]byte(id))
-	return sid + ".i." + hex.EncodeToString(h[:20])
-}
-
 func subject(bucket, key string) string { return "$KV." + bucket + "." + key }
-func isNotFound(err error) bool         { return errors.Is(err, jetstream.ErrKeyNotFound) }
 func notFound(what string) error        { return fmt.Errorf("%s: %w", what, session.ErrNotFound) }
 
-// Provision creates the sessions bucket as the old layout had it (tests
-// make a store of the old layout with it).
+// Provision creates the sessions bucket as the old layout had it (the
+// migration's test loads a store of the old layout into it).
 func Provision(ctx context.Context, js jetstream.JetStream, replicas int) error {
 	if replicas < 1 {
 		replicas = 1
@@ -139,14 +116,6 @@ type Sessions struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
 	now    func() time.Time
-	// chunk is the largest value written whole; a message over it is
-	// stored in chunks of this size.
-	chunk int
-	// batches bounds this process's atomic batches in flight.
-	batches chan struct{}
-	// failWrite, in tests, fails a write (an atomic batch or a single
-	// value, by key of its last value) before it is sent.
-	failWrite func(key string) error
 }
 
 // NewSessions binds the provisioned sessions bucket.
@@ -159,12 +128,7 @@ func NewSessions(ctx context.Context, nc *nats.Conn, js jetstream.JetStream) (*S
 	if err != nil {
 		return nil, fmt.Errorf("bind bucket %s: %w", SessionsBucket, err)
 	}
-	// Room for the headers and the framing of a batch member.
-	chunk := min(int(nc.MaxPayload())-16<<10, 512<<10)
-	if chunk < 4<<10 {
-		return nil, fmt.Errorf("bind bucket %s: max_payload %d is too small", SessionsBucket, nc.MaxPayload())
-	}
-	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now, chunk: chunk, batches: make(chan struct{}, maxBatchesInFlight)}, nil
+	return &Sessions{nc: nc, js: js, kv: kv, stream: st, now: time.Now}, nil
 }
 
 // withTimeout bounds one backend request to opTimeout (or ctx's earlier

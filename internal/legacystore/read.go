@@ -1,7 +1,6 @@
 package legacystore
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -14,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/session"
 )
 
@@ -383,50 +381,6 @@ func seqRange(from, to int64) []int64 {
 	return out
 }
 
-// Load implements pipeline.SessionStore; it reads the record (from the
-// leader), the pinned messages and the tail (and, with history, the
-// summarised messages).
-func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session.Session, error) {
-	if err := checkID(sid); err != nil {
-		return nil, notFound("session " + sid)
-	}
-	rec, err := s.record(ctx, sid)
-	if err != nil {
-		return nil, err
-	}
-	out := &session.Session{Record: rec}
-	if rec.CompactionID == "" {
-		if out.Messages, err = s.messages(ctx, rec, seqRange(1, rec.HeadSeq)); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	if out.Summary, err = s.compaction(ctx, rec, rec.CompactionID); err != nil {
-		return nil, err
-	}
-	pinned := map[int64]bool{}
-	for _, seq := range rec.PinnedSeqs {
-		pinned[seq] = true
-	}
-	seqs := slices.Clone(rec.PinnedSeqs)
-	seqs = append(seqs, seqRange(rec.TailStartSeq, rec.HeadSeq)...)
-	if out.Messages, err = s.messages(ctx, rec, seqs); err != nil {
-		return nil, err
-	}
-	if history {
-		var old []int64
-		for seq := int64(1); seq < rec.TailStartSeq; seq++ {
-			if !pinned[seq] {
-				old = append(old, seq)
-			}
-		}
-		if out.Summarised, err = s.messages(ctx, rec, old); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
-}
-
 // compaction reads a compaction the record names: it must exist.
 func (s *Sessions) compaction(ctx context.Context, rec session.Record, id string) (*session.Message, error) {
 	k := compKey(rec.SessionID, id)
@@ -449,46 +403,12 @@ func decodeCompaction(sid, id string, data []byte) (*session.Message, error) {
 	return &m, nil
 }
 
-// Compaction implements pipeline.SessionStore: a stored compaction,
-// committed or not (read from the leader when a replica lacks it).
-func (s *Sessions) Compaction(ctx context.Context, sid, id string) (*session.Message, error) {
-	if checkID(sid) != nil || !contract.ValidSessionID(id) {
-		return nil, notFound("compaction " + id)
-	}
-	k := compKey(sid, id)
-	vals, err := s.getAll(ctx, []string{k}, "")
-	if err != nil {
-		return nil, err
-	}
-	v, ok := vals[k]
-	if !ok {
-		return nil, notFound("compaction " + id)
-	}
-	return decodeCompaction(sid, id, v.data)
-}
-
 // Record returns the session's record.
 func (s *Sessions) Record(ctx context.Context, sid string) (session.Record, error) {
 	if err := checkID(sid); err != nil {
 		return session.Record{}, notFound("session " + sid)
 	}
 	return s.record(ctx, sid)
-}
-
-// Message returns the session's message with seq, summarised or not.
-func (s *Sessions) Message(ctx context.Context, sid string, seq int64) (session.Message, error) {
-	rec, err := s.Record(ctx, sid)
-	if err != nil {
-		return session.Message{}, err
-	}
-	if seq < 1 || seq > rec.HeadSeq {
-		return session.Message{}, notFound(fmt.Sprintf("session %s message %d (the session has 1..%d)", sid, seq, rec.HeadSeq))
-	}
-	msgs, err := s.messages(ctx, rec, []int64{seq})
-	if err != nil {
-		return session.Message{}, err
-	}
-	return msgs[0], nil
 }
 
 // History returns every message and every committed compaction of a
@@ -555,38 +475,4 @@ func (s *Sessions) History(ctx context.Context, sid string) ([]session.Message, 
 	}
 	slices.Reverse(comps) // oldest first
 	return msgs, comps, nil
-}
-
-// lookupIDs returns the seqs of the message ids the session (of epoch)
-// holds already, from their index entries; with leader set, an entry a
-// replica lacks is read from the leader.
-func (s *Sessions) lookupIDs(ctx context.Context, sid, epoch string, ids []string, leader bool) (map[string]int64, error) {
-	keys := make([]string, len(ids))
-	byKey := make(map[string]string, len(ids))
-	for i, id := range ids {
-		keys[i] = indexKey(sid, id)
-		byKey[keys[i]] = id
-	}
-	var vals map[string]value
-	var err error
-	if leader {
-		vals, err = s.getAll(ctx, keys, epoch)
-	} else {
-		vals, err = s.getMany(ctx, keys)
-	}
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	for k, v := range vals {
-		if epoch != "" && v.epoch() != epoch {
-			continue
-		}
-		seq, err := strconv.ParseInt(string(bytes.TrimSpace(v.data)), 10, 64)
-		if err != nil || seq < 1 {
-			return nil, fmt.Errorf("session %s: %w: index entry %s is %q", sid, session.ErrCorrupt, k, v.data)
-		}
-		out[byKey[k]] = seq
-	}
-	return out, nil
 }

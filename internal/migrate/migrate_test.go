@@ -25,19 +25,19 @@ func chat(n int) []session.Message {
 	return msgs
 }
 
-// A store written by the first layout (legacystore is that code, as it
-// was at dfd368a): sessions plain, appended to, compacted twice, one with
-// a message over max_payload, one create left half-done. migrate moves
-// every visible session, message for message and compaction for
-// compaction; a run stopped after one session is finished by the next;
-// a third run moves nothing; the old bucket is gone, and the pipeline
-// goes on compacting a migrated session where it stopped.
+// A store written by the first layout's code (legacystore's writer, as
+// it was at dfd368a, before it was dropped: testdata/first-layout.jsonl.gz
+// is its bucket's stream, value for value at its stream sequence, with
+// its headers): six sessions of a chat, appended to, three compacted
+// twice, one with a message over max_payload (in chunks). migrate moves
+// every session, message for message and compaction for compaction; a
+// run stopped after one session is finished by the next; a third run
+// moves nothing; the old bucket is gone, and the pipeline goes on
+// compacting a migrated session where it stopped.
 func TestMigrateTheFirstLayout(t *testing.T) {
 	_, nc, js := natstest.Start(t)
 	ctx := context.Background()
-	if err := legacystore.Provision(ctx, js, 1); err != nil {
-		t.Fatal(err)
-	}
+	loadFirstLayout(t, js, "testdata/first-layout.jsonl.gz")
 	old, err := legacystore.NewSessions(ctx, nc, js)
 	if err != nil {
 		t.Fatal(err)
@@ -49,38 +49,20 @@ func TestMigrateTheFirstLayout(t *testing.T) {
 	}
 	breakers, _ := kvstore.NewBreakers(ctx, nc, js)
 	cfg := pipeline.DefaultConfig()
-	oldSvc, _ := pipeline.New(old, breakers, extractive.New(counter), cfg)
 	want := map[string][]session.Message{}
-	for i := range 6 {
-		sid := fmt.Sprintf("s%d", i)
-		if _, err := old.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: 500}, chat(20+i)); err != nil {
-			t.Fatal(err)
-		}
-		if i%2 == 0 {
-			for round := range 2 {
-				if res, err := oldSvc.Compact(ctx, pipeline.Request{ID: fmt.Sprintf("%s-%d", sid, round), SessionID: sid, Trigger: pipeline.TriggerOverBudget}); err != nil || res.Outcome != pipeline.OutcomeCompacted {
-					t.Fatalf("%s: compact on the old layout: %v %+v", sid, err, res)
-				}
-				if _, err := old.Append(ctx, sid, chat(15)[1:]...); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	big := make([]byte, 1_500_000)
-	for i := range big {
-		big[i] = 'a' + byte(i%26)
-	}
-	if _, err := old.Append(ctx, "s1", session.Message{ID: "huge", Role: session.RoleUser, Content: session.TextContent(string(big))}); err != nil {
-		t.Fatal(err)
-	}
 	for i := range 6 {
 		sid := fmt.Sprintf("s%d", i)
 		msgs, comps, err := old.History(ctx, sid)
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(comps) != map[bool]int{true: 2, false: 0}[i%2 == 0] || len(msgs) < 41+2*i {
+			t.Fatalf("%s reads as %d messages and %d compactions", sid, len(msgs), len(comps))
+		}
 		want[sid] = append(msgs, comps...)
+	}
+	if m := want["s1"][43]; m.ID != "huge" || m.Seq != 44 || len(m.Content.Text) != 1_500_000 {
+		t.Fatalf("s1's large message reads as %s (%d), %d bytes", m.ID, m.Seq, len(m.Content.Text))
 	}
 	store, err := kvstore.NewSessions(ctx, nc, js)
 	if err != nil {
@@ -135,7 +117,7 @@ func TestMigrateTheFirstLayout(t *testing.T) {
 	if after.Compactions != before.Compactions+1 || after.Epoch != before.Epoch {
 		t.Fatalf("compactions %d -> %d", before.Compactions, after.Compactions)
 	}
-	if _, err := store.Message(ctx, "s1", 42); err != nil {
+	if m, err := store.Message(ctx, "s1", 44); err != nil || m.ID != "huge" || m.Content.Text != want["s1"][43].Content.Text {
 		t.Fatalf("the large message: %v", err)
 	}
 	if _, err := old.Record(ctx, "s0"); !errors.Is(err, session.ErrNotFound) && err == nil {
