@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -37,12 +38,16 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	phase := fs.Duration("phase", 30*time.Second, "with --noisy: how long tenant B runs alone, and again beside the flood")
 	flood := fs.Int("flood", 200, "with --noisy: tenant A's compaction requests per second")
 	appendFlood := fs.Int("append-flood", 1000, "with --noisy: tenant A's appends per second")
+	floodSpec := fs.String("tenant-a-flood", "", "(how --noisy runs tenant A's floods, each in a process of its own) send the flood the JSON `SPEC` describes as tenant A until SIGTERM, then print what it counted as JSON")
 	pos, err := parseFlags(fs, args, stdout, "chaos [--runtimes N] [--duration D] [--out FILE]")
 	if err != nil {
 		return err
 	}
 	if err := noArgs(pos); err != nil {
 		return err
+	}
+	if *floodSpec != "" {
+		return runTenantAFlood(ctx, *floodSpec, stdout)
 	}
 	if *runtimes < 1 || *duration < 10*time.Second || *failRate < 0 || *failRate >= 1 || *outage <= 0 || *pause <= 0 || *drain <= 0 || *limit < 500 || *cooldown <= 0 {
 		return fmt.Errorf("%w: --runtimes >= 1, --duration >= 10s, 0 <= --fail-rate < 1, --outage, --pause, --drain and --breaker-cooldown > 0, --context-limit >= 500", errUsage)
@@ -59,11 +64,10 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	if *noisy {
-		file := *out
+		file, quiet := *out, 0 // quiet 0: the default
 		if !flagSet(fs, "out") {
 			file = "docs/NOISY.md"
 		}
-		quiet := 0 // the default
 		if flagSet(fs, "runtimes") {
 			quiet = *runtimes
 		}
@@ -93,6 +97,20 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return fmt.Errorf("%w: goals missed: %s", errFailed, rep.Missed())
 	}
 	return nil
+}
+
+// runTenantAFlood is `compactor chaos --tenant-a-flood SPEC`: one of
+// tenant A's floods for --noisy, in a process of its own.
+func runTenantAFlood(ctx context.Context, specJSON string, stdout io.Writer) error {
+	var spec chaos.FloodSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		return fmt.Errorf("%w: --tenant-a-flood: %v", errUsage, err)
+	}
+	res, err := chaos.RunFlood(ctx, spec)
+	if err != nil {
+		return err
+	}
+	return printJSON(stdout, res)
 }
 
 // flagSet reports whether the flag name was given.

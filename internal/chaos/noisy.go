@@ -207,7 +207,9 @@ func (r NoisyReport) Pass() bool {
 type noisy struct {
 	o   NoisyOptions
 	dir string
-	url func(user, pass string) string
+	// serverURL is the server's client URL, url that URL as a user.
+	serverURL string
+	url       func(user, pass string) string
 
 	mu     sync.Mutex
 	errors []string
@@ -437,12 +439,12 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	n.logf("tenant B alone for %s (%d runtimes)", o.Phase, o.Quiet)
 	alone := n.quiet(ctx, b, o.Phase, "alone")
 	n.logf("tenant B beside tenant A's flood of %d requests/s for %s", o.Flood, o.Phase)
-	beside := n.beside(ctx, b, func(ctx context.Context) { n.flood(ctx, a) }, "beside")
+	beside := n.beside(ctx, b, n.elsewhere(floodRequests, o.Flood, nil), "beside")
 	sent, stored, failed, refused := n.sent.Load(), n.stored.Load(), n.failed.Load(), n.refusedCounts()
 
 	n.logf("tenant B beside tenant A's flood of %d appends/s for %s", o.AppendFlood, o.Phase)
 	af := &appendFlood{refused: map[string]int64{}}
-	besideAppends := n.beside(ctx, b, func(ctx context.Context) { n.appendFlood(ctx, a, af) }, "appends")
+	besideAppends := n.beside(ctx, b, n.elsewhere(floodAppends, o.AppendFlood, af), "appends")
 
 	n.logf("tenant A writing sessions and bytes as fast as its quotas let it, through %d replicas", noisyReplicas)
 	quota, err := n.quotaPhase(ctx, a)
@@ -457,7 +459,7 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 		return nil, err
 	}
 	sent2, stored2, failed2 := n.sent.Load(), n.stored.Load(), n.failed.Load()
-	unprotected := n.beside(ctx, b, func(ctx context.Context) { n.flood(ctx, a) }, openPhase)
+	unprotected := n.beside(ctx, b, n.elsewhere(floodRequests, o.Flood, nil), openPhase)
 
 	rep := &NoisyReport{Quiet: o.Quiet, Flood: o.Flood, Phase: o.Phase, ModelDelay: o.ModelDelay, Limits: noisyLimits,
 		Alone: latencies(alone.compactions), Beside: latencies(beside.compactions), AloneAppends: latencies(alone.appends), BesideAppends: latencies(beside.appends),
@@ -492,9 +494,7 @@ func (n *noisy) setUp(ctx context.Context) (stop func(), reload func(map[string]
 		return stop, nil, err
 	}
 	undo = append(undo, stopServer)
-	n.url = func(user, pass string) string {
-		return strings.Replace(clientURL, "nats://", "nats://"+user+":"+pass+"@", 1)
-	}
+	n.setURL(clientURL)
 	admin, err := nats.Connect(n.url("admin", "admin-secret"))
 	if err != nil {
 		return stop, nil, fmt.Errorf("connect as admin (%s's operator user): %w", o.NATSConf, err)
@@ -535,6 +535,19 @@ func (rep *NoisyReport) ratios() {
 	rep.AppendRatio = ratio(rep.BesideAppends, rep.AloneAppends)
 	rep.AppendFlood.CompactionRatio = ratio(rep.AppendFlood.Compactions, rep.Alone)
 	rep.AppendFlood.AppendRatio = ratio(rep.AppendFlood.Appends, rep.AloneAppends)
+}
+
+// setURL sets the server's client URL.
+func (n *noisy) setURL(serverURL string) {
+	n.serverURL = serverURL
+	n.url = func(user, pass string) string {
+		return strings.Replace(serverURL, "nats://", "nats://"+user+":"+pass+"@", 1)
+	}
+}
+
+// floodSession is what tenant A creates a flooded session with.
+func floodSession(sid string) []client.Message {
+	return append([]client.Message{client.Text("", client.System, "You are a support agent.")}, turns(sid, 0, 40)...)
 }
 
 // beside runs tenant B for a phase while flood runs (started a moment
@@ -782,7 +795,7 @@ func (n *noisy) flood(ctx context.Context, a *client.Client) {
 	const sessions = floodSessions
 	for i := range sessions {
 		sid := fmt.Sprintf("a-%02d", i)
-		msgs := append([]client.Message{client.Text("", client.System, "You are a support agent.")}, turns(sid, 0, 40)...)
+		msgs := floodSession(sid)
 		c, err := a.Create(ctx, sid, client.NewSession{Model: "gpt-4o", ContextLimit: noisyLimit, Messages: msgs})
 		if err != nil && ctx.Err() == nil {
 			n.fail(fmt.Errorf("A %s: create: %w", sid, err))
@@ -840,7 +853,8 @@ func (r NoisyReport) Markdown(command string) string {
 	l := r.Limits
 	fmt.Fprintf(&b, "%s A nats-server in its own process with the repo's `nats.conf` (tenants on their own accounts), %d `compactor serve` replicas, a model answering in %s. "+
 		"Tenant B: %d runtimes, each appending turns (two exchanges an append) past its %d-token limit and requesting a compaction (request event to result event), "+
-		"for %s alone, then for %s while tenant A sends %d compaction requests per second (each after an append) over %d sessions, then for %s while A sends %d appends per second. "+
+		"for %s alone, then for %s while tenant A sends %d compaction requests per second (each after an append) over %d sessions, then for %s while A sends %d appends per second; "+
+		"A's floods come from a process of their own, as another tenant's runtimes do, B's runtimes from the harness's. "+
 		"A's quotas, shared by the replicas: %g requests per second (burst %d), %d concurrent compactions, %g writes per second (burst %d), %d concurrent writes, %d sessions, %d MiB stored.\n\n",
 		verdict, noisyReplicas, r.ModelDelay, r.Quiet, noisyLimit, r.Phase, r.Phase, r.Flood, floodSessions, r.Phase, r.AppendFlood.PerSecond,
 		l.RequestsPerSecond, l.RequestsBurst, l.ConcurrentCompactions, l.WritesPerSecond, l.WritesBurst, l.ConcurrentWrites, l.Sessions, l.BytesStored>>20)
