@@ -278,7 +278,7 @@ type Append struct {
 // the gap is estimated from them (EstimateTokens, and a message's
 // framing each), and the estimate holds; otherwise the session is read
 // (with two replicas, a read for one append in two: a session's whole
-// log read again, and most of the server's time under appends).
+// log read again, about a third of the server's time under appends).
 //
 // Past prepare_at, a session is prepared when its pace says it must be:
 // when the tokens still free before its limit, at the rate the session
@@ -307,7 +307,6 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, a Append) {
 		tokens = EstimateTokens(int(a.SessionBytes-e.bytes)) + messageFraming*int(firstSeq-1-e.head)
 		firstSeq = e.head + 1
 	}
-
 	if e != nil && e.head > 0 && head <= e.head && (e.limit == 0 || p.opt.Now().Sub(e.read) < p.opt.Recheck) {
 		// Counted already: a read that ended after this append (its
 		// reply and this call come after the write), or a read is
