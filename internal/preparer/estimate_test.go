@@ -12,6 +12,21 @@ import (
 	"github.com/compactor/compactor/internal/tokens"
 )
 
+// memService is a pipeline over an in-memory store, for the preparer to
+// schedule on.
+func memService(t *testing.T) *pipeline.Service {
+	t.Helper()
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := pipeline.New(memstore.New(), memstore.NewBreakers(), extractive.New(counter), pipeline.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
 // A read that a runtime's appends overtake (the runtime appends while the
 // preparer reads its session, as one appending hundreds of times a second
 // does) leaves the estimate at the head it had reached, the appends after
@@ -23,14 +38,7 @@ import (
 // again, a read every few appends (make scale through the endpoint: 0.05x
 // raw KV puts at 8 runtimes).
 func TestAReadOvertakenByAppendsKeepsThem(t *testing.T) {
-	counter, err := tokens.ForEncoding("o200k_base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := pipeline.New(memstore.New(), memstore.NewBreakers(), extractive.New(counter), pipeline.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := memService(t)
 	clock := time.Date(2026, 12, 6, 1, 0, 0, 0, time.UTC)
 	p := New(svc, Options{Now: func() time.Time { return clock }})
 	ctx := context.Background()
@@ -112,14 +120,7 @@ func TestAReadOvertakenByAppendsKeepsThem(t *testing.T) {
 // session is read, as before. The gap used to be read every time: with
 // two replicas, a read of the whole session for one append in two.
 func TestAppendsThroughAnotherReplicaAreNotRead(t *testing.T) {
-	counter, err := tokens.ForEncoding("o200k_base")
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, err := pipeline.New(memstore.New(), memstore.NewBreakers(), extractive.New(counter), pipeline.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	svc := memService(t)
 	clock := time.Date(2026, 12, 7, 1, 0, 0, 0, time.UTC)
 	p := New(svc, Options{Now: func() time.Time { return clock }, Unpaced: true})
 	ctx := context.Background()
