@@ -469,7 +469,12 @@ func (pp *preparations) planGrown(p *plan, d Decision, stored session.PreparedCo
 		standsAtLimit = p2.beforeTokens+atLimit <= pp.fitLimit(p.limit)
 	}
 	r, err = pp.planAt(p, d)
-	if err == nil && r != nil && r.step == StepSummarise && overshoot > 0 && pp.notWorthIt(p, r, d) != "" {
+	// An overshoot no cut makes room for (the pinned head and the biggest
+	// append fill the window) is planned for at the limit alone, as one
+	// not worth its tokens is: the settings allow a compaction, the
+	// append does not.
+	tooBig := errors.Is(err, ErrConfiguration) || err == nil && r != nil && r.step == StepSummarise && pp.notWorthIt(p, r, d) != ""
+	if overshoot > 0 && tooBig {
 		if standsAtLimit {
 			return nil, true, nil
 		}

@@ -632,3 +632,21 @@ func TestPreparationFitsTheOvershoot(t *testing.T) {
 		t.Fatalf("planned for an overshoot of %d, the preparation leaves %d tokens, no fewer than the %d it leaves at the limit", overshoot, p.TokensAfter, p0.TokensAfter)
 	}
 }
+
+// An overshoot no cut leaves room for (the session's biggest append, a
+// tool output of most of the window, on top of its pinned head) does not
+// stop the preparation: it is planned at the limit alone, as the request
+// will need it when no such append comes. It was refused as if the
+// settings allowed no compaction (configuration_error), and the agent
+// sessions of the big-observations replay (every sixth tool output 30 %
+// of the window) got none.
+func TestPreparationAtTheLimitWhenTheOvershootLeavesNoRoom(t *testing.T) {
+	const limit = 6000
+	e, _ := newRecorderEnv(t, prepCfg())
+	e.importSession(t, "s", limit, chat(1))
+	e.grow(t, "s", 1, limit, 0.72)
+	p, err := e.svc.Prepare(context.Background(), pipeline.PrepareRequest{SessionID: "s", Trigger: pipeline.PrepareAppend, Overshoot: limit})
+	if err != nil || p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("preparation with an overshoot of the whole window: %+v %v", p, err)
+	}
+}
