@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/api"
 	"github.com/compactor/compactor/internal/consumer"
@@ -68,6 +70,20 @@ func startServeAt(t *testing.T, url string, args ...string) *served {
 		}
 		if _, err := nc.Request("$SRV.PING."+contract.ServiceName, nil, 200*time.Millisecond); err != nil {
 			return fmt.Errorf("serve does not answer pings: %w\n%s", err, s.logs.String())
+		}
+		return nil
+	})
+	// A ping is answered once the service is added, its endpoints a
+	// moment later: wait for a session endpoint too (any answer but none).
+	c, err := client.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if _, err := c.Context(ctx, "startup-probe"); errors.Is(err, client.ErrNoService) {
+			return fmt.Errorf("serve's session endpoints do not answer: %w\n%s", err, s.logs.String())
 		}
 		return nil
 	})
