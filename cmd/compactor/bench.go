@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/compactor/compactor/internal/bench"
 	"github.com/compactor/compactor/internal/embedded"
+	"github.com/compactor/compactor/internal/harness/bench"
 	"github.com/compactor/compactor/internal/transcript"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/compactor/compactor/internal/chaos"
+	"github.com/compactor/compactor/internal/harness/chaos"
 	"github.com/compactor/compactor/internal/pipeline"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/internal/chaos"
+	"github.com/compactor/compactor/internal/harness/chaos"
 )
 
 // TestChaosShort is make chaos's regression test: a short run of the same

@@ -222,7 +222,7 @@ func TestErrorsThatDoNotHang(t *testing.T) {
 }
 
 // The README quotes no measured figure by hand (issue 23, item 7: it said
-// "44 s" for eval --service against "3 s in process" and a tokens_after
+// "44 s" for eval replay --service against "3 s in process" and a tokens_after
 // long outdated): its Measured section names the commands and the files
 // they write, and its example outputs elide what the code computes.
 func TestReadmeQuotesNoFigures(t *testing.T) {

@@ -86,36 +86,66 @@ func TestDocumentLinksResolve(t *testing.T) {
 	}
 }
 
-// Issue 44: the service's packages use OpenTelemetry's API; its SDK and
-// the OTLP exporters (with gRPC) are internal/telemetry/otlp's, which only
-// this command imports.
-func TestOnlyServeCarriesTheTelemetrySDK(t *testing.T) {
+// moduleImports is what each of the module's packages imports (tests
+// aside), by go list.
+func moduleImports(t *testing.T) map[string][]string {
+	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, "./...")
 	cmd.Dir = "../.."
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v: %s", err, out)
 	}
-	const module = "github.com/compactor/compactor"
-	checked := 0
+	imports := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
-		if len(f) == 0 || !strings.HasPrefix(f[0], module) {
-			continue
+		if len(f) > 0 && strings.HasPrefix(f[0], module) {
+			imports[f[0]] = f[1:]
 		}
-		checked++
-		for _, imp := range f[1:] {
+	}
+	if len(imports) < 30 {
+		t.Fatalf("go list named only %d of the module's packages", len(imports))
+	}
+	return imports
+}
+
+const module = "github.com/compactor/compactor"
+
+// Issue 44: the service's packages use OpenTelemetry's API; its SDK and
+// the OTLP exporters (with gRPC) are internal/telemetry/otlp's, which only
+// this command imports.
+func TestOnlyServeCarriesTheTelemetrySDK(t *testing.T) {
+	for pkg, imps := range moduleImports(t) {
+		for _, imp := range imps {
 			sdk := strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(imp, "go.opentelemetry.io/otel/exporters")
-			if sdk && f[0] != module+"/internal/telemetry/otlp" {
-				t.Errorf("%s imports %s: only internal/telemetry/otlp carries the SDK", f[0], imp)
+			if sdk && pkg != module+"/internal/telemetry/otlp" {
+				t.Errorf("%s imports %s: only internal/telemetry/otlp carries the SDK", pkg, imp)
 			}
-			if imp == module+"/internal/telemetry/otlp" && f[0] != module+"/cmd/compactor" {
-				t.Errorf("%s imports internal/telemetry/otlp: only the command sets the SDK up", f[0])
+			if imp == module+"/internal/telemetry/otlp" && pkg != module+"/cmd/compactor" {
+				t.Errorf("%s imports internal/telemetry/otlp: only the command sets the SDK up", pkg)
 			}
 		}
 	}
-	if checked < 30 {
-		t.Fatalf("go list named only %d of the module's packages", checked)
+}
+
+// Issue 44: the harnesses that measure (eval, bench, chaos) live under
+// internal/harness, and nothing the service runs imports them: only the
+// command (its eval, bench and chaos commands) and the harnesses
+// themselves do.
+func TestTheHarnessesHaveOneHome(t *testing.T) {
+	const harness = module + "/internal/harness/"
+	imports := moduleImports(t)
+	for pkg, imps := range imports {
+		for _, imp := range imps {
+			if strings.HasPrefix(imp, harness) && pkg != module+"/cmd/compactor" && !strings.HasPrefix(pkg, harness) {
+				t.Errorf("%s imports %s: only the command and the harnesses import a harness", pkg, imp)
+			}
+		}
+	}
+	for _, h := range []string{"eval", "bench", "chaos"} {
+		if _, ok := imports[harness+h]; !ok {
+			t.Errorf("no package %s%s", harness, h)
+		}
 	}
 }
 

@@ -8,13 +8,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/compactor/compactor/internal/bench"
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/bench"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/tokens"
@@ -43,49 +44,171 @@ type evalSummary struct {
 	headKept       int
 }
 
+// evalVerbs are eval's subcommands; each takes only its own flags.
+func evalVerbs() map[string]func(context.Context, []string, io.Writer, io.Writer) error {
+	return map[string]func(context.Context, []string, io.Writer, io.Writer) error{
+		"replay":           evalReplay,
+		"probes":           evalProbesVerb,
+		"compare-ladder":   evalCompareLadder,
+		"compare-prepared": evalComparePrepared,
+		"drift":            evalDrift,
+		"recall":           evalRecall,
+	}
+}
+
+const evalUsage = `  compactor eval replay [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]
+  compactor eval probes [--data DIR] [--long] [--limits 2000,4000] [--prepared] [--provider P --base-url URL --summary-model M]
+  compactor eval compare-ladder [--data DIR] [--limits 2000,4000]
+  compactor eval compare-prepared [--data DIR] [--long] --limits N [--pace 0.25] [--shape NAME] [--model-delay 2s] [--trace FILE] [--together]
+  compactor eval drift [--limits 3000,4000] [--cases 6] [--seed 1] [--provider P]
+  compactor eval recall [--data DIR] [--limits 4000] [--out docs/RECALL.md] [--quick]`
+
+// evalModeFlags are the first layout's mode flags (eval --probes ...),
+// each now a verb: they are still taken, with a note on stderr.
+var evalModeFlags = []string{"probes", "compare-ladder", "compare-prepared", "drift", "recall"}
+
+// runEval dispatches "eval VERB ...". Flags with no verb are the replay's
+// (eval --data DIR is eval replay --data DIR); a first-layout mode flag
+// (eval drift) runs its verb.
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, err := parseEvalFlags(args, stdout, stderr)
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stdout, "Usage:\n%s\nRun 'compactor eval VERB --help' for a verb's flags.\n", evalUsage)
+		if len(args) == 0 {
+			return fmt.Errorf("%w: eval needs a verb", errUsage)
+		}
+		return errHelp
+	}
+	verb, rest := args[0], args[1:]
+	if strings.HasPrefix(verb, "-") {
+		verb, rest = "replay", args
+		if mode, others, ok := evalModeFlag(args); ok {
+			fmt.Fprintf(stderr, "compactor eval: --%s is now a verb: compactor eval %s\n", mode, mode)
+			verb, rest = mode, others
+		}
+	}
+	run, ok := evalVerbs()[verb]
+	if !ok {
+		return fmt.Errorf("%w: unknown eval verb %q", errUsage, verb)
+	}
+	return run(ctx, rest, stdout, stderr)
+}
+
+// evalModeFlag finds a first-layout mode flag in args (--drift, -drift,
+// --drift=true) and returns its verb and the other arguments.
+func evalModeFlag(args []string) (string, []string, bool) {
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if name == a {
+			continue
+		}
+		name, value, _ := strings.Cut(name, "=")
+		if value == "false" || !slices.Contains(evalModeFlags, name) { // --drift=false is no mode: the replay refuses it
+			continue
+		}
+		return name, append(slices.Clone(args[:i]), args[i+1:]...), true
+	}
+	return "", nil, false
+}
+
+// evalFlags are eval's flags; each verb registers those it takes.
+type evalFlags struct {
+	data, limits, mode, trace, speakers, provider, baseURL, summaryModel string
+	shape                                                                string
+	maxSummary, maxMessages                                              int
+	perFile, progress, together, probesPrepared, long, service, quick    bool
+	cases, queries                                                       int
+	out                                                                  string
+	seed                                                                 uint64
+	modelDelay                                                           time.Duration
+	prepareAt, pace                                                      float64
+	fs                                                                   *flag.FlagSet
+}
+
+// newEvalFlags starts verb's flags: --limits (default limits) and
+// --progress, which every verb takes.
+func newEvalFlags(verb, limits string, stderr io.Writer) *evalFlags {
+	f := &evalFlags{fs: flag.NewFlagSet("eval "+verb, flag.ContinueOnError)}
+	f.fs.StringVar(&f.limits, "limits", limits, "comma-separated context `LIMITS` to replay at")
+	f.fs.BoolVar(&f.progress, "progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
+	return f
+}
+
+// dataFlags: the data set (--data, --long, --speakers).
+func (f *evalFlags) dataFlags() {
+	f.fs.StringVar(&f.data, "data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
+	f.fs.BoolVar(&f.long, "long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
+	f.fs.StringVar(&f.speakers, "speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
+}
+
+// summaryFlags: the compaction message's budget and, with messages, the
+// message trigger.
+func (f *evalFlags) summaryFlags(messages bool) {
+	f.fs.IntVar(&f.maxSummary, "max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "the compaction message's budget in tokens (preamble, ledger and summary)")
+	if messages {
+		f.fs.IntVar(&f.maxMessages, "max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit; with --long, 0 unless set: an agent at a real window compacts at its limit)")
+	}
+}
+
+// modelFlags: the summary model (the offline summariser unless
+// --provider).
+func (f *evalFlags) modelFlags() {
+	f.fs.StringVar(&f.provider, "provider", "extractive", "the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
+	f.fs.StringVar(&f.baseURL, "base-url", "", "the provider's endpoint `URL`")
+	f.fs.StringVar(&f.summaryModel, "summary-model", "", "the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
+}
+
+// perFileFlag: --per-file.
+func (f *evalFlags) perFileFlag() {
+	f.fs.BoolVar(&f.perFile, "per-file", false, "print a report line per conversation too")
+}
+
+// parse parses args against the verb's flags (synopsis for --help).
+func (f *evalFlags) parse(args []string, stdout io.Writer, synopsis string) error {
+	pos, err := parseFlags(f.fs, args, stdout, synopsis)
 	if err != nil {
+		return err
+	}
+	if err := noArgs(pos); err != nil {
+		return err
+	}
+	if f.long && f.fs.Lookup("max-messages") != nil && !flagSet(f.fs, "max-messages") {
+		f.maxMessages = 0
+	}
+	return nil
+}
+
+// progressTo is where progress goes: stderr with --progress, else nowhere.
+func (f *evalFlags) progressTo(stderr io.Writer) io.Writer {
+	if f.progress {
+		return stderr
+	}
+	return nil
+}
+
+// evalReplay is eval replay: every conversation at each limit, incremental
+// and from scratch, in process or through the service.
+func evalReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newEvalFlags("replay", "2000,4000", stderr)
+	f.dataFlags()
+	f.summaryFlags(true)
+	f.perFileFlag()
+	f.fs.StringVar(&f.mode, "mode", "both", "`MODE`: incremental, scratch or both")
+	f.fs.BoolVar(&f.service, "service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
+	if err := f.parse(args, stdout, "eval replay [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]"); err != nil {
 		return err
 	}
 	lims, modes, err := f.limitsAndModes()
 	if err != nil {
 		return err
 	}
-	counter, err := tokens.ForEncoding("o200k_base")
+	counter, convs, err := f.load()
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(stdout)
-	var pw io.Writer
-	if f.progress {
-		pw = stderr
-	}
-	if f.drift {
-		return f.runDrift(ctx, enc, counter, lims, pw)
-	}
-	if f.recall {
-		return f.runRecall(ctx, enc, lims, pw)
-	}
-	convs, err := f.conversations()
-	if err != nil {
-		return err
-	}
-	sum := extractive.New(counter)
-	switch {
-	case f.probes:
-		return f.runProbes(ctx, enc, convs, counter, sum, lims, pw)
-	case f.comparePrepared:
-		return f.runComparePrepared(ctx, enc, convs, lims, pw)
-	case f.compare:
-		cfg := pipeline.DefaultConfig()
-		cfg.MaxSummaryTokens, cfg.MaxMessages = f.maxSummary, f.maxMessages
-		rows, err := eval.CompareLadderSets(ctx, convs, counter, sum, cfg, lims, pw)
-		if err != nil {
-			return err
-		}
-		return encodeAll(enc, rows)
-	}
+	sum, enc := extractive.New(counter), json.NewEncoder(stdout)
 	for _, limit := range lims {
 		for _, incremental := range modes {
 			if err := f.replayAll(ctx, enc, convs, counter, sum, limit, incremental, stderr); err != nil {
@@ -96,81 +219,153 @@ func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	return nil
 }
 
-// evalFlags are eval's flags.
-type evalFlags struct {
-	data, limits, mode, trace, speakers, provider, baseURL, summaryModel  string
-	shape                                                                 string
-	maxSummary, maxMessages                                               int
-	perFile, compare, progress, comparePrepared, together, probesPrepared bool
-	probes, long, service, drift, recall, quick                           bool
-	cases, queries                                                        int
-	out                                                                   string
-	seed                                                                  uint64
-	modelDelay                                                            time.Duration
-	prepareAt, pace                                                       float64
-}
-
-func parseEvalFlags(args []string, stdout, stderr io.Writer) (*evalFlags, error) {
-	f := &evalFlags{}
-	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.StringVar(&f.data, "data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
-	fs.StringVar(&f.limits, "limits", "2000,4000", "comma-separated context `LIMITS` to replay at")
-	fs.StringVar(&f.mode, "mode", "both", "`MODE`: incremental, scratch or both")
-	fs.IntVar(&f.maxSummary, "max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "the compaction message's budget in tokens (preamble, ledger and summary)")
-	fs.BoolVar(&f.perFile, "per-file", false, "print a report line per conversation too")
-	fs.IntVar(&f.maxMessages, "max-messages", pipeline.DefaultConfig().MaxMessages, "compact when the context has more messages (0: only the token limit; with --long, 0 unless set: an agent at a real window compacts at its limit)")
-	fs.BoolVar(&f.compare, "compare-ladder", false, "compare the reduction ladder (clear tool results, then summarise) with summary only, in one run: the agent trajectories and LoCoMo, a line per set and limit")
-	fs.BoolVar(&f.progress, "progress", isTerminal(stderr), "show progress on stderr (default: when stderr is a terminal)")
-	fs.BoolVar(&f.comparePrepared, "compare-prepared", false, "compare blocking and prepared compactions through the service, in one run: every conversation at once, paced, with an OpenAI-compatible stand-in model whose every call takes --model-delay (one line per mode, then the comparison); --limits takes one limit")
-	fs.DurationVar(&f.modelDelay, "model-delay", 2*time.Second, "with --compare-prepared: how long every summary call takes")
-	fs.Float64Var(&f.prepareAt, "prepare-at", pipeline.DefaultConfig().PrepareAt, "with --compare-prepared: the prepared mode's prepare_at")
-	fs.StringVar(&f.trace, "trace", "", "with --compare-prepared: write a JSON line per request to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
-	fs.Float64Var(&f.pace, "pace", 0.25, "with --compare-prepared: the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
-	fs.StringVar(&f.shape, "shape", "", "with --compare-prepared: vary the conversations and their pace: recorded, big-observations (every sixth tool output grown to 30% of the window), bursts (12 messages at a tenth of their pace after each long idle) or slow (steps five times slower)")
-	fs.BoolVar(&f.together, "together", false, "with --compare-prepared: run the two modes at the same time (half the time; they share the CPU)")
-	fs.StringVar(&f.speakers, "speakers", "name", "how LoCoMo's chats are stored: `FORM` name (the speaker in each message's name), prefix (\"Speaker: text\" in the content, no name) or anonymous (neither)")
-	fs.BoolVar(&f.probesPrepared, "prepared", false, "with --probes: the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
-	fs.BoolVar(&f.probes, "probes", false, "check probes after every compaction of the replay (files touched, errors, commands, decisions, the user's instructions, plan items and their status, LoCoMo answers) and report them per category and source; LoCoMo beside its truncation baselines, per conversation")
-	fs.StringVar(&f.provider, "provider", "extractive", "with --probes: the summary `PROVIDER` (extractive, openai or anthropic; keys from OPENAI_API_KEY / ANTHROPIC_API_KEY)")
-	fs.StringVar(&f.baseURL, "base-url", "", "with --probes: the provider's endpoint `URL`")
-	fs.StringVar(&f.summaryModel, "summary-model", "", "with --probes: the summary `MODEL` (default: gpt-4o, the replayed sessions' model)")
-	fs.BoolVar(&f.drift, "drift", false, "run the drift suite: made agent sessions with a locked decision, a forbidden action, an instruction a later one supersedes, a tracked plan finished item by item and a focus text, compacted incrementally many times (--limits default "+driftLimits+"); scores presence after every compaction and contradictions; exit 1 when a goal is missed")
-	fs.IntVar(&f.cases, "cases", 6, "with --drift: how many sessions to make")
-	fs.Uint64Var(&f.seed, "seed", 1, "with --drift: the seed the sessions are made from")
-	fs.BoolVar(&f.recall, "recall", false, "measure recall: replay every conversation (LoCoMo and the agent runs at --limits' first, default 4000; the long runs at 32000) and search, with no model, for what the final context summarised (LoCoMo evidence by its question, found at k = 1, 5, 10; agent files, commands and errors at 5), then time searches through compactor.session.search on sessions of 1,000 and 10,000 messages; exit 1 when a goal of issue 46 is missed")
-	fs.StringVar(&f.out, "out", "", "with --recall: also write the run as Markdown to `FILE` (docs/RECALL.md)")
-	fs.IntVar(&f.queries, "queries", 200, "with --recall: searches timed at each session length")
-	fs.BoolVar(&f.quick, "quick", false, "with --recall: shorter latency runs (500 and 2,000 messages, 40 searches)")
-	fs.BoolVar(&f.long, "long", false, "replay the long agent runs instead (DIR/agent_trajectories/long: mini-swe-agent and OpenHands, 75k-290k tokens each)")
-	fs.BoolVar(&f.service, "service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
-	pos, err := parseFlags(fs, args, stdout, "eval [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
+// evalProbesVerb is eval probes: probes checked after every compaction
+// of the replay, per category and source.
+func evalProbesVerb(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newEvalFlags("probes", "2000,4000", stderr)
+	f.dataFlags()
+	f.summaryFlags(true)
+	f.modelFlags()
+	f.perFileFlag()
+	f.fs.BoolVar(&f.probesPrepared, "prepared", false, "the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
+	if err := f.parse(args, stdout, "eval probes [--data DIR] [--long] [--limits 2000,4000] [--prepared] [--provider P --base-url URL --summary-model M] [--per-file]"); err != nil {
+		return err
+	}
+	lims, err := f.limitList()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if err := noArgs(pos); err != nil {
-		return nil, err
+	counter, convs, err := f.load()
+	if err != nil {
+		return err
 	}
-	if f.drift && !flagSet(fs, "limits") {
-		f.limits = driftLimits
-	}
-	if f.recall && !flagSet(fs, "limits") {
-		f.limits = "4000"
-	}
-	if f.long && !flagSet(fs, "max-messages") {
-		f.maxMessages = 0
-	}
-	return f, nil
+	return f.runProbes(ctx, json.NewEncoder(stdout), convs, counter, extractive.New(counter), lims, f.progressTo(stderr))
 }
 
-// limitsAndModes reads --limits and --mode.
-func (f *evalFlags) limitsAndModes() ([]int, []bool, error) {
+// evalCompareLadder is eval compare-ladder: the reduction ladder (clear
+// tool results, then summarise) against summary only, a line per set and
+// limit.
+func evalCompareLadder(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newEvalFlags("compare-ladder", "2000,4000", stderr)
+	f.dataFlags()
+	f.summaryFlags(true)
+	if err := f.parse(args, stdout, "eval compare-ladder [--data DIR] [--long] [--limits 2000,4000]"); err != nil {
+		return err
+	}
+	lims, err := f.limitList()
+	if err != nil {
+		return err
+	}
+	counter, convs, err := f.load()
+	if err != nil {
+		return err
+	}
+	cfg := pipeline.DefaultConfig()
+	cfg.MaxSummaryTokens, cfg.MaxMessages = f.maxSummary, f.maxMessages
+	rows, err := eval.CompareLadderSets(ctx, convs, counter, extractive.New(counter), cfg, lims, f.progressTo(stderr))
+	if err != nil {
+		return err
+	}
+	return encodeAll(json.NewEncoder(stdout), rows)
+}
+
+// evalComparePrepared is eval compare-prepared: blocking against prepared
+// compactions through the service, every conversation at once, paced.
+func evalComparePrepared(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newEvalFlags("compare-prepared", "4000", stderr)
+	f.dataFlags()
+	f.summaryFlags(false)
+	f.fs.DurationVar(&f.modelDelay, "model-delay", 2*time.Second, "how long every summary call of the OpenAI-compatible stand-in model takes")
+	f.fs.Float64Var(&f.prepareAt, "prepare-at", pipeline.DefaultConfig().PrepareAt, "the prepared mode's prepare_at")
+	f.fs.StringVar(&f.trace, "trace", "", "write a JSON line per request and per preparation to `FILE` (mode, session, message, strategy, tokens before and after, summary input): why one mode spent more than the other")
+	f.fs.Float64Var(&f.pace, "pace", 0.25, "the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
+	f.fs.StringVar(&f.shape, "shape", "", "vary the conversations and their pace: recorded, big-observations (every sixth tool output grown to 30% of the window), bursts (12 messages at a tenth of their pace after each long idle) or slow (steps five times slower)")
+	f.fs.BoolVar(&f.together, "together", false, "run the two modes at the same time (half the time; they share the CPU)")
+	if err := f.parse(args, stdout, "eval compare-prepared [--data DIR] [--long] --limits N [--pace 0.25] [--shape NAME] [--model-delay 2s] [--trace FILE] [--together]"); err != nil {
+		return err
+	}
+	lims, err := f.limitList()
+	if err != nil {
+		return err
+	}
+	if len(lims) != 1 {
+		return fmt.Errorf("%w: compare-prepared takes one limit (--limits 4000)", errUsage)
+	}
+	_, convs, err := f.load()
+	if err != nil {
+		return err
+	}
+	return f.runComparePrepared(ctx, json.NewEncoder(stdout), convs, lims, f.progressTo(stderr))
+}
+
+// evalDrift is eval drift: the drift suite.
+func evalDrift(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newEvalFlags("drift", driftLimits, stderr)
+	f.fs.IntVar(&f.maxSummary, "max-summary-tokens", pipeline.DefaultConfig().MaxSummaryTokens, "the compaction message's budget in tokens (preamble, ledger and summary)")
+	f.modelFlags()
+	f.perFileFlag()
+	f.fs.IntVar(&f.cases, "cases", 6, "how many sessions to make")
+	f.fs.Uint64Var(&f.seed, "seed", 1, "the seed the sessions are made from")
+	if err := f.parse(args, stdout, "eval drift [--limits "+driftLimits+"] [--cases 6] [--seed 1] [--provider P --base-url URL --summary-model M] [--per-file]"); err != nil {
+		return err
+	}
+	lims, err := f.limitList()
+	if err != nil {
+		return err
+	}
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return err
+	}
+	return f.runDrift(ctx, json.NewEncoder(stdout), counter, lims, f.progressTo(stderr))
+}
+
+// evalRecall is eval recall: what a search finds of what compaction
+// summarised, and search latency through the endpoint.
+func evalRecall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newEvalFlags("recall", "4000", stderr)
+	f.fs.StringVar(&f.data, "data", "../shared/data", "data `DIR` laid out as shared/data (locomo/, agent_trajectories/)")
+	f.fs.StringVar(&f.out, "out", "", "also write the run as Markdown to `FILE` (docs/RECALL.md)")
+	f.fs.IntVar(&f.queries, "queries", 200, "searches timed at each session length")
+	f.fs.BoolVar(&f.quick, "quick", false, "shorter latency runs (500 and 2,000 messages, 40 searches)")
+	if err := f.parse(args, stdout, "eval recall [--data DIR] [--limits 4000] [--out FILE] [--queries 200] [--quick]"); err != nil {
+		return err
+	}
+	lims, err := f.limitList()
+	if err != nil {
+		return err
+	}
+	return f.runRecall(ctx, json.NewEncoder(stdout), lims, f.progressTo(stderr))
+}
+
+// load reads the conversations and the counter they are counted with.
+func (f *evalFlags) load() (*tokens.Counter, []transcript.Conversation, error) {
+	counter, err := tokens.ForEncoding("o200k_base")
+	if err != nil {
+		return nil, nil, err
+	}
+	convs, err := f.conversations()
+	return counter, convs, err
+}
+
+// limitList reads --limits.
+func (f *evalFlags) limitList() ([]int, error) {
 	var lims []int
 	for _, s := range strings.Split(f.limits, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
-			return nil, nil, fmt.Errorf("%w: --limits: %q is not a positive number", errUsage, s)
+			return nil, fmt.Errorf("%w: --limits: %q is not a positive number", errUsage, s)
 		}
 		lims = append(lims, n)
+	}
+	return lims, nil
+}
+
+// limitsAndModes reads --limits and --mode.
+func (f *evalFlags) limitsAndModes() ([]int, []bool, error) {
+	lims, err := f.limitList()
+	if err != nil {
+		return nil, nil, err
 	}
 	modes := map[string][]bool{"incremental": {true}, "scratch": {false}, "both": {true, false}}[f.mode]
 	if modes == nil {
@@ -201,7 +396,7 @@ func (f *evalFlags) conversations() ([]transcript.Conversation, error) {
 	return convs, nil
 }
 
-// runProbes is eval --probes.
+// runProbes is eval probes.
 func (f *evalFlags) runProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, counter *tokens.Counter,
 	sum *extractive.Summarizer, lims []int, pw io.Writer) error {
 	cfg := pipeline.DefaultConfig()
@@ -220,11 +415,8 @@ func (f *evalFlags) runProbes(ctx context.Context, enc *json.Encoder, convs []tr
 	return evalProbes(ctx, enc, convs, counter, ps, cfg, lims, f.perFile, f.probesPrepared, pw)
 }
 
-// runComparePrepared is eval --compare-prepared.
+// runComparePrepared is eval compare-prepared.
 func (f *evalFlags) runComparePrepared(ctx context.Context, enc *json.Encoder, convs []transcript.Conversation, lims []int, pw io.Writer) error {
-	if len(lims) != 1 {
-		return fmt.Errorf("%w: --compare-prepared takes one limit (--limits 4000)", errUsage)
-	}
 	if f.modelDelay <= 0 || f.pace <= 0 {
 		return fmt.Errorf("%w: --model-delay and --pace must be positive", errUsage)
 	}
@@ -364,7 +556,7 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-// probeLine is a line of `compactor eval --probes`: the probes of one
+// probeLine is a line of `compactor eval probes`: the probes of one
 // source (or of all) at one limit, each category's kept share.
 type probeLine struct {
 	eval.ProbeReport
@@ -406,7 +598,7 @@ func evalProbes(ctx context.Context, enc *json.Encoder, convs []transcript.Conve
 				return err
 			}
 			if progress != nil {
-				fmt.Fprintf(progress, "\r\033[Keval --probes: limit %d: %d/%d %s", limit, i+1, len(convs), c.Name)
+				fmt.Fprintf(progress, "\r\033[Keval probes: limit %d: %d/%d %s", limit, i+1, len(convs), c.Name)
 			}
 			newLoop := eval.NewMemoryLoop
 			if prepared {

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/tokens"
 )
 
-// driftLine is eval --drift's line for a limit (or all of them): the
+// driftLine is eval drift's line for a limit (or all of them): the
 // suite's scores, its contradictions and whether its goals are met.
 type driftLine struct {
 	eval.DriftReport
@@ -33,7 +33,7 @@ func newDriftLine(r eval.DriftReport) driftLine {
 // small enough that every session is summarised many times over.
 const driftLimits = "3000,4000"
 
-// runDrift is eval --drift: the drift suite's sessions at each limit, with
+// runDrift is eval drift: the drift suite's sessions at each limit, with
 // the offline summariser or --provider's model; a line per case with
 // --per-file, a line per limit and one for all. Missing a goal is a
 // failure (exit 1).

@@ -7,10 +7,10 @@ import (
 	"io"
 	"strings"
 
-	"github.com/compactor/compactor/internal/bench"
+	"github.com/compactor/compactor/internal/harness/bench"
 )
 
-// runRecall is eval --recall: what a search finds of what the replays'
+// runRecall is eval recall: what a search finds of what the replays'
 // final contexts summarised, and search latency through the endpoint;
 // the run as JSON, and as Markdown in --out. Exit 1 when a goal of issue
 // 46 is missed.

@@ -152,7 +152,7 @@ func TestEval(t *testing.T) {
 	tau := filepath.Join(dir, "agent_trajectories", "tau-bench")
 	os.MkdirAll(tau, 0o755)
 	os.WriteFile(filepath.Join(tau, "runs.json"), []byte(`[{"task_id":2,"trial":1,"traj":`+string(fx.Messages)+`}]`), 0o644)
-	code, out, stderr := runCLI(t, "eval", "--data", dir, "--limits", "6000", "--per-file")
+	code, out, stderr := runCLI(t, "eval", "replay", "--data", dir, "--limits", "6000", "--per-file")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -176,7 +176,7 @@ func TestEval(t *testing.T) {
 		max  string
 		some bool
 	}{{"0", false}, {"10", true}} {
-		code, out, stderr := runCLI(t, "eval", "--data", dir, "--limits", "1000000", "--mode", "scratch", "--max-messages", c.max)
+		code, out, stderr := runCLI(t, "eval", "replay", "--data", dir, "--limits", "1000000", "--mode", "scratch", "--max-messages", c.max)
 		var got struct {
 			Compactions int `json:"compactions"`
 		}
@@ -189,36 +189,63 @@ func TestEval(t *testing.T) {
 	if strings.Contains(stderr, "eval: limit") {
 		t.Fatalf("progress on a non-terminal: %q", stderr)
 	}
-	code, out2, stderr := runCLI(t, "eval", "--data", dir, "--limits", "6000", "--mode", "scratch", "--progress")
+	code, out2, stderr := runCLI(t, "eval", "replay", "--data", dir, "--limits", "6000", "--mode", "scratch", "--progress")
 	if code != 0 || !strings.Contains(stderr, "eval: limit 6000, from scratch: 1/1") || strings.Contains(out2, "eval:") {
 		t.Fatalf("--progress: exit %d, stderr %q", code, stderr)
 	}
-	if code, _, stderr := runCLI(t, "eval", "--data", dir, "--limits", "x"); code != 2 || !strings.Contains(stderr, "limits") {
+	if code, _, stderr := runCLI(t, "eval", "replay", "--data", dir, "--limits", "x"); code != 2 || !strings.Contains(stderr, "limits") {
 		t.Fatalf("bad limits: exit %d %s", code, stderr)
 	}
-	if code, _, _ := runCLI(t, "eval", "--data", t.TempDir()); code != 1 {
+	if code, _, _ := runCLI(t, "eval", "replay", "--data", t.TempDir()); code != 1 {
 		t.Fatalf("empty data dir: exit %d", code)
 	}
 }
 
-// eval --drift: a line per limit and one for all, the goals met; a limit
+// eval drift: a line per limit and one for all, the goals met; a limit
 // too large to compact three times misses them (exit 1), saying so.
 func TestEvalDrift(t *testing.T) {
-	code, out, stderr := runCLI(t, "eval", "--drift", "--cases", "2", "--limits", "3000", "--per-file")
+	code, out, stderr := runCLI(t, "eval", "drift", "--cases", "2", "--limits", "3000", "--per-file")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 4 || !strings.Contains(lines[3], `"goals_met":true`) || !strings.Contains(lines[3], `"cases":2`) {
 		t.Fatalf("exit %d: %s\n%s", code, out, stderr)
 	}
-	code, out, stderr = runCLI(t, "eval", "--drift", "--cases", "1", "--limits", "100000")
+	code, out, stderr = runCLI(t, "eval", "drift", "--cases", "1", "--limits", "100000")
 	if code != 1 || !strings.Contains(stderr, "drift goals missed") || !strings.Contains(out, `"goals_met":false`) {
 		t.Fatalf("a window too large to compact: exit %d: %s\n%s", code, out, stderr)
 	}
-	if code, _, stderr := runCLI(t, "eval", "--drift", "--cases", "0"); code != 2 || !strings.Contains(stderr, "--cases") {
+	if code, _, stderr := runCLI(t, "eval", "drift", "--cases", "0"); code != 2 || !strings.Contains(stderr, "--cases") {
 		t.Fatalf("no cases: exit %d %s", code, stderr)
 	}
 }
 
-// eval --recall replays the data, searches for what the final contexts
+// eval's verbs take only their own flags; the first layout's mode flags
+// (eval --drift) still run their verb, saying what it is now; flags with
+// no verb are the replay's; no verb at all is a usage error.
+func TestEvalVerbs(t *testing.T) {
+	if code, out, _ := runCLI(t, "eval"); code != 2 || !strings.Contains(out, "compactor eval compare-prepared") {
+		t.Fatalf("no verb: exit %d, %q", code, out)
+	}
+	if code, _, stderr := runCLI(t, "eval", "drift", "--trace", "x"); code != 2 || !strings.Contains(stderr, "-trace") {
+		t.Fatalf("a flag of another verb: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "eval", "sideways"); code != 2 || !strings.Contains(stderr, `unknown eval verb "sideways"`) {
+		t.Fatalf("an unknown verb: exit %d, %q", code, stderr)
+	}
+	for _, old := range [][]string{{"--drift", "--cases", "0"}, {"--cases=0", "-drift=true"}} {
+		code, _, stderr := runCLI(t, append([]string{"eval"}, old...)...)
+		if code != 2 || !strings.Contains(stderr, "--drift is now a verb: compactor eval drift") || !strings.Contains(stderr, "--cases must be at least 1") {
+			t.Fatalf("%v: exit %d, %q", old, code, stderr)
+		}
+	}
+	if code, _, stderr := runCLI(t, "eval", "--data", t.TempDir()); code != 1 || !strings.Contains(stderr, "no conversations found") {
+		t.Fatalf("flags with no verb are the replay's: exit %d, %q", code, stderr)
+	}
+	if code, _, stderr := runCLI(t, "eval", "compare-prepared", "--limits", "4000,8000"); code != 2 || !strings.Contains(stderr, "compare-prepared takes one limit") {
+		t.Fatalf("compare-prepared at two limits: exit %d, %q", code, stderr)
+	}
+}
+
+// eval recall replays the data, searches for what the final contexts
 // summarised and times searches through the endpoint: the JSON run on
 // stdout, the Markdown in --out, exit 1 while a goal of issue 46 is
 // missed (each missed one named).
@@ -236,7 +263,7 @@ func TestEvalRecall(t *testing.T) {
 		}
 	}
 	md := filepath.Join(dir, "RECALL.md")
-	code, out, stderr := runCLI(t, "eval", "--recall", "--quick", "--queries", "5", "--data", dir, "--out", md)
+	code, out, stderr := runCLI(t, "eval", "recall", "--quick", "--queries", "5", "--data", dir, "--out", md)
 	var run struct {
 		LoCoMo struct {
 			Questions int         `json:"questions"`

@@ -10,7 +10,7 @@ import (
 	"github.com/compactor/compactor/internal/fakeprovider"
 )
 
-// eval --probes with a model through --provider: the local OpenAI-compatible
+// eval probes with a model through --provider: the local OpenAI-compatible
 // stand-in answers summaries that name no file, no error and no
 // instruction. Over real HTTP, the compacted contexts still name every file,
 // error and instruction of the SWE-agent and OpenHands runs, and most
@@ -34,7 +34,7 @@ func TestEvalProbesWithAForgetfulModel(t *testing.T) {
 	}
 	defer srv.Close()
 	t.Setenv("OPENAI_API_KEY", "sk-test")
-	code, out, stderr := runCLI(t, "eval", "--data", dir, "--limits", "3000", "--max-messages", "0", "--probes",
+	code, out, stderr := runCLI(t, "eval", "probes", "--data", dir, "--limits", "3000", "--max-messages", "0",
 		"--provider", "openai", "--base-url", srv.URL, "--summary-model", "gpt-4o-mini")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -12,9 +12,9 @@ import (
 
 	"github.com/compactor/compactor/contract"
 	"github.com/compactor/compactor/internal/consumer"
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/events"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/natstest"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"

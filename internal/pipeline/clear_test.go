@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/summary"

@@ -9,8 +9,8 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/transcript"
 )

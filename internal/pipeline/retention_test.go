@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/transcript"

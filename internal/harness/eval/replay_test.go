@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/compactor/compactor/internal/demo"
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"
@@ -23,7 +23,7 @@ func (m merging) RereadsAll(pipeline.SummaryRequest) bool { return false }
 // loCoMo loads the LoCoMo conversations, or skips when the data is absent.
 func loCoMo(t *testing.T) []transcript.Conversation {
 	t.Helper()
-	dir := filepath.Join("..", "..", "..", "shared", "data", "locomo", "locomo8.json")
+	dir := filepath.Join("..", "..", "..", "..", "shared", "data", "locomo", "locomo8.json")
 	if _, err := os.Stat(dir); err != nil {
 		t.Skipf("skipping: %s is absent", dir)
 	}
@@ -102,7 +102,7 @@ func TestReplayRereads(t *testing.T) {
 // repeat (task 9 trial 2 calls update_reservation_flights twice with one id
 // while a call is pending): every compaction keeps its invariants.
 func TestReplayTauBenchReusedIDs(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "shared", "data", "agent_trajectories", "tau-bench", "gpt-4o-airline-tasks0-39.json")
+	path := filepath.Join("..", "..", "..", "..", "shared", "data", "agent_trajectories", "tau-bench", "gpt-4o-airline-tasks0-39.json")
 	if _, err := os.Stat(path); err != nil {
 		t.Skipf("skipping: %s is absent", path)
 	}

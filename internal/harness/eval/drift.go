@@ -15,7 +15,7 @@ import (
 	"github.com/compactor/compactor/internal/transcript"
 )
 
-// The drift suite (compactor eval --drift): made agent sessions with
+// The drift suite (compactor eval drift): made agent sessions with
 // planted facts that must survive every compaction of a long run — a
 // locked decision, a forbidden action, an instruction a later one
 // supersedes, a tracked plan whose items finish one by one, and a focus

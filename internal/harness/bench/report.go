@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/harness/eval"
 )
 
 // Markdown renders the report as docs/BENCHMARKS.md; chart is the SVG's
@@ -229,7 +229,7 @@ func (r *Report) mdDrift(w func(string, ...any)) {
 	if len(r.Drift) > 0 {
 		cases = r.Drift[0].Cases
 	}
-	w("`compactor eval --drift`: %d made agent sessions (Claude Code or OpenHands tools, a TodoWrite or task_tracker plan, varied phrasing, values and output sizes) "+
+	w("`compactor eval drift`: %d made agent sessions (Claude Code or OpenHands tools, a TodoWrite or task_tracker plan, varied phrasing, values and output sizes) "+
 		"with a locked decision, a forbidden action, an instruction a later one supersedes, a plan whose items finish one by one and a focus text the requests carry, "+
 		"compacted incrementally by the offline summariser; each fact checked after every compaction that summarised its message.\n\n", cases)
 	w("| limit | compactions (fewest in a session) | locked decision | forbidden action | latest instruction | focus | finished plan items stated finished | superseded stated current | done items stated pending | goals |\n")

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/compactor/compactor/internal/demo"
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tokens"
 	"github.com/compactor/compactor/internal/transcript"

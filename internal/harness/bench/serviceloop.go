@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/client"
-	"github.com/compactor/compactor/internal/eval"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/contract"
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/recall"
 	"github.com/compactor/compactor/internal/session"
@@ -20,7 +20,7 @@ import (
 	"github.com/compactor/compactor/internal/transcript"
 )
 
-// RecallOptions size a recall run (compactor eval --recall).
+// RecallOptions size a recall run (compactor eval recall).
 type RecallOptions struct {
 	// Data is laid out as ../shared/data: locomo/, agent_trajectories/
 	// (and its long/).
@@ -260,7 +260,7 @@ func (r *RecallRun) Markdown() string {
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
 	w("# Recall")
 	w("")
-	w("Written by `compactor eval --recall --out docs/RECALL.md` on %s (%d cores, %s), %s. Do not edit by hand.", r.Machine.CPU, r.Machine.Cores, r.Machine.Go, r.Started.Format("2006-01-02"))
+	w("Written by `compactor eval recall --out docs/RECALL.md` on %s (%d cores, %s), %s. Do not edit by hand.", r.Machine.CPU, r.Machine.Cores, r.Machine.Go, r.Started.Format("2006-01-02"))
 	w("")
 	w("Every conversation of `../shared/data` is replayed through the runtime loop with the offline summariser; then, with no model, a search (`compactor.session.search`'s ranking, mode `terms`) looks for what the final context summarised. A hit shows its message and a neighbour each side (at most %d tokens); something is *found at k* when its message is within the snippets of the first k hits.", contract.SnippetTokens)
 	w("")
@@ -278,7 +278,7 @@ func (r *RecallRun) Markdown() string {
 	w("")
 	w("## Agent runs: files, commands and errors")
 	w("")
-	w("Each file, command and error the probes of `compactor eval --probes` find in a message the context summarised, searched by its own text (a file's name, a command whole, an error's line).")
+	w("Each file, command and error the probes of `compactor eval probes` find in a message the context summarised, searched by its own text (a file's name, a command whole, an error's line).")
 	w("")
 	w("| runs | window | files | commands | errors | all, found at 5 |")
 	w("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"

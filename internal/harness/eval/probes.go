@@ -81,7 +81,7 @@ type ProbeReport struct {
 	Invented           int `json:"invented_instructions"`
 	// Dropped sums the results' instructions_dropped.
 	Dropped int `json:"instructions_dropped"`
-	// On the prepared path (eval --probes --prepared): the preparations
+	// On the prepared path (eval probes --prepared): the preparations
 	// made and the compactions committed from one.
 	Preparations    int `json:"preparations,omitempty"`
 	FromPreparation int `json:"from_preparation,omitempty"`

@@ -107,7 +107,7 @@ type MemoryLoop struct {
 
 // NewPreparingMemoryLoop is NewMemoryLoop with preparations: each append
 // past cfg.PrepareAt prepares the session's next compaction, which the
-// request at the limit commits (the prepared path, for eval --probes
+// request at the limit commits (the prepared path, for eval probes
 // --prepared).
 func NewPreparingMemoryLoop(sum pipeline.Summarizer, cfg pipeline.Config) (*MemoryLoop, error) {
 	if cfg.PrepareAt <= 0 {

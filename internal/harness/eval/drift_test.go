@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/tokens"
 )

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/compactor/compactor/internal/eval"
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
@@ -91,12 +91,12 @@ func TestProbesCatchForgettingAndInvention(t *testing.T) {
 }
 
 // The offline summariser keeps the instructions of every trajectory
-// verbatim and invents none (eval --probes at 4k, as in make test).
+// verbatim and invents none (eval probes at 4k, as in make test).
 func TestReplayProbesOnTrajectories(t *testing.T) {
 	if raceEnabled {
 		t.Skip("every trajectory replayed: run without -race (make test does)")
 	}
-	dir := filepath.Join("..", "..", "..", "shared", "data")
+	dir := filepath.Join("..", "..", "..", "..", "shared", "data")
 	convs, err := transcript.LoadDataDir(dir)
 	if err != nil || len(convs) == 0 {
 		t.Skipf("skipping: no data under %s (%v)", dir, err)
