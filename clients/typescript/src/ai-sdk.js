@@ -12,10 +12,27 @@ import { jsonSchema, tool } from "ai";
 import { RecallTools } from "./contract.js";
 import { CompactorError } from "./errors.js";
 
+/** @import { ModelMessage, PrepareStepFunction, ToolSet } from "ai" */
+/** @import { CompactorClient } from "./index.js" */
+/** @import { Completed, Message } from "./types.js" */
+
+/**
+ * @typedef {object} CompactorPrepareStepOptions
+ * @property {CompactorClient} client
+ * @property {string} sessionId
+ * @property {number} contextLimit The model's window, or the budget to keep the context under.
+ * @property {string} [model] The session's model, for the service's token count (default "gpt-4o").
+ * @property {number} [threshold] Compact when the context is over contextLimit times this (default 1).
+ * @property {(completed: Completed) => void} [onCompaction] Called after each compaction.
+ */
+
 /**
  * The compactor's messages (OpenAI's chat format) of one AI SDK
  * ModelMessage: a tool message's results become one tool message each.
  * id names the message; a message that becomes several gets id.1, id.2...
+ * @param {ModelMessage} m
+ * @param {string} id
+ * @returns {Message[]}
  */
 export function fromModelMessage(m, id) {
   switch (m.role) {
@@ -79,6 +96,8 @@ function outputText(o) {
 /**
  * The AI SDK's ModelMessages of the compactor's context: the summary is a
  * user message, cleared tool outputs keep their placeholders.
+ * @param {Message[]} messages
+ * @returns {ModelMessage[]}
  */
 export function toModelMessages(messages) {
   const toolNames = new Map();
@@ -152,6 +171,9 @@ function parseArgs(s) {
  * model's window, or the budget to keep under), model (the session's
  * model for the service's token count, default "gpt-4o"), threshold
  * (default 1), onCompaction(completed) (called after each compaction).
+ * @template {ToolSet} [TOOLS=ToolSet]
+ * @param {CompactorPrepareStepOptions} options
+ * @returns {PrepareStepFunction<TOOLS>}
  */
 export function compactorPrepareStep({ client, sessionId, contextLimit, model = "gpt-4o", threshold = 1, onCompaction } = {}) {
   if (!client || !sessionId || !(contextLimit > 0)) {
@@ -187,6 +209,8 @@ export function compactorPrepareStep({ client, sessionId, contextLimit, model = 
  * endpoint answers (hits with snippets, or a page of messages).
  *
  *   tools: { ...myTools, ...recallTools({ client, sessionId: "chat-42" }) }
+ * @param {{ client: CompactorClient; sessionId: string }} options
+ * @returns {ToolSet}
  */
 export function recallTools({ client, sessionId } = {}) {
   if (!client || !sessionId) throw new CompactorError("recallTools needs a client and a sessionId");

@@ -1,8 +1,14 @@
 // Errors of the compactor client. Every error the client throws is a
 // CompactorError; the subclasses say what happened.
 
+/** @import { Failed } from "./types.js" */
+
 /** Any error of the compactor client. */
 export class CompactorError extends Error {
+  /**
+   * @param {string} message
+   * @param {ErrorOptions} [options]
+   */
   constructor(message, options) {
     super(message, options);
     this.name = "CompactorError";
@@ -17,14 +23,26 @@ export class CompactorError extends Error {
  * written), "retry" (send the same request again: it is safe) or "failed".
  */
 export class EndpointError extends CompactorError {
+  /**
+   * @param {string} subject the endpoint's subject
+   * @param {number} code the answer's code
+   * @param {string} message the answer's error text
+   * @param {{ status?: string; head_seq?: number; quota?: string; retry_after_ms?: number }} [body] the answer's error body
+   */
   constructor(subject, code, message, body = {}) {
     super(`${subject}: ${code} ${message}`);
     this.name = "EndpointError";
+    /** @type {string} */
     this.subject = subject;
+    /** HTTP-like: 400, 404, 409, 413, 429, 503, 500. @type {number} */
     this.code = code;
+    /** "not_applied", "retry" or "failed". @type {string} */
     this.status = body.status ?? "";
+    /** @type {number | undefined} */
     this.headSeq = body.head_seq;
+    /** @type {string | undefined} */
     this.quota = body.quota;
+    /** @type {number | undefined} */
     this.retryAfterMs = body.retry_after_ms;
   }
 
@@ -36,6 +54,7 @@ export class EndpointError extends CompactorError {
 
 /** The session does not exist (an endpoint's 404). */
 export class NotFoundError extends EndpointError {
+  /** @param {ConstructorParameters<typeof EndpointError>} args */
   constructor(...args) {
     super(...args);
     this.name = "NotFoundError";
@@ -47,6 +66,7 @@ export class NotFoundError extends EndpointError {
  * moved (an endpoint's 409; headSeq is the head then).
  */
 export class ConflictError extends EndpointError {
+  /** @param {ConstructorParameters<typeof EndpointError>} args */
   constructor(...args) {
     super(...args);
     this.name = "ConflictError";
@@ -58,6 +78,7 @@ export class ConflictError extends EndpointError {
  * written; the same request passes once space is freed.
  */
 export class StorageFullError extends EndpointError {
+  /** @param {ConstructorParameters<typeof EndpointError>} args */
   constructor(...args) {
     super(...args);
     this.name = "StorageFullError";
@@ -66,9 +87,14 @@ export class StorageFullError extends EndpointError {
 
 /** No compactor service answers on the subject. */
 export class NoServiceError extends CompactorError {
+  /**
+   * @param {string} subject
+   * @param {ErrorOptions} [options]
+   */
   constructor(subject, options) {
     super(`${subject}: no compactor service answers (is \`compactor serve\` running against this NATS server?)`, options);
     this.name = "NoServiceError";
+    /** @type {string} */
     this.subject = subject;
   }
 }
@@ -78,10 +104,17 @@ export class NoServiceError extends CompactorError {
  * still be answered: compact again with the same requestId to wait for it.
  */
 export class NoResultError extends CompactorError {
+  /**
+   * @param {string} requestId
+   * @param {string} sessionId
+   * @param {number} ms how long it waited
+   */
   constructor(requestId, sessionId, ms) {
     super(`no result for request ${requestId} of session ${sessionId} within ${ms} ms: it is stored and will still be answered; compact again with the same requestId to wait for it`);
     this.name = "NoResultError";
+    /** @type {string} */
     this.requestId = requestId;
+    /** @type {string} */
     this.sessionId = sessionId;
   }
 }
@@ -93,13 +126,19 @@ export class NoResultError extends CompactorError {
  * later.
  */
 export class CompactionFailedError extends CompactorError {
+  /** @param {Failed} failed the CompactionFailed event's data */
   constructor(failed) {
     super(`compaction of ${failed.session_id} failed: ${failed.reason}: ${failed.error}`);
     this.name = "CompactionFailedError";
+    /** @type {Failed} */
     this.failed = failed;
+    /** @type {string} */
     this.reason = failed.reason;
+    /** @type {boolean} */
     this.retryable = Boolean(failed.retryable);
+    /** @type {string} */
     this.sessionId = failed.session_id;
+    /** @type {string} */
     this.requestId = failed.request_id;
   }
 }

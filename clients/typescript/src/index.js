@@ -23,6 +23,43 @@ import {
 
 export * from "./errors.js";
 
+// The contract's shapes (src/types.ts), as this module's types.
+/** @typedef {import("./types.js").Role} Role */
+/** @typedef {import("./types.js").ContentPart} ContentPart */
+/** @typedef {import("./types.js").ToolCall} ToolCall */
+/** @typedef {import("./types.js").Compaction} Compaction */
+/** @typedef {import("./types.js").Message} Message */
+/** @typedef {import("./types.js").ChatMessage} ChatMessage */
+/** @typedef {import("./types.js").Created} Created */
+/** @typedef {import("./types.js").Appended} Appended */
+/** @typedef {import("./types.js").ContextView} ContextView */
+/** @typedef {import("./types.js").SessionRecord} SessionRecord */
+/** @typedef {import("./types.js").Prepared} Prepared */
+/** @typedef {import("./types.js").History} History */
+/** @typedef {import("./types.js").Deleted} Deleted */
+/** @typedef {import("./types.js").Breaker} Breaker */
+/** @typedef {import("./types.js").Completed} Completed */
+/** @typedef {import("./types.js").Failed} Failed */
+/** @typedef {import("./types.js").ResultEvent} ResultEvent */
+/** @typedef {import("./types.js").CircuitEvent} CircuitEvent */
+/** @typedef {import("./types.js").CircuitSubscription} CircuitSubscription */
+/** @typedef {import("./types.js").CompactOptions} CompactOptions */
+/** @typedef {import("./types.js").NewSession} NewSession */
+/** @typedef {import("./types.js").Strategy} Strategy */
+/** @typedef {import("./types.js").ToolDef} ToolDef */
+/** @typedef {import("./types.js").MessageState} MessageState */
+/** @typedef {import("./types.js").SearchOptions} SearchOptions */
+/** @typedef {import("./types.js").SnippetPart} SnippetPart */
+/** @typedef {import("./types.js").SearchHit} SearchHit */
+/** @typedef {import("./types.js").SearchAnswer} SearchAnswer */
+/** @typedef {import("./types.js").ExpandOptions} ExpandOptions */
+/** @typedef {import("./types.js").Expanded} Expanded */
+/**
+ * @template [T=unknown]
+ * @typedef {import("./types.js").CloudEvent<T>} CloudEvent
+ */
+/** @import { NatsConnection } from "@nats-io/transport-node" */
+
 import { Subjects, RequestRoutes, EventSubjects, ErrorHeaders, SessionIdPattern, SessionIdError, Limits, CloudEvents, RecallTools } from "./contract.js";
 export { Subjects, EventSubjects, RequestRoutes, ErrorHeaders, SessionIdPattern, SessionIdError, Limits, RecallTools } from "./contract.js";
 
@@ -30,8 +67,9 @@ export { Subjects, EventSubjects, RequestRoutes, ErrorHeaders, SessionIdPattern,
  * The strategies a completed result may name: how it reduced the context
  * (schemas/compaction_completed.json's enum; the tests compare them).
  */
-export const Strategies = Object.freeze(["cleared", "single", "chunked", "incremental", "prepared", "prepared_topup", "resumed", "existing", "redelivered"]);
+export const Strategies = Object.freeze(/** @type {const} */ (["cleared", "single", "chunked", "incremental", "prepared", "prepared_topup", "resumed", "existing", "redelivered"]));
 
+/** The CloudEvents source of requests when the client is given none. */
 export const DEFAULT_SOURCE = "urn:compactor:client";
 
 const encoder = new TextEncoder();
@@ -43,7 +81,13 @@ function checkSession(sessionId) {
   }
 }
 
-/** A text message; id makes an append of it safe to repeat. */
+/**
+ * A text message; id makes an append of it safe to repeat.
+ * @param {string} id
+ * @param {Role} role
+ * @param {string} content
+ * @returns {Message}
+ */
 export function text(id, role, content) {
   return { id, role, content };
 }
@@ -52,6 +96,8 @@ export function text(id, role, content) {
  * The messages as a provider's chat API takes them (OpenAI's format): the
  * chat fields alone, without the ids, seqs, token counts and compaction
  * metadata the service keeps.
+ * @param {Message[]} messages
+ * @returns {ChatMessage[]}
  */
 export function toChat(messages) {
   return messages.map((m) => {
@@ -115,6 +161,8 @@ const standard = new Set(["specversion", "id", "source", "type", "subject", "tim
 /**
  * Reads a CloudEvent from a NATS message, in binary mode (ce- headers) or
  * structured mode (application/cloudevents+json).
+ * @param {{ headers?: any; data: Uint8Array }} msg
+ * @returns {CloudEvent}
  */
 export function decodeEvent(msg) {
   const h = msg.headers;
@@ -150,10 +198,10 @@ export class CompactorClient {
   #timeoutMs;
 
   /**
-   * @param nc a connected NATS connection (@nats-io/transport-node)
-   * @param options source: the CloudEvents source of the requests (a
-   *   URI-reference naming the runtime); timeoutMs: bounds each endpoint
-   *   request (default 30 s)
+   * @param {NatsConnection} nc a connected NATS connection (@nats-io/transport-node)
+   * @param {{ source?: string; timeoutMs?: number }} [options] source: the
+   *   CloudEvents source of the requests (a URI-reference naming the
+   *   runtime); timeoutMs: bounds each endpoint request (default 30 s)
    */
   constructor(nc, { source = DEFAULT_SOURCE, timeoutMs = 30_000 } = {}) {
     if (!nc || nc.isClosed?.()) throw new CompactorError("a connected NATS connection is required");
@@ -208,6 +256,9 @@ export class CompactorClient {
    * Stores a new session under sessionId ("" or undefined: the service
    * makes a UUID, which the answer names). The same create again answers
    * the session; another content on a taken id throws ConflictError.
+   * @param {string | undefined} sessionId
+   * @param {NewSession} [session]
+   * @returns {Promise<Created>}
    */
   async create(sessionId, { model, contextLimit, messages = [] } = {}) {
     if (sessionId) checkSession(sessionId);
@@ -222,6 +273,10 @@ export class CompactorClient {
    * first and appended with the others at once. expectedHeadSeq applies
    * the append only if the session's last seq is that (else ConflictError
    * with headSeq).
+   * @param {string} sessionId
+   * @param {Message[]} messages
+   * @param {{ expectedHeadSeq?: number }} [options]
+   * @returns {Promise<Appended>}
    */
   async append(sessionId, messages, { expectedHeadSeq } = {}) {
     checkSession(sessionId);
@@ -262,12 +317,18 @@ export class CompactorClient {
    * What to send to the model now: the system prompt and pinned messages,
    * the summary, then the messages after it. An answer over one NATS
    * message is read in parts.
+   * @param {string} sessionId
+   * @returns {Promise<ContextView>}
    */
   async context(sessionId) {
     return this.#read(Subjects.context, sessionId);
   }
 
-  /** The session's record, every message, every compaction and its prepared one. */
+  /**
+   * The session's record, every message, every compaction and its prepared one.
+   * @param {string} sessionId
+   * @returns {Promise<History>}
+   */
   async history(sessionId) {
     return this.#read(Subjects.history, sessionId);
   }
@@ -310,6 +371,9 @@ export class CompactorClient {
    * One stored message by its seq, summarised or not: the original of what
    * a compaction replaced. A message too large for one answer is read in
    * parts.
+   * @param {string} sessionId
+   * @param {number} seq
+   * @returns {Promise<Message>}
    */
   async message(sessionId, seq) {
     checkSession(sessionId);
@@ -334,6 +398,10 @@ export class CompactorClient {
    * snippet (it and a neighbour each side, within 300 tokens). With
    * allSessions, the tenant's other recent sessions too, each hit naming its
    * session_id.
+   * @param {string} sessionId
+   * @param {string} query
+   * @param {SearchOptions} [options]
+   * @returns {Promise<SearchAnswer>}
    */
   async search(sessionId, query, { mode, roles, states, fromSeq, toSeq, limit, allSessions } = {}) {
     checkSession(sessionId);
@@ -353,6 +421,9 @@ export class CompactorClient {
    * tool call and its results ({ toolCallId }) or a seq range ({ fromSeq,
    * toSeq }), each with its state; the next page starts after the answer's
    * next ({ after: page.next }).
+   * @param {string} sessionId
+   * @param {ExpandOptions} options
+   * @returns {Promise<Expanded>}
    */
   async expand(sessionId, { compactionId, toolCallId, fromSeq, toSeq, after, limit } = {}) {
     checkSession(sessionId);
@@ -370,6 +441,10 @@ export class CompactorClient {
    * Runs a recall tool call (RecallTools: search_history or
    * expand_history) a model made in session sessionId, with its arguments
    * as the model wrote them; answers what the endpoint answers.
+   * @param {string} sessionId
+   * @param {string} name
+   * @param {Record<string, unknown> | string} [args]
+   * @returns {Promise<SearchAnswer | Expanded>}
    */
   async runTool(sessionId, name, args = {}) {
     const a = typeof args === "string" ? JSON.parse(args || "{}") : args;
@@ -383,13 +458,21 @@ export class CompactorClient {
     throw new CompactorError(`no recall tool ${JSON.stringify(name)} (the tools are search_history and expand_history)`);
   }
 
-  /** Removes a session; deleting one that does not exist answers the same. */
+  /**
+   * Removes a session; deleting one that does not exist answers the same.
+   * @param {string} sessionId
+   * @returns {Promise<Deleted>}
+   */
   async delete(sessionId) {
     checkSession(sessionId);
     return this.#endpoint(Subjects.delete, { session_id: sessionId });
   }
 
-  /** The session's circuit breaker. */
+  /**
+   * The session's circuit breaker.
+   * @param {string} sessionId
+   * @returns {Promise<Breaker>}
+   */
   async breaker(sessionId) {
     checkSession(sessionId);
     return this.#endpoint(Subjects.breaker, { session_id: sessionId });
@@ -438,6 +521,9 @@ export class CompactorClient {
    * provider, errorCode, errorMessage (an overflow's), summaryModel,
    * summaryContextLimit, focus, cache ({lastRequestTime, ttlSeconds}),
    * traceparent, tracestate, timeoutMs, signal.
+   * @param {string} sessionId
+   * @param {CompactOptions} [options]
+   * @returns {Promise<Completed>}
    */
   async compact(sessionId, options = {}) {
     checkSession(sessionId);
@@ -507,6 +593,9 @@ export class CompactorClient {
    * published, as compact ("manual" is a trigger here too). A failed
    * compaction throws CompactionFailedError; any other error means no
    * result (send the same requestId again).
+   * @param {string} sessionId
+   * @param {CompactOptions} [options]
+   * @returns {Promise<Completed>}
    */
   async compactSync(sessionId, options = {}) {
     checkSession(sessionId);
@@ -535,6 +624,9 @@ export class CompactorClient {
    * ContextNearBudget event): it prepares the compaction the coming
    * request will need, so that request does not wait for a summary model.
    * No event answers it; it returns once the event is stored.
+   * @param {string} sessionId
+   * @param {CompactOptions} [options]
+   * @returns {Promise<void>}
    */
   async nearBudget(sessionId, options = {}) {
     checkSession(sessionId);
@@ -545,6 +637,9 @@ export class CompactorClient {
    * The session's result events as they are published, as an async
    * iterator of {type, id, data} (type "CompactionCompleted" or
    * "CompactionFailed"); it ends with return(), break, or the signal.
+   * @param {string} sessionId
+   * @param {{ signal?: AbortSignal }} [options]
+   * @returns {AsyncIterableIterator<ResultEvent> & { return(): Promise<IteratorResult<ResultEvent>> }}
    */
   results(sessionId, { signal } = {}) {
     checkSession(sessionId);
@@ -557,6 +652,9 @@ export class CompactorClient {
    * "CompactionCircuitClosed", sessionId, data}. Returns a subscription:
    * unsubscribe() stops at once, drain() once the events received are
    * handled.
+   * @param {string | undefined} sessionId
+   * @param {(event: CircuitEvent) => void} handler
+   * @returns {CircuitSubscription}
    */
   subscribeCircuit(sessionId, handler) {
     const tok = sessionId ? (checkSession(sessionId), sessionId) : "*";
@@ -639,12 +737,18 @@ function endpointError(subject, { code, message, body }) {
   return new EndpointError(subject, code, message, body);
 }
 
-/** RecallTools in the OpenAI Chat Completions tools format. */
+/**
+ * RecallTools in the OpenAI Chat Completions tools format.
+ * @returns {{ type: "function"; function: { name: string; description: string; parameters: Record<string, unknown> } }[]}
+ */
 export function openAITools() {
   return RecallTools.map((t) => ({ type: "function", function: { name: t.name, description: t.description, parameters: t.parameters } }));
 }
 
-/** RecallTools in the Anthropic Messages tools format. */
+/**
+ * RecallTools in the Anthropic Messages tools format.
+ * @returns {{ name: string; description: string; input_schema: Record<string, unknown> }[]}
+ */
 export function anthropicTools() {
   return RecallTools.map((t) => ({ name: t.name, description: t.description, input_schema: t.parameters }));
 }

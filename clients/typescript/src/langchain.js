@@ -20,6 +20,32 @@ import { tool } from "@langchain/core/tools";
 import { RecallTools } from "./contract.js";
 import { CompactorError } from "./errors.js";
 
+/** @import { StructuredToolInterface } from "@langchain/core/tools" */
+/** @import { BaseMessage } from "@langchain/core/messages" */
+/** @import { AgentMiddleware } from "langchain" */
+/** @import { CompactorClient } from "./index.js" */
+/** @import { Completed, Message } from "./types.js" */
+
+/**
+ * A trigger condition, as summarizationMiddleware reads it: all that are
+ * given must hold.
+ * @typedef {object} ContextSize
+ * @property {number} [tokens]
+ * @property {number} [messages]
+ * @property {number} [fraction] A share of contextLimit.
+ */
+
+/**
+ * @typedef {object} CompactorMiddlewareOptions
+ * @property {CompactorClient} client
+ * @property {string | ((runtime: unknown) => string)} sessionId The session: a string, or a function of the agent's runtime (e.g. its thread id).
+ * @property {number} contextLimit The model's window: the service compacts under it.
+ * @property {ContextSize | ContextSize[]} [trigger] One condition, or a list of which any must hold (default {tokens: contextLimit}).
+ * @property {string} [model] The session's model, for the service's token count (default "gpt-4o").
+ * @property {(messages: BaseMessage[]) => number | Promise<number>} [tokenCounter] Counts the agent's messages for the trigger instead of the service's count.
+ * @property {(completed: Completed) => void} [onCompaction] Called after each compaction.
+ */
+
 // LangGraph's id of a RemoveMessage that clears the state's messages.
 const REMOVE_ALL_MESSAGES = "__remove_all__";
 // What marks the service's summary in the agent's messages.
@@ -38,7 +64,11 @@ function textOf(content) {
     .join("\n");
 }
 
-/** The compactor's message (OpenAI's chat format) of a LangChain message. */
+/**
+ * The compactor's message (OpenAI's chat format) of a LangChain message.
+ * @param {BaseMessage} m
+ * @returns {Message}
+ */
 export function fromLangChain(m) {
   const id = m.id;
   switch (kind(m)) {
@@ -65,7 +95,11 @@ export function fromLangChain(m) {
   throw new CompactorError(`a LangChain message of type ${kind(m)} has no compactor form`);
 }
 
-/** The LangChain messages of the compactor's context; the summary is marked. */
+/**
+ * The LangChain messages of the compactor's context; the summary is marked.
+ * @param {Message[]} messages
+ * @returns {BaseMessage[]}
+ */
 export function toLangChain(messages) {
   return messages.map((m) => {
     const content = typeof m.content === "string" || m.content == null ? (m.content ?? "") : m.content;
@@ -140,6 +174,8 @@ function triggered(trigger, tokens, count, contextLimit) {
  * summarizationMiddleware's keep and summary prompt have no place here:
  * the service keeps the recent turns its configuration says and writes
  * its own summary (with the ledger of files, commands and errors).
+ * @param {CompactorMiddlewareOptions} options
+ * @returns {AgentMiddleware}
  */
 export function compactorMiddleware({ client, sessionId, contextLimit, trigger, model = "gpt-4o", tokenCounter, onCompaction } = {}) {
   if (!client || !sessionId || !(contextLimit > 0)) {
@@ -181,6 +217,8 @@ export function compactorMiddleware({ client, sessionId, contextLimit, trigger, 
  * The recall tools for LangChain.js: search_history and expand_history,
  * bound to one session, for createAgent's tools; each answers what the
  * endpoint answers, as JSON.
+ * @param {{ client: CompactorClient; sessionId: string }} options
+ * @returns {StructuredToolInterface[]}
  */
 export function recallTools({ client, sessionId } = {}) {
   if (!client || !sessionId) throw new CompactorError("recallTools needs a client and a sessionId");

@@ -14,8 +14,8 @@ const here = dirname(fileURLToPath(import.meta.url));
 test("the strategies are the schema's", () => {
   const schema = JSON.parse(readFileSync(join(here, "..", "..", "..", "schemas", "compaction_completed.json"), "utf8"));
   assert.deepEqual([...Strategies], schema.properties.strategy.enum);
-  const dts = readFileSync(join(here, "..", "src", "index.d.ts"), "utf8");
-  const declared = dts.match(/export declare const Strategies: readonly \[([^\]]*)\]/);
+  const dts = readFileSync(join(here, "..", "types", "index.d.ts"), "utf8");
+  const declared = dts.match(/export (?:declare )?const Strategies: readonly \[([^\]]*)\]/);
   assert.ok(declared, "index.d.ts declares Strategies");
   assert.deepEqual(JSON.parse(`[${declared[1]}]`), schema.properties.strategy.enum);
 });
