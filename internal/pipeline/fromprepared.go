@@ -45,7 +45,7 @@ func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
 
 // willFit reports whether a compaction whose raw tail starts at tailStart,
 // with a summary of at most budget tokens, would leave the session as it
-// is now within fitLimit: waiting for one being prepared then pays.
+// is now within standLimit: waiting for one being prepared then pays.
 func (pp *preparations) willFit(p *plan, tailStart int64, budget int) bool {
 	est := p.pinnedTokens + budget + summaryFraming
 	for i := range p.candidates {
@@ -53,7 +53,7 @@ func (pp *preparations) willFit(p *plan, tailStart int64, budget int) bool {
 			est += p.candidates[i].Tokens
 		}
 	}
-	return est <= pp.fitLimit(p.limit)
+	return est <= pp.standLimit(p.limit)
 }
 
 // awaitPrepared waits for a preparation another replica claimed and is
@@ -90,8 +90,7 @@ func (pp *preparations) awaitPrepared(ctx context.Context, ps PreparedStore, p s
 // fromPrepared answers a request from the session's prepared compaction
 // when it is usable (ready, built on the compaction in force): when the
 // context it leaves, with the messages appended since in the raw tail,
-// fits (under the target, or under prepare_at of the limit), it is
-// committed as it is, with no model call (done);
+// fits (standLimit), it is committed as it is, with no model call (done);
 // else the reduction returned summarises only what the preparation left
 // over, on top of its summary (a top-up). A request with no usable
 // preparation, or one that fails its checks now, returns nil, false: the
@@ -128,10 +127,10 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	m.Compaction = &meta
 	age := pp.s.now().Sub(stored.ReadyAt).Milliseconds()
 	p2 := pp.s.withPrepared(p, &m)
-	// It fits when it leaves the context under the target, or under
-	// prepare_at (no compaction would be prepared for it yet): with
-	// the limit's last share free either way.
-	target := pp.fitLimit(p.limit)
+	// It fits when it leaves the context within standLimit: what it was
+	// planned for, or halfway from the target to the limit, as a
+	// clearing stands.
+	target := pp.standLimit(p.limit)
 	fitsCount := pp.s.cfg.MaxMessages <= 0 || len(p2.before) <= pp.s.cfg.MaxMessages
 	if p2.beforeTokens > target || !fitsCount {
 		return pp.topUp(p, p2, d, stored, age)

@@ -236,10 +236,21 @@ func (pp *preparations) startFlight(ctx context.Context, id string) (*flight, co
 	return f, ctx, true
 }
 
-// fitLimit is what a context built from a preparation may hold to be
-// committed as it is: under the target, or under prepare_at of the limit.
+// fitLimit is what a preparation plans to leave once the context has
+// grown to its limit: under the target, or under prepare_at of the limit.
 func (pp *preparations) fitLimit(limit int) int {
 	return int(max(pp.s.cfg.HeadroomRatio, pp.s.cfg.PrepareAt) * float64(limit))
+}
+
+// standLimit is what a context built from a preparation may hold to be
+// committed as it is when a request comes: what the preparation planned
+// for, or, as a clearing stands with no model call (plan), halfway from
+// the target to the limit. An append bigger than the preparation
+// foresaw (a large tool output right before the request) then costs the
+// request no model call when the preparation still leaves that much room;
+// the session, past prepare_at, is prepared again at once.
+func (pp *preparations) standLimit(limit int) int {
+	return max(pp.fitLimit(limit), (int(pp.s.cfg.HeadroomRatio*float64(limit))+limit)/2)
 }
 
 func (pp *preparations) endFlight(id string, f *flight) {

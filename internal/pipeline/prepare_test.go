@@ -650,3 +650,52 @@ func TestPreparationAtTheLimitWhenTheOvershootLeavesNoRoom(t *testing.T) {
 		t.Fatalf("preparation with an overshoot of the whole window: %+v %v", p, err)
 	}
 }
+
+// Issue 45: an append bigger than the preparation foresaw (a large tool
+// output just before the request) leaves the prepared context past what
+// it was planned for. Within halfway from the target to the limit, where
+// a clearing stands too, the request commits the preparation as it is,
+// with no model call; past that it is topped up.
+func TestPreparationStandsABigAppend(t *testing.T) {
+	const limit = 6000
+	for _, c := range []struct {
+		share float64 // of the limit, the prepared context with the big append
+		want  string
+	}{{0.76, "prepared"}, {0.86, "prepared_topup"}} {
+		t.Run(c.want, func(t *testing.T) {
+			e, rec := newRecorderEnv(t, prepCfg())
+			e.importSession(t, "s", limit, chat(1))
+			e.grow(t, "s", 1, limit, 0.72)
+			p := prepare(t, e, "s")
+			if p.Outcome != pipeline.PrepareDone || p.TokensAfter == 0 {
+				t.Fatalf("%+v", p)
+			}
+			big := session.Message{Role: session.RoleUser}
+			var text strings.Builder
+			for i := 0; ; i++ {
+				fmt.Fprintf(&text, "Line %d of the report: gate B%d holds flight %d. ", i, i%40, 100+i)
+				big.Content = session.TextContent(text.String())
+				if p.TokensAfter+e.counter.Context([]session.Message{big}) >= int(c.share*limit) {
+					break
+				}
+			}
+			if _, err := e.store.Append(context.Background(), "s", big); err != nil {
+				t.Fatal(err)
+			}
+			if e.tokens(t, "s") <= limit {
+				t.Fatalf("the big append leaves %d tokens: not over the limit", e.tokens(t, "s"))
+			}
+			calls := rec.count.Load()
+			res := compact(t, e, "s", pipeline.TriggerOverBudget)
+			if res.Outcome != pipeline.OutcomeCompacted || res.Strategy != c.want {
+				t.Fatalf("result %+v, want strategy %s", res, c.want)
+			}
+			if made := rec.count.Load() - calls; (made == 0) != (c.want == "prepared") {
+				t.Fatalf("%d model calls for strategy %s", made, res.Strategy)
+			}
+			if res.TokensAfter > limit*4/5 {
+				t.Fatalf("tokens after %d, over halfway from the target to the limit (%d)", res.TokensAfter, limit*4/5)
+			}
+		})
+	}
+}
