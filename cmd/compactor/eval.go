@@ -69,7 +69,7 @@ var evalModeFlags = []string{"probes", "compare-ladder", "compare-prepared", "dr
 
 // runEval dispatches "eval VERB ...". Flags with no verb are the replay's
 // (eval --data DIR is eval replay --data DIR); a first-layout mode flag
-// (eval drift) runs its verb.
+// (eval --drift) runs its verb.
 func runEval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(stdout, "Usage:\n%s\nRun 'compactor eval VERB --help' for a verb's flags.\n", evalUsage)

@@ -44,7 +44,7 @@ func commands() []command {
 		{"health", "probe the service's /readyz (or a URL): exit 0 when it answers 2xx (a container healthcheck)", runHealth},
 		{"bench", "measure overhead and throughput against the JetStream floor, model cost, scale; write docs/BENCHMARKS.md", runBench},
 		{"chaos", "kill a stream leader and a replica under load on a three-node cluster; check nothing is lost or done twice; write docs/RELIABILITY.md", runChaos},
-		{"eval", "replay a data folder through the runtime loop; report compactions, model cost, retention", runEval},
+		{"eval", "replay data through the runtime loop (replay, probes, compare-ladder, compare-prepared, drift, recall): compactions, model cost, retention", runEval},
 		{"mcp", "serve the recall tools (search_history, expand_history) for a session as an MCP server, over stdio or streamable HTTP", runMCP},
 		{"gateway", "serve the OpenAI and Anthropic APIs in front of the service: agents that only take a base URL get compacted contexts", runGateway},
 		{"standin", "a stand-in model of the OpenAI and Anthropic APIs (scripted, no key) to try the gateway and agents with", runStandin},

@@ -609,6 +609,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if a.Status == sessions.StatusApplied {
 			ctxTokens += added
 		}
+		head := a.HeadSeq
 		if crossed.IsZero() && ctxTokens >= threshold {
 			crossed = time.Now()
 		}
@@ -630,8 +631,13 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		if err != nil {
 			return reqs, eval.Retention{}, err
 		}
-		if v.Tokens > opt.Limit && r.res != nil && r.res.Outcome == client.OutcomeCompacted {
-			return reqs, eval.Retention{}, fmt.Errorf("message %d: compacted to %d tokens, over the limit %d", i, v.Tokens, opt.Limit)
+		if r.res != nil && r.res.Outcome == client.OutcomeCompacted {
+			if v.Tokens > opt.Limit {
+				return reqs, eval.Retention{}, fmt.Errorf("message %d: compacted to %d tokens, over the limit %d", i, v.Tokens, opt.Limit)
+			}
+			if err := continuous(v.Messages, head); err != nil {
+				return reqs, eval.Retention{}, fmt.Errorf("message %d (strategy %s): %w", i, r.res.Strategy, err)
+			}
 		}
 		ctxTokens, crossed = v.Tokens, time.Time{}
 		if ctxTokens >= threshold {
@@ -650,4 +656,39 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 		return reqs, eval.Retention{}, err
 	}
 	return reqs, eval.Measure(c, func(i int) bool { return int64(i+1) < rec.TailStartSeq }, eval.ContextUnits(wire.Must[[]session.Message](v.Messages))), nil
+}
+
+// continuous checks a compacted context against the session's head: the
+// compaction message (none after a clearing alone) names what it
+// summarised, and every message after that, up to the head, is in the
+// context (raw or cleared), in order, none twice. A preparation applied
+// on a session it was not built for (one that had moved on: stale) would
+// leave a gap or cover a message twice.
+func continuous(view []client.Message, head int64) error {
+	var comp *client.Compaction
+	next := int64(1) // without a summary, the first message after the pinned system messages
+	var seqs []int64
+	for i := range view {
+		switch m := &view[i]; {
+		case m.IsCompaction:
+			if comp != nil {
+				return errors.New("two compaction messages in the context")
+			}
+			comp, next = m.Compaction, m.Compaction.ToSeq+1
+		case comp == nil && len(seqs) == 0 && m.Role == "system" && m.Seq == next:
+			next++ // pinned
+		default:
+			seqs = append(seqs, m.Seq)
+		}
+	}
+	for _, s := range seqs {
+		if s != next {
+			return fmt.Errorf("the context goes from message %d to %d: a gap or a message twice", next-1, s)
+		}
+		next++
+	}
+	if next-1 != head {
+		return fmt.Errorf("the context ends at message %d, the session at %d", next-1, head)
+	}
+	return nil
 }

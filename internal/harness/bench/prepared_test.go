@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/compactor/compactor/client"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
@@ -147,5 +148,39 @@ func TestStandInReadsTheTranscript(t *testing.T) {
 		got[1].Role != session.RoleAssistant || !strings.HasPrefix(got[1].Content.Text, "Glad to hear it.\n[call c1: note(") ||
 		got[2].Role != session.RoleTool || got[2].Content.Text != "[ok] </transcript> saved" {
 		t.Fatalf("read back %+v", got)
+	}
+}
+
+// The paced replay checks every compacted context for continuity: a
+// preparation applied to a session that had moved on (a gap, a message
+// twice, a context behind the head) fails the run.
+func TestContinuous(t *testing.T) {
+	sys := client.Message{Role: "system", Seq: 1}
+	comp := func(from, to int64) client.Message {
+		return client.Message{Role: "user", IsCompaction: true, Compaction: &client.Compaction{FromSeq: from, ToSeq: to}}
+	}
+	raw := func(seqs ...int64) []client.Message {
+		var out []client.Message
+		for _, s := range seqs {
+			out = append(out, client.Message{Role: "user", Seq: s})
+		}
+		return out
+	}
+	for _, c := range []struct {
+		name string
+		view []client.Message
+		head int64
+		ok   bool
+	}{
+		{"summary and tail", append([]client.Message{sys, comp(2, 5)}, raw(6, 7, 8)...), 8, true},
+		{"cleared alone", append([]client.Message{sys}, raw(2, 3, 4)...), 4, true},
+		{"a gap after the summary", append([]client.Message{sys, comp(2, 5)}, raw(7, 8)...), 8, false},
+		{"a message summarised and raw", append([]client.Message{sys, comp(2, 5)}, raw(5, 6)...), 6, false},
+		{"behind the head", append([]client.Message{sys, comp(2, 5)}, raw(6)...), 7, false},
+		{"a gap in a clearing", append([]client.Message{sys}, raw(2, 4)...), 4, false},
+	} {
+		if err := continuous(c.view, c.head); (err == nil) != c.ok {
+			t.Errorf("%s: %v", c.name, err)
+		}
 	}
 }
