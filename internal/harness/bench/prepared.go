@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -636,7 +637,7 @@ func runPaced(ctx context.Context, cl *client.Client, store interface {
 				return reqs, eval.Retention{}, fmt.Errorf("message %d: compacted to %d tokens, over the limit %d", i, v.Tokens, opt.Limit)
 			}
 			if err := continuous(v.Messages, head); err != nil {
-				return reqs, eval.Retention{}, fmt.Errorf("message %d (strategy %s): %w", i, r.res.Strategy, err)
+				return reqs, eval.Retention{}, fmt.Errorf("message %d (strategy %s): %w (the context: %s)", i, r.res.Strategy, err, outline(v.Messages))
 			}
 		}
 		ctxTokens, crossed = v.Tokens, time.Time{}
@@ -674,7 +675,9 @@ func continuous(view []client.Message, head int64) error {
 			if comp != nil {
 				return errors.New("two compaction messages in the context")
 			}
-			comp, next = m.Compaction, m.Compaction.ToSeq+1
+			// (A clearing's compaction message carries the summary in
+			// force: its range is the summary's.)
+			comp, next = m.Compaction, max(m.Compaction.ToSeq, m.Compaction.SummaryToSeq)+1
 		case comp == nil && len(seqs) == 0 && m.Role == "system" && m.Seq == next:
 			next++ // pinned
 		default:
@@ -691,4 +694,17 @@ func continuous(view []client.Message, head int64) error {
 		return fmt.Errorf("the context ends at message %d, the session at %d", next-1, head)
 	}
 	return nil
+}
+
+// outline is a context's messages in short: each one's seq and role, a
+// compaction's range.
+func outline(view []client.Message) string {
+	parts := make([]string, len(view))
+	for i, m := range view {
+		parts[i] = fmt.Sprintf("%d:%s", m.Seq, m.Role)
+		if c := m.Compaction; m.IsCompaction && c != nil {
+			parts[i] = fmt.Sprintf("compaction %d-%d (summary %d-%d, tail %d, pinned %v)", c.FromSeq, c.ToSeq, c.SummaryFromSeq, c.SummaryToSeq, c.TailStartSeq, c.Pinned)
+		}
+	}
+	return strings.Join(parts, " ")
 }

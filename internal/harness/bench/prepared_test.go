@@ -174,6 +174,7 @@ func TestContinuous(t *testing.T) {
 	}{
 		{"summary and tail", append([]client.Message{sys, comp(2, 5)}, raw(6, 7, 8)...), 8, true},
 		{"cleared alone", append([]client.Message{sys}, raw(2, 3, 4)...), 4, true},
+		{"cleared after a summary", append([]client.Message{sys, {Role: "user", IsCompaction: true, Compaction: &client.Compaction{SummaryFromSeq: 2, SummaryToSeq: 20}}}, raw(21, 22)...), 22, true},
 		{"a gap after the summary", append([]client.Message{sys, comp(2, 5)}, raw(7, 8)...), 8, false},
 		{"a message summarised and raw", append([]client.Message{sys, comp(2, 5)}, raw(5, 6)...), 6, false},
 		{"behind the head", append([]client.Message{sys, comp(2, 5)}, raw(6)...), 7, false},
