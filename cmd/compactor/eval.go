@@ -165,19 +165,20 @@ func (f *evalFlags) perFileFlag() {
 	f.fs.BoolVar(&f.perFile, "per-file", false, "print a report line per conversation too")
 }
 
-// parse parses args against the verb's flags (synopsis for --help).
-func (f *evalFlags) parse(args []string, stdout io.Writer, synopsis string) error {
+// parse parses args against the verb's flags (synopsis for --help) and
+// returns --limits.
+func (f *evalFlags) parse(args []string, stdout io.Writer, synopsis string) ([]int, error) {
 	pos, err := parseFlags(f.fs, args, stdout, synopsis)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := noArgs(pos); err != nil {
-		return err
+		return nil, err
 	}
 	if f.long && f.fs.Lookup("max-messages") != nil && !flagSet(f.fs, "max-messages") {
 		f.maxMessages = 0
 	}
-	return nil
+	return f.limitList()
 }
 
 // progressTo is where progress goes: stderr with --progress, else nowhere.
@@ -197,12 +198,13 @@ func evalReplay(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.perFileFlag()
 	f.fs.StringVar(&f.mode, "mode", "both", "`MODE`: incremental, scratch or both")
 	f.fs.BoolVar(&f.service, "service", false, "replay through the service: an embedded nats-server, sessions in KV, requests and results as CloudEvents (slower; the same figures)")
-	if err := f.parse(args, stdout, "eval replay [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]"); err != nil {
-		return err
-	}
-	lims, modes, err := f.limitsAndModes()
+	lims, err := f.parse(args, stdout, "eval replay [--data DIR] [--long] [--limits 2000,4000] [--mode both] [--service] [--per-file]")
 	if err != nil {
 		return err
+	}
+	modes := map[string][]bool{"incremental": {true}, "scratch": {false}, "both": {true, false}}[f.mode]
+	if modes == nil {
+		return fmt.Errorf("%w: --mode must be incremental, scratch or both", errUsage)
 	}
 	counter, convs, err := f.load()
 	if err != nil {
@@ -228,10 +230,7 @@ func evalProbesVerb(ctx context.Context, args []string, stdout, stderr io.Writer
 	f.modelFlags()
 	f.perFileFlag()
 	f.fs.BoolVar(&f.probesPrepared, "prepared", false, "the prepared path (each append past prepare_at prepares the next compaction, which the request commits), probes checked the same")
-	if err := f.parse(args, stdout, "eval probes [--data DIR] [--long] [--limits 2000,4000] [--prepared] [--provider P --base-url URL --summary-model M] [--per-file]"); err != nil {
-		return err
-	}
-	lims, err := f.limitList()
+	lims, err := f.parse(args, stdout, "eval probes [--data DIR] [--long] [--limits 2000,4000] [--prepared] [--provider P --base-url URL --summary-model M] [--per-file]")
 	if err != nil {
 		return err
 	}
@@ -249,10 +248,7 @@ func evalCompareLadder(ctx context.Context, args []string, stdout, stderr io.Wri
 	f := newEvalFlags("compare-ladder", "2000,4000", stderr)
 	f.dataFlags()
 	f.summaryFlags(true)
-	if err := f.parse(args, stdout, "eval compare-ladder [--data DIR] [--long] [--limits 2000,4000]"); err != nil {
-		return err
-	}
-	lims, err := f.limitList()
+	lims, err := f.parse(args, stdout, "eval compare-ladder [--data DIR] [--long] [--limits 2000,4000]")
 	if err != nil {
 		return err
 	}
@@ -281,10 +277,7 @@ func evalComparePrepared(ctx context.Context, args []string, stdout, stderr io.W
 	f.fs.Float64Var(&f.pace, "pace", 0.25, "the messages' pacing, as a share of a real agent loop's (1: real time; smaller is faster and leaves preparations less time)")
 	f.fs.StringVar(&f.shape, "shape", "", "vary the conversations and their pace: recorded, big-observations (every sixth tool output grown to 30% of the window), bursts (12 messages at a tenth of their pace after each long idle) or slow (steps five times slower)")
 	f.fs.BoolVar(&f.together, "together", false, "run the two modes at the same time (half the time; they share the CPU)")
-	if err := f.parse(args, stdout, "eval compare-prepared [--data DIR] [--long] --limits N [--pace 0.25] [--shape NAME] [--model-delay 2s] [--trace FILE] [--together]"); err != nil {
-		return err
-	}
-	lims, err := f.limitList()
+	lims, err := f.parse(args, stdout, "eval compare-prepared [--data DIR] [--long] --limits N [--pace 0.25] [--shape NAME] [--model-delay 2s] [--trace FILE] [--together]")
 	if err != nil {
 		return err
 	}
@@ -306,10 +299,7 @@ func evalDrift(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	f.perFileFlag()
 	f.fs.IntVar(&f.cases, "cases", 6, "how many sessions to make")
 	f.fs.Uint64Var(&f.seed, "seed", 1, "the seed the sessions are made from")
-	if err := f.parse(args, stdout, "eval drift [--limits "+driftLimits+"] [--cases 6] [--seed 1] [--provider P --base-url URL --summary-model M] [--per-file]"); err != nil {
-		return err
-	}
-	lims, err := f.limitList()
+	lims, err := f.parse(args, stdout, "eval drift [--limits "+driftLimits+"] [--cases 6] [--seed 1] [--provider P --base-url URL --summary-model M] [--per-file]")
 	if err != nil {
 		return err
 	}
@@ -328,10 +318,7 @@ func evalRecall(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	f.fs.StringVar(&f.out, "out", "", "also write the run as Markdown to `FILE` (docs/RECALL.md)")
 	f.fs.IntVar(&f.queries, "queries", 200, "searches timed at each session length")
 	f.fs.BoolVar(&f.quick, "quick", false, "shorter latency runs (500 and 2,000 messages, 40 searches)")
-	if err := f.parse(args, stdout, "eval recall [--data DIR] [--limits 4000] [--out FILE] [--queries 200] [--quick]"); err != nil {
-		return err
-	}
-	lims, err := f.limitList()
+	lims, err := f.parse(args, stdout, "eval recall [--data DIR] [--limits 4000] [--out FILE] [--queries 200] [--quick]")
 	if err != nil {
 		return err
 	}
@@ -359,19 +346,6 @@ func (f *evalFlags) limitList() ([]int, error) {
 		lims = append(lims, n)
 	}
 	return lims, nil
-}
-
-// limitsAndModes reads --limits and --mode.
-func (f *evalFlags) limitsAndModes() ([]int, []bool, error) {
-	lims, err := f.limitList()
-	if err != nil {
-		return nil, nil, err
-	}
-	modes := map[string][]bool{"incremental": {true}, "scratch": {false}, "both": {true, false}}[f.mode]
-	if modes == nil {
-		return nil, nil, fmt.Errorf("%w: --mode must be incremental, scratch or both", errUsage)
-	}
-	return lims, modes, nil
 }
 
 // conversations loads the data set --data and --long name, with
