@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"bytes"
 	"regexp"
 	"strings"
+	"unicode"
 )
 
 var (
@@ -19,8 +21,75 @@ var (
 // more ("Please always run the linter", "Never change the public API"),
 // not encouragement that opens the same way ("Don't worry").
 func IsInstruction(sentence string) bool {
-	t := reOpener.ReplaceAllString(strings.TrimSpace(sentence), "")
-	return reInstr.MatchString(t) && !reNotInstr.MatchString(t) && len(strings.Fields(t)) >= 4
+	t := strings.TrimSpace(sentence)
+	return isInstruction(t, lowerLine(t, nil))
+}
+
+// isInstruction is IsInstruction of a trimmed sentence t, l its
+// lowerLine: the expressions run only where their fixed words are.
+func isInstruction(t string, l []byte) bool {
+	exact := foldsOutsideASCII(l)
+	if exact || hasPrefixAny(l, openerWords) {
+		t = reOpener.ReplaceAllString(t, "")
+		l = l[len(l)-len(t):] // (the opener is cut from the start)
+	}
+	if !exact && !hasPrefixAny(l, instrStarts) && !bytes.Contains(l, []byte("you")) {
+		return false
+	}
+	return reInstr.MatchString(t) && !reNotInstr.MatchString(t) && words(t) >= 4
+}
+
+// openerWords begin every match of reOpener; instrStarts every match of
+// reInstr's first alternative (the others hold "you").
+var (
+	openerWords = []string{"actually", "ok", "also", "and", "so", "oh", "wait", "instead", "one more thing", "correction", "update", "change of plan", "scratch that"}
+	instrStarts = []string{"please", "always", "never", "don't", "do not", "make sure", "ensure", "avoid", "remember to", "keep in mind", "only", "use", "stop", "from now on"}
+	// decisionWords: every match of reDecision's first three
+	// alternatives holds one; the last two ("let's go with", "we'll
+	// stick with") hold "with" after a sentence that opens with "let"
+	// or "ok", or after "we'll" or "we will" (mayDecide).
+	decisionWords = []string{"decision", "decided", "agreed", "final", "locked", "settled", "non-negotiable"}
+)
+
+// mayDecide reports whether reDecision can match a sentence whose
+// lowerLine is l.
+func mayDecide(l []byte) bool {
+	if foldsOutsideASCII(l) || containsAny(l, decisionWords) {
+		return true
+	}
+	return bytes.Contains(l, []byte("with")) &&
+		(hasPrefixAny(l, []string{"let", "ok"}) || bytes.Contains(l, []byte("we'll")) || bytes.Contains(l, []byte("we will")))
+}
+
+func hasPrefixAny(l []byte, ps []string) bool {
+	for _, p := range ps {
+		if bytes.HasPrefix(l, []byte(p)) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsAny(l []byte, ws []string) bool {
+	for _, w := range ws {
+		if bytes.Contains(l, []byte(w)) {
+			return true
+		}
+	}
+	return false
+}
+
+// words is len(strings.Fields(s)), without making the fields.
+func words(s string) int {
+	n, in := 0, false
+	for _, r := range s {
+		space := unicode.IsSpace(r)
+		if !space && !in {
+			n++
+		}
+		in = !space
+	}
+	return n
 }
 
 // reOpener is a discourse marker an instruction may open with ("Actually,
@@ -46,7 +115,15 @@ var reDecision = regexp.MustCompile(`(?i)\b(decision|decided|agreed)\b|\b(is|are
 // IsDecision reports whether a user's sentence settles a decision (four
 // words or more): the ledger keeps it verbatim with the instructions.
 func IsDecision(sentence string) bool {
-	return reDecision.MatchString(sentence) && len(strings.Fields(sentence)) >= 4
+	return isDecision(sentence, lowerLine(sentence, nil))
+}
+
+// isDecision is IsDecision with l sentence's lowerLine.
+func isDecision(sentence string, l []byte) bool {
+	if !mayDecide(l) {
+		return false
+	}
+	return reDecision.MatchString(sentence) && words(sentence) >= 4
 }
 
 // Prose is text without its fenced blocks (``` or ~~~, from the opening
@@ -83,20 +160,75 @@ func Prose(text string) string {
 // decision (IsDecision) too.
 func instructions(text string) []string {
 	var out []string
-	for _, line := range strings.Split(Prose(text), "\n") {
-		line = reListItem.ReplaceAllString(line, "")
+	var l []byte
+	for line := range strings.SplitSeq(Prose(text), "\n") {
+		if mayBeListItem(line) {
+			line = reListItem.ReplaceAllString(line, "")
+		}
 		rest := line
 		for rest != "" {
-			end := len(rest)
-			if loc := reSentenceEnd.FindStringIndex(rest); loc != nil {
-				end = loc[1]
-			}
+			end := sentenceEnd(rest)
 			s := strings.TrimSpace(rest[:end])
 			rest = rest[end:]
-			if (IsInstruction(s) || IsDecision(s) || reRule.MatchString(s) && len(strings.Fields(s)) >= 4) && len(s) <= 400 {
+			if len(s) > 400 || words(s) < 4 {
+				continue // (each kind needs four words)
+			}
+			l = lowerLine(s, l)
+			rule := foldsOutsideASCII(l) || bytes.Contains(l, []byte("you"))
+			if isInstruction(s, l) || isDecision(s, l) || rule && reRule.MatchString(s) {
 				out = append(out, s)
 			}
 		}
 	}
 	return out
+}
+
+// sentenceEnd is where the first sentence of s ends: past the end of
+// reSentenceEnd's leftmost match ([.!?]+["')]*(\s+|$)), or len(s).
+func sentenceEnd(s string) int {
+	for i := 0; i < len(s); {
+		if !isStop(s[i]) {
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && isStop(s[j]) {
+			j++
+		}
+		for j < len(s) && (s[j] == '"' || s[j] == '\'' || s[j] == ')') {
+			j++
+		}
+		if j == len(s) {
+			return j
+		}
+		if isSpace(s[j]) {
+			for j < len(s) && isSpace(s[j]) {
+				j++
+			}
+			return j
+		}
+		// No match begins within this run of stops: each would reach the
+		// same byte after it.
+		i = j
+	}
+	return len(s)
+}
+
+func isStop(c byte) bool { return c == '.' || c == '!' || c == '?' }
+
+// isSpace is \s in the expressions (RE2's: ASCII only).
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\f' || c == '\r' }
+
+// mayBeListItem reports whether reListItem can match line: after its
+// leading \s, a list marker ([-*•>] or a digit).
+func mayBeListItem(line string) bool {
+	i := 0
+	for i < len(line) && isSpace(line[i]) {
+		i++
+	}
+	if i == len(line) {
+		return false
+	}
+	c := line[i]
+	return c == '-' || c == '*' || c == '>' || '0' <= c && c <= '9' || strings.HasPrefix(line[i:], "•")
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"slices"
 )
 
 // A long tool output is mostly lines that report nothing, and running
@@ -14,16 +15,24 @@ import (
 
 // lowerLine is line in ASCII lower case, in buf (reused).
 func lowerLine(line string, buf []byte) []byte {
-	b := buf[:0]
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
+	b := slices.Grow(buf[:0], len(line))[:len(line)]
+	for i := range b {
+		b[i] = lowerASCII[line[i]]
 	}
 	return b
 }
+
+// lowerASCII is each byte with ASCII letters lower-cased.
+var lowerASCII = func() (t [256]byte) {
+	for i := range t {
+		c := byte(i)
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		t[i] = c
+	}
+	return t
+}()
 
 // foldsOutsideASCII reports whether l holds a character that (?i) folds to
 // an ASCII letter (the long s to s, the Kelvin sign to k): the fixed words
@@ -54,12 +63,14 @@ func mayBeError(l []byte) bool {
 			return true
 		}
 	}
-	for _, w := range []string{": command not found", ": no such file or directory", ": error: ", ": fatal error: ", "segmentation fault"} {
-		if bytes.Contains(l, []byte(w)) {
-			return true
+	if bytes.IndexByte(l, ':') >= 0 {
+		for _, w := range []string{": command not found", ": no such file or directory", ": error: ", ": fatal error: "} {
+			if bytes.Contains(l, []byte(w)) {
+				return true
+			}
 		}
 	}
-	return foldsOutsideASCII(l)
+	return bytes.Contains(l, []byte("segmentation fault")) || foldsOutsideASCII(l)
 }
 
 // mayBeTest reports whether the lower-cased line l could match

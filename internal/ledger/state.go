@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"regexp"
 	"slices"
 	"strings"
@@ -164,6 +165,9 @@ func textPlan(text string) *Plan {
 	lines := strings.Split(text, "\n")
 	var check []PlanItem
 	for _, l := range lines {
+		if !strings.Contains(l, "[") {
+			continue // (every checklist item has its box)
+		}
 		if m := reChecklist.FindStringSubmatch(l); m != nil {
 			check = append(check, PlanItem{Text: short(oneLine(m[2]), maxPlanText), Status: planStatus(m[1])})
 		}
@@ -171,8 +175,13 @@ func textPlan(text string) *Plan {
 	if len(check) >= 2 {
 		return &Plan{Items: check, From: planChecklist}
 	}
+	var lower []byte
 	for i, l := range lines {
-		if !rePlanHead.MatchString(l) {
+		if !strings.Contains(l, ":") {
+			continue // (a plan's head ends with one)
+		}
+		// "plan" has no letter (?i) folds from outside ASCII.
+		if lower = lowerLine(l, lower); !bytes.Contains(lower, []byte("plan")) || !rePlanHead.MatchString(l) {
 			continue
 		}
 		var items []PlanItem
