@@ -80,9 +80,10 @@ bench-ts: build
 # 7 s, a replica killed and the other paused 20 s, a model failing 30% of
 # calls, rate-limiting 5% and hanging 1%; checks every goal and writes
 # docs/RELIABILITY.md. Exit 1 when a goal is missed, naming it. Then the
-# noisy-neighbour check on nats.conf's tenants (about 2 minutes): tenant B
-# alone, beside tenant A's flood within its quotas, and beside it with the
-# quotas lifted; writes docs/NOISY.md.
+# noisy-neighbour check on nats.conf's tenants (about 4 minutes): tenant B
+# alone and beside tenant A's floods within its quotas, taking turns in
+# three rounds, and beside a flood with the quotas lifted; writes
+# docs/NOISY.md.
 chaos: build
 	$(BIN) chaos --out docs/RELIABILITY.md
 	$(BIN) chaos --noisy --out docs/NOISY.md

@@ -150,8 +150,9 @@ func runNoisy(ctx context.Context, o chaos.NoisyOptions, out string, asJSON bool
 		fmt.Fprint(stdout, md)
 	}
 	if !rep.Pass() {
-		return fmt.Errorf("%w: a noisy-neighbour goal was missed (p99 ratios: compactions %.2f and appends %.2f beside A's requests, %.2f and %.2f beside its appends; A over its quotas: sessions %+.1f %%, bytes %+.1f %%; %d failures of tenant B, %d errors)",
-			errFailed, rep.Ratio, rep.AppendRatio, rep.AppendFlood.CompactionRatio, rep.AppendFlood.AppendRatio, 100*rep.Quota.SessionsOver, 100*rep.Quota.BytesOver, rep.QuietFailures, len(rep.Errors))
+		return fmt.Errorf("%w: a noisy-neighbour goal was missed (p99 ratios: compactions %.2f and appends %.2f beside A's requests, %.2f and %.2f beside its appends; A over its quotas: sessions %+.1f %%, bytes %+.1f %%; A's floods sent %.0f requests/s and %.0f appends/s; %d failures of tenant B, %d errors)",
+			errFailed, rep.Ratio, rep.AppendRatio, rep.AppendFlood.CompactionRatio, rep.AppendFlood.AppendRatio, 100*rep.Quota.SessionsOver, 100*rep.Quota.BytesOver,
+			rep.FloodRate, rep.AppendFlood.Rate, rep.QuietFailures, len(rep.Errors))
 	}
 	return nil
 }

@@ -121,6 +121,12 @@ func TestNoisyShort(t *testing.T) {
 	if af.Compactions.N == 0 || af.Appends.N == 0 || af.Stored == 0 || af.Refused["writes_per_second"]+af.Refused["concurrent_writes"] == 0 || af.Failed != 0 {
 		t.Fatalf("A's append flood: %+v", af)
 	}
+	// What the floods sent a second is measured, and never over their
+	// rates (a late tick sends what is due, no more); reaching them is
+	// make chaos's goal (a loaded machine here).
+	if rep.FloodRate <= 0 || rep.FloodRate > 1.1*40 || af.Rate <= 0 || af.Rate > 1.1*200 {
+		t.Fatalf("A's floods sent %.1f requests and %.1f appends a second, of 40 and 200", rep.FloodRate, af.Rate)
+	}
 	// Two replicas share A's stored-usage quotas: A is refused, and gets
 	// at most 10 % over them.
 	q := rep.Quota

@@ -45,6 +45,8 @@ type FloodResult struct {
 	Created []string `json:"created,omitempty"`
 	Bytes   int64    `json:"bytes"`
 	Errors  []string `json:"errors,omitempty"`
+	// Seconds is how long it sent.
+	Seconds float64 `json:"seconds"`
 }
 
 // RunFlood sends spec's flood as tenant A until ctx ends, waits for the
@@ -77,6 +79,7 @@ func RunFlood(ctx context.Context, spec FloodSpec) (*FloodResult, error) {
 		})
 		res.Bytes = n.aBytes.Load() - created
 	}
+	res.Seconds = n.sending.Seconds()
 	n.mu.Lock()
 	res.Errors = n.errors
 	n.mu.Unlock()
@@ -97,6 +100,7 @@ func (n *noisy) elsewhere(kind string, perSecond int, af *appendFlood) func(cont
 			n.fail(errors.New(e))
 		}
 		if af != nil {
+			n.appendFloodFor.Add(int64(res.Seconds * float64(time.Second)))
 			af.sent.Add(res.Sent)
 			af.stored.Add(res.Stored)
 			af.failed.Add(res.Failed)
@@ -108,6 +112,7 @@ func (n *noisy) elsewhere(kind string, perSecond int, af *appendFlood) func(cont
 			n.aBytes.Add(res.Bytes)
 			return
 		}
+		n.floodFor.Add(int64(res.Seconds * float64(time.Second)))
 		n.sent.Add(res.Sent)
 		n.stored.Add(res.Stored)
 		n.failed.Add(res.Failed)
@@ -141,9 +146,11 @@ func (n *noisy) floodProcess(ctx context.Context, spec FloodSpec) (*FloodResult,
 	var out bytes.Buffer
 	cmd := exec.Command(n.o.Binary, "chaos", "--tenant-a-flood", string(b))
 	cmd.Stdout, cmd.Stderr = &out, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start tenant A's flood: %w", err)
 	}
+	yieldCPU(cmd.Process.Pid)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
@@ -167,4 +174,25 @@ func (n *noisy) floodProcess(ctx context.Context, spec FloodSpec) (*FloodResult,
 		return nil, fmt.Errorf("tenant A's flood said %q: %w", out.String(), err)
 	}
 	return &res, nil
+}
+
+// floodNice is the scheduling priority tenant A's flood runs at: the
+// lowest. Tenant A's runtimes run on their own hosts, not on the
+// service's; here they share its two cores, and a flood of a thousand
+// requests a second took a fifth of one of them from the server and the
+// replicas whose isolation the run measures (tenant B's append p50 went
+// from 3.7 to 8.1 ms). At the lowest priority the flood still sends at
+// its rate (paced keeps to it; the report says what it sent) from the time
+// the service leaves.
+const floodNice = 19
+
+// yieldCPU sets the flood process pid (the leader of its own process
+// group) and every thread in it to floodNice, twice: a thread its runtime
+// starts while the first pass runs is caught by the second, and those
+// started later take their starter's priority.
+func yieldCPU(pid int) {
+	for range 2 {
+		_ = syscall.Setpriority(syscall.PRIO_PGRP, pid, floodNice)
+		time.Sleep(200 * time.Millisecond)
+	}
 }

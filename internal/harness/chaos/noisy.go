@@ -55,6 +55,12 @@ type NoisyOptions struct {
 	Progress   io.Writer
 }
 
+// rounds is how many turns B alone and beside each flood take: one for
+// every 10 s of a phase, at most 3 (a short phase is one turn each).
+func (o *NoisyOptions) rounds() int {
+	return int(max(1, min(3, o.Phase/(10*time.Second))))
+}
+
 func (o *NoisyOptions) defaults() {
 	if o.NATSConf == "" {
 		o.NATSConf = "nats.conf"
@@ -91,6 +97,24 @@ const (
 	quotaGoal = 0.10
 )
 
+// floodRateGoal: A's floods send at least this share of their rate (a
+// flood the machine starves would spare B for nothing).
+const floodRateGoal = 0.9
+
+// perSecond is n over d, a second (0 for no time).
+func perSecond(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// floodsKeptRate reports whether both of A's floods sent at least
+// floodRateGoal of their rates.
+func (r NoisyReport) floodsKeptRate() bool {
+	return r.FloodRate >= floodRateGoal*float64(r.Flood) && r.AppendFlood.Rate >= floodRateGoal*float64(r.AppendFlood.PerSecond)
+}
+
 // bWait bounds the wait for one of B's results (a longer one is a
 // failure, but in the control phase, where it is the harm the quotas
 // prevent), and how long a flood goes on past B's phase.
@@ -107,6 +131,7 @@ type NoisyReport struct {
 	Quiet      int           `json:"quiet_runtimes"`
 	Flood      int           `json:"flood_requests_per_second"`
 	Phase      time.Duration `json:"phase"`
+	Rounds     int           `json:"rounds"`
 	ModelDelay time.Duration `json:"model_delay"`
 	Limits     tenant.Limits `json:"tenant_a_limits"`
 	// Alone and Beside are B's compactions (request to result) in each
@@ -138,12 +163,15 @@ type NoisyReport struct {
 	UnprotectedFailed int64 `json:"unprotected_failed"`
 	// A's flood: requests sent, stored (within its quotas) and answered,
 	// refused by quota, and failed otherwise.
-	FloodSent     int64            `json:"flood_sent"`
-	FloodStored   int64            `json:"flood_stored"`
-	FloodRefused  map[string]int64 `json:"flood_refused"`
-	FloodFailed   int64            `json:"flood_failed"`
-	QuietFailures int64            `json:"quiet_failures"`
-	Errors        []string         `json:"errors,omitempty"`
+	FloodSent    int64            `json:"flood_sent"`
+	FloodStored  int64            `json:"flood_stored"`
+	FloodRefused map[string]int64 `json:"flood_refused"`
+	FloodFailed  int64            `json:"flood_failed"`
+	// FloodRate is what A's flood of requests sent a second, as it sent
+	// (the flood process at the lowest priority: floodNice).
+	FloodRate     float64  `json:"flood_sent_per_second"`
+	QuietFailures int64    `json:"quiet_failures"`
+	Errors        []string `json:"errors,omitempty"`
 }
 
 // AppendFloodReport is tenant B beside tenant A's flood of appends.
@@ -159,6 +187,8 @@ type AppendFloodReport struct {
 	Stored          int64            `json:"stored"`
 	Refused         map[string]int64 `json:"refused"`
 	Failed          int64            `json:"failed"`
+	// Rate is what A sent a second, as it sent.
+	Rate float64 `json:"sent_per_second"`
 }
 
 // QuotaReport is how far A's stored usage went over its quotas, writing
@@ -200,7 +230,7 @@ func (r NoisyReport) Pass() bool {
 		r.FloodRefused[tenant.QuotaRequestsPerSecond]+r.FloodRefused[tenant.QuotaConcurrentCompactions] > 0 &&
 		af.Compactions.N > 0 && af.CompactionRatio <= noisyGoal && af.AppendRatio <= noisyGoal && af.Refused[tenant.QuotaWritesPerSecond]+af.Refused[tenant.QuotaConcurrentWrites] > 0 &&
 		r.Quota.Sessions > 0 && r.Quota.SessionsOver <= quotaGoal && r.Quota.BytesOver <= quotaGoal &&
-		r.Quota.Refused[tenant.QuotaSessions] > 0 && r.Quota.Refused[tenant.QuotaBytesStored] > 0
+		r.Quota.Refused[tenant.QuotaSessions] > 0 && r.Quota.Refused[tenant.QuotaBytesStored] > 0 && r.floodsKeptRate()
 }
 
 // noisy is one run.
@@ -223,6 +253,10 @@ type noisy struct {
 	// created, and the text bytes of its messages.
 	aSessions, aBytes atomic.Int64
 	counted           sync.Map // A's session ids counted in aSessions
+	// sending is how long a flood process sent; floodFor and
+	// appendFloodFor sum it over the run's floods of each kind.
+	sending                  time.Duration
+	floodFor, appendFloodFor atomic.Int64
 }
 
 // created reports whether A's session sid was counted before, counting it.
@@ -277,32 +311,39 @@ func (f *appendFlood) counts() map[string]int64 {
 
 // paced calls send k = 0, 1, ... at perSecond, each in a goroutine of its
 // own (not waiting for one before the next, as a flooding client does),
-// until ctx ends, then waits for those under way.
-func paced(ctx context.Context, perSecond int, send func(ctx context.Context, k int)) {
-	tick := time.NewTicker(time.Second / time.Duration(perSecond))
+// until ctx ends, then waits for those under way. It keeps to the rate
+// over the whole flood: a tick late (a busy machine) sends every call due
+// since (a ticker alone drops the ticks it is late for, and a flood of a
+// thousand a second sent 770 to 890). It returns how long it sent.
+func paced(ctx context.Context, perSecond int, send func(ctx context.Context, k int)) (span time.Duration) {
+	tick := time.NewTicker(max(time.Second/time.Duration(perSecond), time.Millisecond))
 	defer tick.Stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for k := 0; ; k++ {
+	start := time.Now()
+	for k := 0; ; {
 		select {
 		case <-ctx.Done():
-			return
+			return time.Since(start)
 		case <-tick.C:
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			send(rctx, k)
-		}()
+		due := int(time.Since(start).Seconds()*float64(perSecond)) + 1
+		for ; k < due; k++ {
+			wg.Add(1)
+			go func(k int) {
+				defer wg.Done()
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+				defer cancel()
+				send(rctx, k)
+			}(k)
+		}
 	}
 }
 
 // appendFlood sends tenant A's appends (five turns each, over the flood's
 // sessions) at o.AppendFlood per second without waiting for answers.
 func (n *noisy) appendFlood(ctx context.Context, a *client.Client, f *appendFlood) {
-	paced(ctx, n.o.AppendFlood, func(rctx context.Context, k int) {
+	n.sending = paced(ctx, n.o.AppendFlood, func(rctx context.Context, k int) {
 		f.sent.Add(1)
 		sid := fmt.Sprintf("a-%02d", k%floodSessions)
 		ap, err := a.Append(rctx, sid, turns(sid, 100000+k*5, 5))
@@ -436,15 +477,23 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 	}
 	n.logf("warming up")
 	n.quiet(ctx, b, min(5*time.Second, o.Phase), "warm")
-	n.logf("tenant B alone for %s (%d runtimes)", o.Phase, o.Quiet)
-	alone := n.quiet(ctx, b, o.Phase, "alone")
-	n.logf("tenant B beside tenant A's flood of %d requests/s for %s", o.Flood, o.Phase)
-	beside := n.beside(ctx, b, n.elsewhere(floodRequests, o.Flood, nil), "beside")
-	sent, stored, failed, refused := n.sent.Load(), n.stored.Load(), n.failed.Load(), n.refusedCounts()
-
-	n.logf("tenant B beside tenant A's flood of %d appends/s for %s", o.AppendFlood, o.Phase)
+	// B alone, beside A's requests and beside A's appends take turns,
+	// a share of each phase at a time: what the machine does over the
+	// run (its other tenants, its clock) falls on the three alike.
+	var alone, beside, besideAppends phaseTimes
 	af := &appendFlood{refused: map[string]int64{}}
-	besideAppends := n.beside(ctx, b, n.elsewhere(floodAppends, o.AppendFlood, af), "appends")
+	rounds := o.rounds()
+	slice := o.Phase / time.Duration(rounds)
+	for r := range rounds {
+		n.logf("round %d of %d: tenant B alone for %s (%d runtimes)", r+1, rounds, slice, o.Quiet)
+		alone.add(n.quiet(ctx, b, slice, fmt.Sprintf("alone%d", r)))
+		n.logf("round %d of %d: tenant B beside tenant A's flood of %d requests/s for %s", r+1, rounds, o.Flood, slice)
+		beside.add(n.beside(ctx, b, n.elsewhere(floodRequests, o.Flood, nil), slice, fmt.Sprintf("beside%d", r)))
+		n.logf("round %d of %d: tenant B beside tenant A's flood of %d appends/s for %s", r+1, rounds, o.AppendFlood, slice)
+		besideAppends.add(n.beside(ctx, b, n.elsewhere(floodAppends, o.AppendFlood, af), slice, fmt.Sprintf("appends%d", r)))
+	}
+	sent, stored, failed, refused := n.sent.Load(), n.stored.Load(), n.failed.Load(), n.refusedCounts()
+	floodFor := time.Duration(n.floodFor.Load())
 
 	n.logf("tenant A writing sessions and bytes as fast as its quotas let it, through %d replicas", noisyReplicas)
 	quota, err := n.quotaPhase(ctx, a)
@@ -459,15 +508,17 @@ func RunNoisy(ctx context.Context, o NoisyOptions) (*NoisyReport, error) {
 		return nil, err
 	}
 	sent2, stored2, failed2 := n.sent.Load(), n.stored.Load(), n.failed.Load()
-	unprotected := n.beside(ctx, b, n.elsewhere(floodRequests, o.Flood, nil), openPhase)
+	unprotected := n.beside(ctx, b, n.elsewhere(floodRequests, o.Flood, nil), o.Phase, openPhase)
 
-	rep := &NoisyReport{Quiet: o.Quiet, Flood: o.Flood, Phase: o.Phase, ModelDelay: o.ModelDelay, Limits: noisyLimits,
+	rep := &NoisyReport{Quiet: o.Quiet, Flood: o.Flood, Phase: o.Phase, Rounds: rounds, ModelDelay: o.ModelDelay, Limits: noisyLimits,
 		Alone: latencies(alone.compactions), Beside: latencies(beside.compactions), AloneAppends: latencies(alone.appends), BesideAppends: latencies(beside.appends),
 		Unprotected: latencies(unprotected.compactions), UnprotectedAppends: latencies(unprotected.appends), FloodSent: sent, FloodStored: stored,
 		FloodFailed: failed, UnprotectedFailed: n.failed.Load() - failed2, QuietFailures: n.quietFailed.Load(), FloodRefused: refused,
 		UnprotectedStored: n.stored.Load() - stored2, UnprotectedSent: n.sent.Load() - sent2, UnprotectedUnanswered: n.unanswered.Load(), Quota: quota,
 		AppendFlood: AppendFloodReport{PerSecond: o.AppendFlood, Compactions: latencies(besideAppends.compactions), Appends: latencies(besideAppends.appends),
-			Sent: af.sent.Load(), Stored: af.stored.Load(), Failed: af.failed.Load(), Refused: af.counts()}}
+			Sent: af.sent.Load(), Stored: af.stored.Load(), Failed: af.failed.Load(), Refused: af.counts(),
+			Rate: perSecond(af.sent.Load(), time.Duration(n.appendFloodFor.Load()))},
+		FloodRate: perSecond(sent, floodFor)}
 	rep.ratios()
 	n.mu.Lock()
 	rep.Errors = slices.Clone(n.errors)
@@ -557,14 +608,14 @@ func floodSession(sid string) []client.Message {
 // (bWait): with A's quotas lifted the flood can outrun the replicas,
 // and B's last request would wait behind a backlog that grows for as
 // long as the flood goes on.
-func (n *noisy) beside(ctx context.Context, b *client.Client, flood func(context.Context), phase string) phaseTimes {
-	warm := min(2*time.Second, n.o.Phase/2)
-	floodCtx, stopFlood := context.WithTimeout(ctx, warm+n.o.Phase+bWait)
+func (n *noisy) beside(ctx context.Context, b *client.Client, flood func(context.Context), d time.Duration, phase string) phaseTimes {
+	warm := min(2*time.Second, d/2)
+	floodCtx, stopFlood := context.WithTimeout(ctx, warm+d+bWait)
 	var fw sync.WaitGroup
 	fw.Add(1)
 	go func() { defer fw.Done(); flood(floodCtx) }()
 	time.Sleep(warm) // the flood under way
-	out := n.quiet(ctx, b, n.o.Phase, phase)
+	out := n.quiet(ctx, b, d, phase)
 	stopFlood()
 	fw.Wait()
 	return out
@@ -723,6 +774,11 @@ func turns(sid string, from, k int) []client.Message {
 // compactions, and its appends.
 type phaseTimes struct{ compactions, appends []time.Duration }
 
+// add adds o's times to t's.
+func (t *phaseTimes) add(o phaseTimes) {
+	t.compactions, t.appends = append(t.compactions, o.compactions...), append(t.appends, o.appends...)
+}
+
 // quiet runs tenant B's runtimes for d: each appends turns that take its
 // session over the limit, then requests a compaction and waits for its
 // result, as a runtime does; it returns the times of both.
@@ -805,7 +861,7 @@ func (n *noisy) flood(ctx context.Context, a *client.Client) {
 			n.aBytes.Add(textBytes(msgs))
 		}
 	}
-	paced(ctx, n.o.Flood, func(rctx context.Context, k int) {
+	n.sending = paced(ctx, n.o.Flood, func(rctx context.Context, k int) {
 		n.sent.Add(1)
 		// Turns first, so that a request let in compacts (a model
 		// call), as a runtime's would.
@@ -853,10 +909,12 @@ func (r NoisyReport) Markdown(command string) string {
 	l := r.Limits
 	fmt.Fprintf(&b, "%s A nats-server in its own process with the repo's `nats.conf` (tenants on their own accounts), %d `compactor serve` replicas, a model answering in %s. "+
 		"Tenant B: %d runtimes, each appending turns (two exchanges an append) past its %d-token limit and requesting a compaction (request event to result event), "+
-		"for %s alone, then for %s while tenant A sends %d compaction requests per second (each after an append) over %d sessions, then for %s while A sends %d appends per second; "+
-		"A's floods come from a process of their own, as another tenant's runtimes do, B's runtimes from the harness's. "+
+		"for %s alone, %s while tenant A sends %d compaction requests per second (each after an append) over %d sessions, and %s while A sends %d appends per second, "+
+		"in %d rounds that take turns (so that what the machine does over the run falls on the three alike). "+
+		"A's floods come from a process of their own, as another tenant's runtimes do, B's runtimes from the harness's; "+
+		"A's runs at the lowest scheduling priority (nice %d): its runtimes would run on their own hosts, and here the flood's own work took a fifth of one of the two cores the service runs on. It still sends at its rate, which the goals check. "+
 		"A's quotas, shared by the replicas: %g requests per second (burst %d), %d concurrent compactions, %g writes per second (burst %d), %d concurrent writes, %d sessions, %d MiB stored.\n\n",
-		verdict, noisyReplicas, r.ModelDelay, r.Quiet, noisyLimit, r.Phase, r.Phase, r.Flood, floodSessions, r.Phase, r.AppendFlood.PerSecond,
+		verdict, noisyReplicas, r.ModelDelay, r.Quiet, noisyLimit, r.Phase, r.Phase, r.Flood, floodSessions, r.Phase, r.AppendFlood.PerSecond, r.Rounds, floodNice,
 		l.RequestsPerSecond, l.RequestsBurst, l.ConcurrentCompactions, l.WritesPerSecond, l.WritesBurst, l.ConcurrentWrites, l.Sessions, l.BytesStored>>20)
 	b.WriteString("| tenant B | compactions | p50 | p99 | max | appends | p50 | p99 | max |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
@@ -882,6 +940,8 @@ func (r NoisyReport) Markdown(command string) string {
 	q := r.Quota
 	fmt.Fprintf(&b, "| A's sessions at most %.0f %% over its quota (%d) | %d (%+.1f %%) | %s |\n", quotaGoal*100, q.SessionsQuota, q.Sessions, 100*q.SessionsOver, mark(q.SessionsOver <= quotaGoal && q.Refused[tenant.QuotaSessions] > 0))
 	fmt.Fprintf(&b, "| A's bytes stored at most %.0f %% over its quota (%d) | %d (%+.1f %%) | %s |\n", quotaGoal*100, q.BytesQuota, q.Bytes, 100*q.BytesOver, mark(q.BytesOver <= quotaGoal && q.Refused[tenant.QuotaBytesStored] > 0))
+	fmt.Fprintf(&b, "| A's floods sent at %.0f %% of their rates or more | requests %.0f/s of %d, appends %.0f/s of %d | %s |\n", floodRateGoal*100,
+		r.FloodRate, r.Flood, r.AppendFlood.Rate, r.AppendFlood.PerSecond, mark(r.floodsKeptRate()))
 	fmt.Fprintf(&b, "| tenant B's failures | %d | %s |\n", r.QuietFailures, mark(r.QuietFailures == 0 && len(r.Errors) == 0))
 	fmt.Fprintf(&b, "\nWithout A's quotas B's compaction p99 is %.2fx its p99 alone, %d of its requests without a result within %s (of A's %d requests, %d answered, %d without a result within 30 s).\n\n",
 		r.UnprotectedRatio, r.UnprotectedUnanswered, bWait, r.UnprotectedSent, r.UnprotectedStored, r.UnprotectedFailed)
