@@ -48,7 +48,11 @@ type Index struct {
 	total int64
 	post  map[string][]posting
 	calls map[string][]int64 // a tool call's id: the call's and its results' seqs
-	bytes int
+	// pairs holds each message's signature of the word pairs it holds
+	// (pairSignature), from pairsAt[doc] to pairsAt[doc+1].
+	pairs   []uint64
+	pairsAt []uint32
+	bytes   int
 }
 
 // NewIndex returns an empty index.
@@ -83,6 +87,12 @@ func (ix *Index) Add(d Doc) {
 		terms = appendTerms(terms, strings.ReplaceAll(d.Name, "_", " "))
 	}
 	doc := uint32(len(ix.seqs))
+	if len(ix.pairsAt) == 0 {
+		ix.pairsAt = append(ix.pairsAt, 0)
+	}
+	ix.pairs = appendSignature(ix.pairs, pairHashes(nil, d.Text))
+	ix.pairsAt = append(ix.pairsAt, uint32(len(ix.pairs)))
+	ix.bytes += 4 + 8*int(ix.pairsAt[doc+1]-ix.pairsAt[doc])
 	ix.seqs = append(ix.seqs, d.Seq)
 	ix.roles = append(ix.roles, internRole(d.Role))
 	ix.lens = append(ix.lens, uint32(len(terms)))
@@ -213,12 +223,57 @@ func (ix *Index) Search(q Query) []Hit {
 	return hits
 }
 
-// scores is each matching message's BM25 score for text's terms.
+// scores is each matching message's BM25 score for text's terms, and
+// for each pair of text's consecutive words a message holds in that
+// order (by its signature), the pair's: BM25's with the pair as a term
+// found once, its weight from the messages that hold it, times
+// pairShare.
 func (ix *Index) scores(text string) map[uint32]float64 {
 	terms := Terms(text)
 	slices.Sort(terms)
 	terms = slices.Compact(terms)
-	return ix.termScores(terms)
+	out := ix.termScores(terms)
+	n := float64(len(ix.seqs))
+	for _, p := range queryPairs(text) {
+		with := ix.holding(p)
+		if len(with) == 0 {
+			continue
+		}
+		df := float64(len(with))
+		idf := math.Log(1 + (n-df+0.5)/(df+0.5))
+		for _, doc := range with {
+			out[doc] += pairShare * idf * (k1 + 1) / (1 + ix.norm(doc))
+		}
+	}
+	return out
+}
+
+// holding are the messages that hold both words of p and, by their
+// signatures, p (postings are in message order).
+func (ix *Index) holding(p wordPair) []uint32 {
+	a, b := ix.post[p.first], ix.post[p.second]
+	var out []uint32
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch da, db := a[i].doc, b[j].doc; {
+		case da < db:
+			i++
+		case da > db:
+			j++
+		default:
+			if hasPair(ix.pairs[ix.pairsAt[da]:ix.pairsAt[da+1]], p.hash) {
+				out = append(out, da)
+			}
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// norm is BM25's length norm of doc: k1 scaled by its length against
+// the average.
+func (ix *Index) norm(doc uint32) float64 {
+	return k1 * (1 - b + b*float64(ix.lens[doc])*float64(len(ix.seqs))/float64(ix.total))
 }
 
 // termScores is each matching message's BM25 score for terms.

@@ -1,0 +1,85 @@
+package recall
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// A signature never says a pair it holds is missing, and says few it
+// does not hold are there.
+func TestSignatureHoldsEveryPair(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	vocab := make([]string, 3000)
+	for i := range vocab {
+		vocab[i] = fmt.Sprintf("w%dx", i)
+	}
+	falsePos, tried := 0, 0
+	for range 300 {
+		words := make([]string, 1+r.IntN(400))
+		for i := range words {
+			words[i] = vocab[r.IntN(len(vocab))]
+		}
+		text := strings.Join(words, " ")
+		sig := appendSignature(nil, pairHashes(nil, text))
+		held := map[uint64]bool{}
+		eachPair(text, func(a, b string) {
+			h := pairHash(a, b)
+			held[h] = true
+			if !hasPair(sig, h) {
+				t.Fatalf("the signature of %q lacks (%s, %s)", text, a, b)
+			}
+		})
+		for range 50 {
+			h := pairHash(vocab[r.IntN(len(vocab))], vocab[r.IntN(len(vocab))])
+			if held[h] {
+				continue
+			}
+			tried++
+			if hasPair(sig, h) {
+				falsePos++
+			}
+		}
+	}
+	// Two bits of eight a pair: about 5 % of pairs not held say yes.
+	if share := float64(falsePos) / float64(tried); share > 0.08 {
+		t.Fatalf("%d of %d pairs not held found (%.1f %%)", falsePos, tried, 100*share)
+	}
+}
+
+// Words in the order a query has them rank a message over one holding
+// the same words apart (as many terms: without the pair the later would
+// rank first); the index's bytes count the signatures.
+func TestPhraseRanksFirst(t *testing.T) {
+	ix := NewIndex()
+	texts := []string{
+		"after work I went to a support group meeting",    // 1: in order
+		"it was filler text about nothing at all",         // 2
+		"a photo of the lake",                             // 3
+		"more filler about the weather and the rain",      // 4
+		"group meetings helped my support network a lot",  // 5: apart
+		"and the last filler line of this small exchange", // 6
+	}
+	before := 0
+	for i, text := range texts {
+		ix.Add(Doc{Seq: int64(i + 1), Role: "user", Text: text})
+		if i == 0 {
+			before = ix.Bytes()
+		}
+	}
+	if a, b := len(Terms(texts[0])), len(Terms(texts[4])); a != b {
+		t.Fatalf("%d and %d terms: the test needs as many", a, b)
+	}
+	hits := ix.Search(Query{Text: "support group", Limit: 3})
+	if len(hits) < 2 || hits[0].Seq != 1 || hits[1].Seq != 5 {
+		t.Fatalf("hits %+v, want the message with the phrase (1), then the other (5)", hits)
+	}
+	if ix.Bytes() <= before || len(ix.pairsAt) != len(texts)+1 {
+		t.Fatalf("bytes %d (first message %d), %d signature offsets", ix.Bytes(), before, len(ix.pairsAt))
+	}
+	// (support, group) and (group, support), each once.
+	if p := queryPairs("Support group, support group!"); len(p) != 2 || p[0].first != "support" || p[0].second != "group" {
+		t.Fatalf("pairs %+v", p)
+	}
+}
