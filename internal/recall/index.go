@@ -82,15 +82,16 @@ func (ix *Index) Add(d Doc) {
 	if d.Seq <= ix.Head() {
 		return
 	}
-	terms := appendTerms(nil, d.Text)
+	var pairs pairer
+	terms := appendTerms(nil, d.Text, &pairs)
 	if d.Name != "" {
-		terms = appendTerms(terms, strings.ReplaceAll(d.Name, "_", " "))
+		terms = appendTerms(terms, strings.ReplaceAll(d.Name, "_", " "), nil)
 	}
 	doc := uint32(len(ix.seqs))
 	if len(ix.pairsAt) == 0 {
 		ix.pairsAt = append(ix.pairsAt, 0)
 	}
-	ix.pairs = appendSignature(ix.pairs, pairHashes(nil, d.Text))
+	ix.pairs = appendSignature(ix.pairs, pairs.hashes())
 	ix.pairsAt = append(ix.pairsAt, uint32(len(ix.pairs)))
 	ix.bytes += 4 + 8*int(ix.pairsAt[doc+1]-ix.pairsAt[doc])
 	ix.seqs = append(ix.seqs, d.Seq)

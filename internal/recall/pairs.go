@@ -29,48 +29,45 @@ type wordPair struct {
 	hash          uint64
 }
 
-// pairHashes adds to out the hash of each pair of consecutive words of
-// text, each once.
-func pairHashes(out []uint64, text string) []uint64 {
-	eachPair(text, func(a, b string) { out = append(out, pairHash(a, b)) })
+// pairer collects a text's pairs of consecutive words as its terms are
+// made (appendTerms).
+type pairer struct {
+	prev  string
+	pairs []wordPair
+}
+
+// add takes w as the text's next word.
+func (p *pairer) add(w string) {
+	if p == nil {
+		return
+	}
+	if p.prev != "" {
+		p.pairs = append(p.pairs, wordPair{p.prev, w, pairHash(p.prev, w)})
+	}
+	p.prev = w
+}
+
+// hashes are the pairs' hashes, each once.
+func (p *pairer) hashes() []uint64 {
+	out := make([]uint64, len(p.pairs))
+	for i, wp := range p.pairs {
+		out[i] = wp.hash
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }
 
-// queryPairs are text's pairs of consecutive words, each once.
+// queryPairs are text's pairs of consecutive words, each once, in order.
 func queryPairs(text string) []wordPair {
+	var p pairer
+	appendTerms(nil, text, &p)
 	var out []wordPair
-	eachPair(text, func(a, b string) {
-		h := pairHash(a, b)
-		if !slices.ContainsFunc(out, func(p wordPair) bool { return p.hash == h }) {
-			out = append(out, wordPair{a, b, h})
+	for _, wp := range p.pairs {
+		if !slices.ContainsFunc(out, func(o wordPair) bool { return o.hash == wp.hash }) {
+			out = append(out, wp)
 		}
-	})
-	return out
-}
-
-// eachPair calls f with each two consecutive words of text (terms: stop
-// words left out, stemmed).
-func eachPair(text string, f func(a, b string)) {
-	prev, start := "", -1
-	for i, r := range text + " " {
-		if isWordRune(r) {
-			if start < 0 {
-				start = i
-			}
-			continue
-		}
-		if start < 0 {
-			continue
-		}
-		if w := word(text[start:i]); w != "" {
-			if prev != "" {
-				f(prev, w)
-			}
-			prev = w
-		}
-		start = -1
 	}
+	return out
 }
 
 // pairHash is FNV-1a of "a\x00b": the same in every process, so that

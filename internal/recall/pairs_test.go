@@ -22,15 +22,19 @@ func TestSignatureHoldsEveryPair(t *testing.T) {
 			words[i] = vocab[r.IntN(len(vocab))]
 		}
 		text := strings.Join(words, " ")
-		sig := appendSignature(nil, pairHashes(nil, text))
+		var p pairer
+		appendTerms(nil, text, &p)
+		sig := appendSignature(nil, p.hashes())
 		held := map[uint64]bool{}
-		eachPair(text, func(a, b string) {
-			h := pairHash(a, b)
-			held[h] = true
-			if !hasPair(sig, h) {
-				t.Fatalf("the signature of %q lacks (%s, %s)", text, a, b)
+		for _, wp := range p.pairs {
+			held[wp.hash] = true
+			if !hasPair(sig, wp.hash) {
+				t.Fatalf("the signature of %q lacks (%s, %s)", text, wp.first, wp.second)
 			}
-		})
+		}
+		if len(p.pairs) != len(words)-1 {
+			t.Fatalf("%d pairs of %d words", len(p.pairs), len(words))
+		}
 		for range 50 {
 			h := pairHash(vocab[r.IntN(len(vocab))], vocab[r.IntN(len(vocab))])
 			if held[h] {

@@ -18,10 +18,12 @@ import (
 //     order or a function finds it by its exact name first; a path's
 //     segments that are identifiers too ("parser.c").
 func Terms(text string) []string {
-	return appendTerms(nil, text)
+	return appendTerms(nil, text, nil)
 }
 
-func appendTerms(out []string, text string) []string {
+// appendTerms adds text's terms to out, and each word (in text's order)
+// to words when it is not nil.
+func appendTerms(out []string, text string, words *pairer) []string {
 	for i := 0; i < len(text); {
 		r, size := utf8.DecodeRuneInString(text[i:])
 		if !isWordRune(r) {
@@ -57,15 +59,15 @@ func appendTerms(out []string, text string) []string {
 				}
 			}
 		}
-		out = appendWords(out, ident)
+		out = appendWords(out, ident, words)
 		i = j
 	}
 	return out
 }
 
-// appendWords adds the words of an identifier (runs of letters, runs of
-// digits), stemmed, without stop words.
-func appendWords(out []string, ident string) []string {
+// appendWords adds the words of an identifier (runs of letters and
+// digits), stemmed, without stop words; to words too (when not nil).
+func appendWords(out []string, ident string, words *pairer) []string {
 	start := -1
 	for j, r := range ident + " " {
 		if isWordRune(r) {
@@ -77,6 +79,7 @@ func appendWords(out []string, ident string) []string {
 		if start >= 0 {
 			if w := word(ident[start:j]); w != "" {
 				out = append(out, w)
+				words.add(w)
 			}
 			start = -1
 		}
