@@ -49,7 +49,7 @@ type Index struct {
 	post  map[string][]posting
 	calls map[string][]int64 // a tool call's id: the call's and its results' seqs
 	// pairs holds each message's signature of the word pairs it holds
-	// (pairSignature), from pairsAt[doc] to pairsAt[doc+1].
+	// (appendSignature), from pairsAt[doc] to pairsAt[doc+1].
 	pairs   []uint64
 	pairsAt []uint32
 	bytes   int
@@ -230,12 +230,13 @@ func (ix *Index) Search(q Query) []Hit {
 // found once, its weight from the messages that hold it, times
 // pairShare.
 func (ix *Index) scores(text string) map[uint32]float64 {
-	terms := Terms(text)
+	var words pairer
+	terms := appendTerms(nil, text, &words)
 	slices.Sort(terms)
 	terms = slices.Compact(terms)
 	out := ix.termScores(terms)
 	n := float64(len(ix.seqs))
-	for _, p := range queryPairs(text) {
+	for _, p := range words.distinct() {
 		with := ix.holding(p)
 		if len(with) == 0 {
 			continue
@@ -283,7 +284,6 @@ func (ix *Index) termScores(terms []string) map[uint32]float64 {
 	if n == 0 || len(terms) == 0 {
 		return nil
 	}
-	avg := float64(ix.total) / n
 	out := map[uint32]float64{}
 	for _, t := range terms {
 		ps := ix.post[t]
@@ -293,8 +293,7 @@ func (ix *Index) termScores(terms []string) map[uint32]float64 {
 		idf := math.Log(1 + (n-float64(len(ps))+0.5)/(float64(len(ps))+0.5))
 		for _, p := range ps {
 			tf := float64(p.tf)
-			norm := k1 * (1 - b + b*float64(ix.lens[p.doc])/avg)
-			out[p.doc] += idf * tf * (k1 + 1) / (tf + norm)
+			out[p.doc] += idf * tf * (k1 + 1) / (tf + ix.norm(p.doc))
 		}
 	}
 	return out

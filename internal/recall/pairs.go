@@ -59,10 +59,8 @@ func (p *pairer) hashes() []uint64 {
 	return slices.Compact(out)
 }
 
-// queryPairs are text's pairs of consecutive words, each once, in order.
-func queryPairs(text string) []wordPair {
-	var p pairer
-	appendTerms(nil, text, &p)
+// distinct are the pairs, each once, in order.
+func (p *pairer) distinct() []wordPair {
 	var out []wordPair
 	for _, wp := range p.pairs {
 		if !slices.ContainsFunc(out, func(o wordPair) bool { return o.hash == wp.hash }) {
