@@ -244,11 +244,12 @@ func TestPreparationsArePaced(t *testing.T) {
 			total += n
 			queued := p.Stats().Queued
 			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: n})
-			if p.Stats().Queued == queued {
-				continue
-			}
-			if out := wait(); out.Outcome == pipeline.PrepareDone {
-				return out, total
+			// Each job queued is observed once (a read may queue a
+			// preparation before it is observed).
+			for ; p.Stats().Queued > queued; queued++ {
+				if out := wait(); out.Outcome == pipeline.PrepareDone {
+					return out, total
+				}
 			}
 			if total > limit {
 				t.Fatalf("%s: no preparation before the limit", sid)
@@ -346,19 +347,18 @@ func testCalibrated(t *testing.T, exact bool) {
 			advance(10 * time.Second)
 			queued := p.Stats().Queued
 			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: estimated})
-			if p.Stats().Queued == queued {
-				continue
-			}
-			select {
-			case out := <-done:
-				if out.Outcome == pipeline.PrepareDone {
-					return out
+			for ; p.Stats().Queued > queued; queued++ {
+				select {
+				case out := <-done:
+					if out.Outcome == pipeline.PrepareDone {
+						return out
+					}
+					if out.TokensBefore > limit {
+						t.Fatalf("%s: no preparation before the limit (%+v)", sid, out)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("no preparation ran")
 				}
-				if out.TokensBefore > limit {
-					t.Fatalf("%s: no preparation before the limit (%+v)", sid, out)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("no preparation ran")
 			}
 		}
 	}
@@ -372,5 +372,105 @@ func testCalibrated(t *testing.T, exact bool) {
 	// the limit (two of its biggest appends), not earlier.
 	if slow.TokensBefore < limit-3*turnTokens || slow.TokensBefore > limit || st.Paced == 0 {
 		t.Fatalf("prepared at %d tokens of %d (turns of %d tokens), %+v", slow.TokensBefore, limit, turnTokens, st)
+	}
+}
+
+// An estimate errs by a share of what it added since the session was
+// read: here, past 75 % of its limit, the session's turns say 10 % fewer
+// tokens than they come to (a chat that turns to numbers and names, the
+// scale measured on its prose). Paced on the estimate, it was prepared
+// with less than a turn left before its limit, or not before it: the
+// next append took it over, and its request waited for the preparation
+// or had none. Where the error could make it due, the preparer reads it,
+// and prepares on the count.
+func TestAnEstimateThatErrsIsReadNearTheLimit(t *testing.T) {
+	counter, store, svc := newService(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now, advance := testClock()
+	var (
+		mu   sync.Mutex
+		runs []pipeline.Preparation
+	)
+	done := make(chan pipeline.Preparation, 100)
+	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
+		Busy: func() bool { advance(3 * time.Second); return false }, // every preparation takes 3 s
+		Observe: func(out pipeline.Preparation, _ error) {
+			mu.Lock()
+			runs = append(runs, out)
+			mu.Unlock()
+			done <- out
+		}})
+	go func() { _ = p.Run(ctx) }()
+	const limit = 8000
+	turnTokens := 0
+	// grow appends a turn every 10 s until a preparation is made, its
+	// turns told at under of their bytes' estimate once its tokens pass
+	// 75 % of the limit.
+	grow := func(sid string, under float64) pipeline.Preparation {
+		t.Helper()
+		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for i := 0; ; i++ {
+			msgs := []session.Message{
+				{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Hey, it has been a while! Last weekend (the %dth) I finally went hiking up the ridge behind the old mill with my sister, and we took the long trail past the lake because the short one was closed after the storm.", i%28+1))},
+				{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("That sounds lovely. Was the lake still frozen at the edges? Last time you told me about trip number %d you said the water was so clear you could see the stones at the bottom, and that your sister wanted to come back in the summer.", i))},
+			}
+			estimated := 0
+			turnTokens = 0
+			for j := range msgs {
+				turnTokens += counter.Ensure(&msgs[j])
+				estimated += preparer.EstimateTokens(len(msgs[j].Text()))
+			}
+			if total > limit*3/4 {
+				estimated = int(float64(estimated) * (1 - under))
+			}
+			total += turnTokens
+			a, err := store.AppendWith(ctx, sid, msgs, session.AppendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			advance(10 * time.Second)
+			queued := p.Stats().Queued
+			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: estimated})
+			for ; p.Stats().Queued > queued; queued++ {
+				select {
+				case out := <-done:
+					if out.Outcome == pipeline.PrepareDone {
+						return out
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("no preparation ran")
+				}
+			}
+			if total > limit {
+				t.Fatalf("%s: no preparation before the limit (%d tokens)", sid, total)
+			}
+		}
+	}
+	grow("first", 0) // (a preparation's time, the scale learnt)
+	grow("second", 0)
+	mu.Lock()
+	runs = nil
+	mu.Unlock()
+	out := grow("errs", 0.1)
+	if out.TokensBefore > limit-turnTokens {
+		for _, r := range runs {
+			t.Logf("%s %s %d %s", r.Cause, r.Outcome, r.TokensBefore, r.CauseDetail)
+		}
+		t.Fatalf("prepared at %d tokens of %d, less than a turn (%d tokens) left", out.TokensBefore, limit, turnTokens)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	near := 0
+	for _, r := range runs {
+		if r.Cause == preparer.CauseNear {
+			near++
+		}
+	}
+	if near != 1 {
+		t.Fatalf("%d reads near the limit, want 1: %+v", near, runs)
 	}
 }

@@ -44,7 +44,7 @@ func TestRateCarriesOverARead(t *testing.T) {
 	if r := rateOf(e, t0.Add(500*time.Millisecond)); r < 50 || r > 60 {
 		t.Fatalf("rate %.1f half a second after a read, want about 57 (50 before it)", r)
 	}
-	if c := p.pace(e, t0.Add(500*time.Millisecond)); c != "" {
+	if c := p.pace(e, t0.Add(500*time.Millisecond), 0); c != "" {
 		t.Fatalf("paced %q: 900 tokens left at about 57 a second is 16 s, over a 2 s preparation's margin", c)
 	}
 	// Past rateWindow, the growth since the read alone.
@@ -57,12 +57,12 @@ func TestRateCarriesOverARead(t *testing.T) {
 	if r := rateOf(e, t0.Add(500*time.Millisecond)); r != 0 {
 		t.Fatalf("rate %.1f with none before the read, want 0", r)
 	}
-	if c := p.pace(e, t0.Add(500*time.Millisecond)); c != CauseUnpaced {
+	if c := p.pace(e, t0.Add(500*time.Millisecond), 0); c != CauseUnpaced {
 		t.Fatalf("paced %q with no rate, want %q", c, CauseUnpaced)
 	}
 	// Near the limit at that rate: due.
 	e.rate, e.tokens = 50, 7850
-	if c := p.pace(e, t0.Add(500*time.Millisecond)); c != CauseAppends && c != CausePace {
+	if c := p.pace(e, t0.Add(500*time.Millisecond), 0); c != CauseAppends && c != CausePace {
 		t.Fatalf("150 tokens left at 50 a second: %q, want due", c)
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/compactor/compactor/internal/extractive"
 	"github.com/compactor/compactor/internal/harness/eval"
 	"github.com/compactor/compactor/internal/pipeline"
+	"github.com/compactor/compactor/internal/preparer"
 	"github.com/compactor/compactor/internal/router"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/sessions"
@@ -357,8 +358,8 @@ func replayPaced(ctx context.Context, convs []transcript.Conversation, cfg pipel
 		pr.names[fmt.Sprintf("prep-%d", i)] = convs[i].Name
 	}
 	traced := func(out pipeline.Preparation, err error) {
-		if out.Outcome == pipeline.PrepareBelow && err == nil {
-			return // (a read of a session not due)
+		if out.Outcome == pipeline.PrepareBelow && err == nil && out.Cause != preparer.CauseNear {
+			return // (a read of a session not due; one near its limit is traced)
 		}
 		pr.trace(prepTraceLine(mode, pr.names[out.SessionID], time.Since(start), out, err))
 	}
