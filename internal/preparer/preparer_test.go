@@ -474,3 +474,48 @@ func TestAnEstimateThatErrsIsReadNearTheLimit(t *testing.T) {
 		t.Fatalf("%d reads near the limit, want 1: %+v", near, runs)
 	}
 }
+
+// With every worker busy, the session nearest its limit is prepared
+// first, not the one queued first: a session that has just passed
+// prepare_at at a slow pace waits behind one a second from its limit.
+func TestTheSessionDueFirstIsPreparedFirst(t *testing.T) {
+	_, store, svc := newService(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now, advance := testClock()
+	order := make(chan string, 10)
+	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now, Unpaced: true,
+		Observe: func(out pipeline.Preparation, _ error) { order <- out.SessionID }})
+	const limit = 8000
+	for _, sid := range []string{"far", "near"} {
+		msgs := make([]session.Message, 10)
+		for i := range msgs {
+			msgs[i] = session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("message %d", i))}
+		}
+		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, msgs); err != nil {
+			t.Fatal(err)
+		}
+		p.Created(ctx, sid, 10, 5000, limit)
+	}
+	advance(10 * time.Second)
+	// Both past prepare_at: far at 80 tokens a second, its limit 27 s
+	// off; near at 260, 1.5 s off. far is queued first.
+	p.Appended(ctx, "far", preparer.Append{Head: 11, FirstSeq: 11, Tokens: 800})
+	p.Appended(ctx, "near", preparer.Append{Head: 11, FirstSeq: 11, Tokens: 2600})
+	if st := p.Stats(); st.Queued != 2 {
+		t.Fatalf("queued %d, want 2: %+v", st.Queued, st)
+	}
+	go func() { _ = p.Run(ctx) }()
+	var got []string
+	for range 2 {
+		select {
+		case sid := <-order:
+			got = append(got, sid)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no preparation ran")
+		}
+	}
+	if got[0] != "near" || got[1] != "far" {
+		t.Fatalf("prepared in the order %v, want near first", got)
+	}
+}
