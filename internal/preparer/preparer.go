@@ -142,6 +142,9 @@ const (
 	// CausePace: at the session's rate its limit comes within the time
 	// a preparation takes (with the margin).
 	CausePace = "pace"
+	// CauseBurst: the most the session ever appended within that time
+	// would fill what is left (see burstWindow).
+	CauseBurst = "burst"
 	// CauseMeasure: the session's estimate passed prepare_at, but the
 	// session was never measured (calibrate): its context is read, and
 	// nothing prepared, before the pace is judged on it.
@@ -177,8 +180,11 @@ type estimate struct {
 	// estimate has its own (see rateOf).
 	rate float64
 	// peak is the biggest append the session ever made (as scaled), kept
-	// across reads and compactions, as scale and rate are.
-	peak int
+	// across reads and compactions, as scale and rate are; burst the most
+	// it appended within a preparation's time (burstWindow), kept so too,
+	// and recent its appends within that time (recentSum their tokens).
+	peak, burst, recentSum int
+	recent                 []stamp
 	// marks are the heads the appends since read left, with added after
 	// each (the last maxMarks): a read that ends after more appends came
 	// finds the estimate at its own head there (see learn).
@@ -188,6 +194,24 @@ type estimate struct {
 	// seqs, and the session's bytes after the next append here say what
 	// they added, with no read.
 	bytes int64
+}
+
+// stamp is an append's tokens (as scaled) and when it came.
+type stamp struct {
+	at     time.Time
+	tokens int
+}
+
+// maxRecent bounds an estimate's recent appends: a session that appends
+// more often than that within a preparation's time is prepared at
+// prepare_at by its rate anyway.
+const maxRecent = 64
+
+// kept is a new estimate with what e knows of the session beyond its
+// count (its scale, rate, biggest append and burst), for a session read
+// again or compacted.
+func (e *estimate) kept(now time.Time) *estimate {
+	return &estimate{scale: e.scale, rate: rateOf(e, now), peak: e.peak, burst: e.burst, recent: slices.Clone(e.recent), recentSum: e.recentSum}
 }
 
 // mark is an estimate's added once the session's head was head.
@@ -346,10 +370,11 @@ func (p *Preparer) Appended(ctx context.Context, sessionID string, a Append) {
 		// made while it ran would otherwise follow one the preparer
 		// did not know, and be read again (a new session's first
 		// appends, read five times over at a runtime's pace).
-		pending := &estimate{head: head, added: tokens, marks: []mark{{head: head, added: tokens}}, bytes: a.SessionBytes}
+		pending := &estimate{}
 		if e != nil {
-			pending.scale, pending.rate, pending.peak = e.scale, rateOf(e, p.opt.Now()), e.peak
+			pending = e.kept(p.opt.Now())
 		}
+		pending.head, pending.added, pending.marks, pending.bytes = head, tokens, []mark{{head: head, added: tokens}}, a.SessionBytes
 		p.remember(tenant.Key(t, sessionID), pending)
 	}
 	measure := cause == CauseUnread && p.pacing()
@@ -377,8 +402,9 @@ const (
 // grown adds an append of tokens up to head, seen in order, to e, and says
 // what follows, with the cause and detail of a job (p.mu held).
 func (p *Preparer) grown(e *estimate, head int64, tokens int) (growth, string, string) {
-	scaled := p.scaled(e, tokens)
+	scaled, now := p.scaled(e, tokens), p.opt.Now()
 	e.head, e.added, e.biggest, e.peak = head, e.added+tokens, max(e.biggest, scaled), max(e.peak, scaled)
+	p.addRecent(e, now, scaled)
 	if len(e.marks) == maxMarks {
 		e.marks = slices.Delete(e.marks, 0, 1)
 	}
@@ -387,7 +413,6 @@ func (p *Preparer) grown(e *estimate, head int64, tokens int) (growth, string, s
 		return growSkip, "", "" // not read yet: its read is queued, and keeps these
 	}
 	e.tokens = e.base + p.scaled(e, e.added)
-	now := p.opt.Now()
 	below := float64(e.tokens) < p.svc.Config().PrepareAt*float64(e.limit)
 	// Over the limit the request is due (a compaction elsewhere may have
 	// shrunk the context: read it again after Recheck); a preparation that
@@ -448,12 +473,41 @@ const (
 	paceWindow = time.Second
 )
 
+// burstWindow is the time a session's burst is measured over: what a
+// preparation takes to be ready, with the pace's margin (0 while that is
+// not known).
+func (p *Preparer) burstWindow() time.Duration {
+	if p.ready <= 0 {
+		return 0
+	}
+	return time.Duration(paceMargin*float64(p.ready)) + paceSlack
+}
+
+// addRecent adds an append of tokens (scaled) made at now to e's recent
+// ones, and its burst: the most appended within burstWindow. An agent
+// idle for minutes and then writing a dozen messages in a second reaches
+// its limit sooner than its rate says (the replay's bursts at 8k: six of
+// twenty requests waited about 2 s for a preparation that the burst
+// itself had started). Called with p.mu held.
+func (p *Preparer) addRecent(e *estimate, now time.Time, tokens int) {
+	w := p.burstWindow()
+	if w <= 0 {
+		return
+	}
+	e.recent, e.recentSum = append(e.recent, stamp{at: now, tokens: tokens}), e.recentSum+tokens
+	for len(e.recent) > maxRecent || now.Sub(e.recent[0].at) > w {
+		e.recentSum -= e.recent[0].tokens
+		e.recent = e.recent[1:]
+	}
+	e.burst = max(e.burst, e.recentSum)
+}
+
 // pace says why a session past prepare_at must be prepared now (a
 // Cause), or "" when it may wait: a preparation's time to ready is
 // known, the session's rate is (rateOf), and at that rate its limit is
-// further off than paceMargin times that time plus paceSlack, and
-// further than two of its biggest appends — were its context more tokens
-// than the estimate says. Called with p.mu held.
+// further off than paceMargin times that time plus paceSlack, further
+// than two of its biggest appends, and further than its burst — were its
+// context more tokens than the estimate says. Called with p.mu held.
 func (p *Preparer) pace(e *estimate, now time.Time, more int) string {
 	rate := rateOf(e, now)
 	if p.ready <= 0 || rate <= 0 {
@@ -462,6 +516,9 @@ func (p *Preparer) pace(e *estimate, now time.Time, more int) string {
 	room := e.limit - e.tokens - more
 	if room <= 2*e.biggest {
 		return CauseAppends
+	}
+	if room <= e.burst {
+		return CauseBurst
 	}
 	left := time.Duration(float64(room) / rate * float64(time.Second))
 	if left <= time.Duration(paceMargin*float64(p.ready))+paceSlack {
@@ -542,7 +599,7 @@ func (p *Preparer) Compacted(ctx context.Context, sessionID string) {
 	key := tenant.Key(tenant.From(ctx), sessionID)
 	p.mu.Lock()
 	if e := p.est[key]; e != nil {
-		p.est[key] = &estimate{scale: e.scale, rate: rateOf(e, p.opt.Now()), peak: e.peak}
+		p.est[key] = e.kept(p.opt.Now())
 	}
 	p.mu.Unlock()
 }
@@ -828,11 +885,11 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 	old := p.est[sid]
 	if out.HeadSeq == 0 || out.Limit == 0 {
 		if old != nil { // not read: the next append reads it
-			p.est[sid] = &estimate{scale: old.scale, rate: rateOf(old, p.opt.Now()), peak: old.peak}
+			p.est[sid] = old.kept(p.opt.Now())
 		}
 		return
 	}
-	scale, rate, peak := 0.0, 0.0, 0
+	e := &estimate{}
 	// at is what the appends the estimate saw added up to the head the
 	// read found, when it saw that head: the appends the runtime made
 	// while the session was read are on top of the count. (Measured
@@ -840,18 +897,17 @@ func (p *Preparer) learn(sid string, out pipeline.Preparation, snap *estimate) {
 	// runtime appending as fast as the reads went was never measured:
 	// read again every few appends, a read per append.)
 	at, seen := 0, false
+	now := p.opt.Now()
 	if old != nil {
-		scale, rate, peak = old.scale, rateOf(old, p.opt.Now()), old.peak
+		e = old.kept(now)
 		if old == snap {
 			// (An estimate without a count has none to calibrate on.)
 			if at, seen = old.addedAt(out.HeadSeq); seen && old.limit > 0 {
-				scale = p.calibrate(old, out.TokensBefore-old.base, at)
+				e.scale = p.calibrate(old, out.TokensBefore-old.base, at)
 			}
 		}
 	}
-	now := p.opt.Now()
-	e := &estimate{head: out.HeadSeq, readHead: out.HeadSeq, tokens: out.TokensBefore, base: out.TokensBefore, limit: out.Limit, read: now, scale: scale, rate: rate, peak: peak,
-		bytes: out.SessionBytes}
+	e.head, e.readHead, e.tokens, e.base, e.limit, e.read, e.bytes = out.HeadSeq, out.HeadSeq, out.TokensBefore, out.TokensBefore, out.Limit, now, out.SessionBytes
 	if seen && old.head > out.HeadSeq {
 		// The appends after the read's head stay on the estimate.
 		e.head, e.added, e.biggest, e.bytes = old.head, old.added-at, old.biggest, old.bytes

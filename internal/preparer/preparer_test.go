@@ -519,3 +519,94 @@ func TestTheSessionDueFirstIsPreparedFirst(t *testing.T) {
 		t.Fatalf("prepared in the order %v, want near first", got)
 	}
 }
+
+// A session idle for a minute between bursts of a dozen messages in a
+// second (an agent's subtask, a person pasting) grows slowly on average,
+// so its pace waited until two appends were left, and the rest of a
+// burst took it over its limit a second after its preparation began: its
+// request waited for it. The most it appended within a preparation's time
+// is kept, and a session with less room than that left is prepared: the
+// preparation is ready before the burst can fill what is left.
+func TestABurstySessionIsReadyBeforeItsLimit(t *testing.T) {
+	counter, store, svc := newService(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now, advance := testClock()
+	const ready = 3 * time.Second
+	done := make(chan pipeline.Preparation, 100)
+	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
+		Busy:    func() bool { advance(ready); return false }, // every preparation takes 3 s
+		Observe: func(out pipeline.Preparation, _ error) { done <- out }})
+	go func() { _ = p.Run(ctx) }()
+	const limit = 8000
+	type step struct {
+		msg   session.Message
+		after time.Duration // the wait before the next message
+	}
+	// steps is a session's messages: one every 5 s, or bursts of 12 a
+	// tenth of a second apart, a minute apart, the first of them cut
+	// short by offset.
+	steps := func(bursty bool, offset int) []step {
+		out := make([]step, 400)
+		for i := range out {
+			out[i].msg = session.Message{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Step %d of the migration: table orders_%d copied, 2,%03d rows, checksums match, indexes rebuilt on the replica.", i, i, i%1000))}
+			counter.Ensure(&out[i].msg)
+			switch {
+			case !bursty:
+				out[i].after = 5 * time.Second
+			case (i+offset)%12 == 11:
+				out[i].after = time.Minute
+			default:
+				out[i].after = 100 * time.Millisecond
+			}
+		}
+		return out
+	}
+	// grow appends the steps until a preparation is made, and returns it
+	// and the step whose append queued it.
+	grow := func(sid string, steps []step) (pipeline.Preparation, int) {
+		t.Helper()
+		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range steps {
+			a, err := store.AppendWith(ctx, sid, []session.Message{st.msg}, session.AppendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			queued := p.Stats().Queued
+			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq, Tokens: st.msg.Tokens})
+			for ; p.Stats().Queued > queued; queued++ {
+				select {
+				case out := <-done:
+					if out.Outcome == pipeline.PrepareDone {
+						return out, i
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("no preparation ran")
+				}
+			}
+			advance(st.after)
+		}
+		t.Fatalf("%s: no preparation", sid)
+		return pipeline.Preparation{}, 0
+	}
+	grow("first", steps(false, 0)) // (a preparation's time learnt)
+	// Wherever the limit falls in a burst:
+	for offset := range 12 {
+		bursty := steps(true, offset)
+		out, at := grow(fmt.Sprintf("bursty-%d", offset), bursty)
+		// What the session holds once the preparation is ready: its
+		// tokens then, and every message appended within its time.
+		held, since := out.TokensBefore, bursty[at].after
+		for _, st := range bursty[at+1:] {
+			if since > ready {
+				break
+			}
+			held, since = held+st.msg.Tokens, since+st.after
+		}
+		if held > limit {
+			t.Errorf("offset %d: prepared at %d tokens of %d (cause %s): %d when it was ready, over the limit", offset, out.TokensBefore, limit, out.Cause, held)
+		}
+	}
+}
