@@ -529,7 +529,7 @@ func (p *Preparer) pace(e *estimate, now time.Time, more int) string {
 
 // An estimate errs by a share of what it added since its count was read:
 // the bytes of an append say its tokens only as well as the session's
-// scale holds for it. At 8,000 tokens, LoCoMo's chats were 1-2 % off
+// scale holds for it. At 8,000 tokens, LoCoMo's chats were 0-1.4 % off
 // after 2,000 to 7,000 tokens appended, agent runs 8-13 % after 1,000 to
 // 2,000: one chat, at 88 tokens over its estimate, reached its limit a
 // second after its preparation began, and its request waited for it (a
