@@ -28,6 +28,44 @@ func testClock() (now func() time.Time, advance func(time.Duration)) {
 		func(d time.Duration) { mu.Lock(); clock = clock.Add(d); mu.Unlock() }
 }
 
+// told tells p of an append a (of n messages, tokens as told) and waits
+// for every job it queued: their outcomes, in the order they ran (a read
+// may queue a preparation before it is observed).
+func told(t *testing.T, ctx context.Context, p *preparer.Preparer, done <-chan pipeline.Preparation, sid string, a session.Appended, n, tokens int) []pipeline.Preparation {
+	t.Helper()
+	queued := p.Stats().Queued
+	p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(n) + 1, Tokens: tokens})
+	var outs []pipeline.Preparation
+	for ; p.Stats().Queued > queued; queued++ {
+		select {
+		case out := <-done:
+			outs = append(outs, out)
+		case <-time.After(10 * time.Second):
+			t.Fatal("no preparation ran")
+		}
+	}
+	return outs
+}
+
+// prepared is the preparation among outs, if one was made.
+func prepared(outs []pipeline.Preparation) (pipeline.Preparation, bool) {
+	for _, out := range outs {
+		if out.Outcome == pipeline.PrepareDone {
+			return out, true
+		}
+	}
+	return pipeline.Preparation{}, false
+}
+
+// chatTurn is turn i of a chat between people: English prose, which
+// counts at about 0.7 of its bytes' estimate.
+func chatTurn(i int) []session.Message {
+	return []session.Message{
+		{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Hey, it has been a while! Last weekend (the %dth) I finally went hiking up the ridge behind the old mill with my sister, and we took the long trail past the lake because the short one was closed after the storm.", i%28+1))},
+		{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("That sounds lovely. Was the lake still frozen at the edges? Last time you told me about trip number %d you said the water was so clear you could see the stones at the bottom, and that your sister wanted to come back in the summer.", i))},
+	}
+}
+
 // newService is a pipeline on a memory store, with the extractive
 // summariser and no message-count trigger.
 func newService(t *testing.T) (*tokens.Counter, *memstore.Store, *pipeline.Service) {
@@ -208,16 +246,6 @@ func TestPreparationsArePaced(t *testing.T) {
 		go func() { _ = p.Run(ctx) }()
 		return p
 	}
-	wait := func() pipeline.Preparation {
-		t.Helper()
-		select {
-		case out := <-done:
-			return out
-		case <-time.After(10 * time.Second):
-			t.Fatal("no preparation ran")
-		}
-		return pipeline.Preparation{}
-	}
 	// grow appends turns to a new session, each every `every` on the
 	// clock, until a preparation is made; it returns it, and the tokens
 	// appended up to the append that queued it.
@@ -242,14 +270,8 @@ func TestPreparationsArePaced(t *testing.T) {
 			}
 			advance(every)
 			total += n
-			queued := p.Stats().Queued
-			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: n})
-			// Each job queued is observed once (a read may queue a
-			// preparation before it is observed).
-			for ; p.Stats().Queued > queued; queued++ {
-				if out := wait(); out.Outcome == pipeline.PrepareDone {
-					return out, total
-				}
+			if out, ok := prepared(told(t, ctx, p, done, sid, a, len(msgs), n)); ok {
+				return out, total
 			}
 			if total > limit {
 				t.Fatalf("%s: no preparation before the limit", sid)
@@ -327,10 +349,7 @@ func testCalibrated(t *testing.T, exact bool) {
 			t.Fatal(err)
 		}
 		for i := 0; ; i++ {
-			msgs := []session.Message{
-				{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Hey, it has been a while! Last weekend (the %dth) I finally went hiking up the ridge behind the old mill with my sister, and we took the long trail past the lake because the short one was closed after the storm.", i%28+1))},
-				{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("That sounds lovely. Was the lake still frozen at the edges? Last time you told me about trip number %d you said the water was so clear you could see the stones at the bottom, and that your sister wanted to come back in the summer.", i))},
-			}
+			msgs := chatTurn(i)
 			estimated := 0
 			turnTokens = 0
 			for j := range msgs {
@@ -345,19 +364,13 @@ func testCalibrated(t *testing.T, exact bool) {
 				t.Fatal(err)
 			}
 			advance(10 * time.Second)
-			queued := p.Stats().Queued
-			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: estimated})
-			for ; p.Stats().Queued > queued; queued++ {
-				select {
-				case out := <-done:
-					if out.Outcome == pipeline.PrepareDone {
-						return out
-					}
-					if out.TokensBefore > limit {
-						t.Fatalf("%s: no preparation before the limit (%+v)", sid, out)
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("no preparation ran")
+			outs := told(t, ctx, p, done, sid, a, len(msgs), estimated)
+			if out, ok := prepared(outs); ok {
+				return out
+			}
+			for _, out := range outs {
+				if out.TokensBefore > limit {
+					t.Fatalf("%s: no preparation before the limit (%+v)", sid, out)
 				}
 			}
 		}
@@ -414,10 +427,7 @@ func TestAnEstimateThatErrsIsReadNearTheLimit(t *testing.T) {
 		}
 		total := 0
 		for i := 0; ; i++ {
-			msgs := []session.Message{
-				{Role: session.RoleUser, Content: session.TextContent(fmt.Sprintf("Hey, it has been a while! Last weekend (the %dth) I finally went hiking up the ridge behind the old mill with my sister, and we took the long trail past the lake because the short one was closed after the storm.", i%28+1))},
-				{Role: session.RoleAssistant, Content: session.TextContent(fmt.Sprintf("That sounds lovely. Was the lake still frozen at the edges? Last time you told me about trip number %d you said the water was so clear you could see the stones at the bottom, and that your sister wanted to come back in the summer.", i))},
-			}
+			msgs := chatTurn(i)
 			estimated := 0
 			turnTokens = 0
 			for j := range msgs {
@@ -433,17 +443,8 @@ func TestAnEstimateThatErrsIsReadNearTheLimit(t *testing.T) {
 				t.Fatal(err)
 			}
 			advance(10 * time.Second)
-			queued := p.Stats().Queued
-			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq - int64(len(msgs)) + 1, Tokens: estimated})
-			for ; p.Stats().Queued > queued; queued++ {
-				select {
-				case out := <-done:
-					if out.Outcome == pipeline.PrepareDone {
-						return out
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("no preparation ran")
-				}
+			if out, ok := prepared(told(t, ctx, p, done, sid, a, len(msgs), estimated)); ok {
+				return out
 			}
 			if total > limit {
 				t.Fatalf("%s: no preparation before the limit (%d tokens)", sid, total)
@@ -574,17 +575,8 @@ func TestABurstySessionIsReadyBeforeItsLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			queued := p.Stats().Queued
-			p.Appended(ctx, sid, preparer.Append{Head: a.HeadSeq, FirstSeq: a.HeadSeq, Tokens: st.msg.Tokens})
-			for ; p.Stats().Queued > queued; queued++ {
-				select {
-				case out := <-done:
-					if out.Outcome == pipeline.PrepareDone {
-						return out, i
-					}
-				case <-time.After(10 * time.Second):
-					t.Fatal("no preparation ran")
-				}
+			if out, ok := prepared(told(t, ctx, p, done, sid, a, 1, st.msg.Tokens)); ok {
+				return out, i
 			}
 			advance(st.after)
 		}
