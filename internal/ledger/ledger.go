@@ -14,6 +14,7 @@
 package ledger
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"slices"
@@ -840,7 +841,9 @@ var (
 	reCreatedAt   = regexp.MustCompile(`(?i)\bfile created successfully at:? (\S+)`)
 	reEditedFile  = regexp.MustCompile(`(?i)\bthe file (\S+) has been edited\b`)
 	reCatN        = regexp.MustCompile("(?i)result of running `cat -n` on (?:a snippet of )?(\\S+?):?\\s")
-	reExit        = regexp.MustCompile(`(?i)(?:exit(?:ed)?(?: with)? (?:code|status)[: =]*|returncode[: =]+|exit_code[": =]+)(-?\d+)`)
+	// reExit is an exit status, anchored: lastExit runs it only where
+	// one of its words begins.
+	reExit = regexp.MustCompile(`^(?i)(?:exit(?:ed)?(?: with)? (?:code|status)[: =]*|returncode[: =]+|exit_code[": =]+)(-?\d+)`)
 	// reErrorLine is a line that reports an error.
 	reErrorLine = regexp.MustCompile(`(?i)^(\w+(\.\w+)*(Error|Exception)\b.*|error(\[\w+\])?:.*|fatal:.*|panic:.*|E {2,}\S.*|FAILED\b.*|.*: command not found|.*: No such file or directory.*|.*\.\w+:\d+(:\d+)?: (error|fatal error): .*|.*\bSegmentation fault\b.*|Error: .*)$`)
 	reTestLine  = regexp.MustCompile(`(?i)^(=+ .*\b(\d+ (passed|failed|errors?))\b.* =+|(ok|FAIL)\s+\S+\s+[\d.]+s|--- FAIL: \S+|Ran \d+ tests? in .*|(OK|FAILED)( \(.*\))?|Tests?:\s+.*\b(passed|failed)\b.*|test result: (ok|FAILED)\..*|\d+ (passing|failing)\b.*)$`)
@@ -853,12 +856,9 @@ func (x *extractor) result(c *call, text string, seq int64) {
 	from := c.name
 	if c.cmd != "" {
 		from = c.shown
-		if strings.Contains(text, "xit") || strings.Contains(text, "XIT") || strings.Contains(text, "returncode") {
-			if ms := reExit.FindAllStringSubmatch(text, -1); ms != nil {
-				exit, _ = strconv.Atoi(ms[len(ms)-1][1])
-				e := exit
-				x.l.Commands[c.cmdAt].Exit = &e
-			}
+		if e, ok := lastExit(text); ok {
+			exit = e
+			x.l.Commands[c.cmdAt].Exit = &e
 		}
 	}
 	errs, tests := scan(text)
@@ -870,6 +870,35 @@ func (x *extractor) result(c *call, text string, seq int64) {
 		x.l.Tests = append(x.l.Tests, Test{Cmd: from, Outcome: outcome, Detail: clip(t), Seq: seq})
 	}
 	x.errorsOf(c, from, errs, exit, seq)
+}
+
+// lastExit is the exit status the last of text's statuses (reExit) says.
+// Every one begins with "exit" or "returncode", in any case (no character
+// outside ASCII folds to their letters), and holds no other: the
+// expression runs where one begins, from the text's end, rather than at
+// every place of a long output (half a mini-swe-agent ledger's work when
+// it did).
+func lastExit(text string) (int, bool) {
+	l := lowerLine(text, nil)
+	var at []int // where the words begin, in order
+	for _, w := range [][]byte{[]byte("exit"), []byte("returncode")} {
+		for i := 0; ; {
+			j := bytes.Index(l[i:], w)
+			if j < 0 {
+				break
+			}
+			at = append(at, i+j)
+			i += j + len(w)
+		}
+	}
+	slices.Sort(at)
+	for k := len(at) - 1; k >= 0; k-- {
+		if m := reExit.FindStringSubmatch(text[at[k]:]); m != nil {
+			n, err := strconv.Atoi(m[1])
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // resultFiles records the files a tool's output names as read, created or

@@ -4,7 +4,9 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -161,5 +163,37 @@ func TestRefKeyAnswersAsTheExpression(t *testing.T) {
 	}
 	if matched < 1000 {
 		t.Fatalf("only %d keys matched", matched)
+	}
+}
+
+// lastExit answers what the expression run over the whole text answers
+// (its last match), on real tool output and on texts made of its pieces.
+func TestLastExitAnswersAsTheExpression(t *testing.T) {
+	whole := regexp.MustCompile(strings.TrimPrefix(reExit.String(), "^"))
+	want := func(text string) (int, bool) {
+		ms := whole.FindAllStringSubmatch(text, -1)
+		if ms == nil {
+			return 0, false
+		}
+		n, err := strconv.Atoi(ms[len(ms)-1][1])
+		return n, err == nil
+	}
+	texts := corpusLines(t)
+	pieces := []string{"exit", "Exit", "EXITED", "exited", " with", " code", " status", "returncode", "ReturnCode", "exit_code", `"`, ":", "=", " ",
+		"1", "-2", "0", "127", "x", "\n", "\u017f", "\u212a", "returncodexit", "99999999999999999999"}
+	texts = append(texts, madeOf(pieces, 10, 3, 4)...)
+	found := 0
+	for _, text := range texts {
+		gotN, gotOK := lastExit(text)
+		wantN, wantOK := want(text)
+		if gotN != wantN || gotOK != wantOK {
+			t.Fatalf("lastExit(%q) = %d, %v; the expression over the whole text says %d, %v", text, gotN, gotOK, wantN, wantOK)
+		}
+		if gotOK {
+			found++
+		}
+	}
+	if found < 300 {
+		t.Fatalf("only %d texts with an exit status", found)
 	}
 }
