@@ -236,7 +236,15 @@ func (ix *Index) scores(text string) map[uint32]float64 {
 	terms = slices.Compact(terms)
 	out := ix.termScores(terms)
 	n := float64(len(ix.seqs))
-	for _, p := range words.distinct() {
+	pairs := words.distinct()
+	// Each message's pairs held, and what they scored: a message that
+	// holds every one of them holds the query as a phrase.
+	type held struct {
+		n     int
+		score float64
+	}
+	holds := map[uint32]held{}
+	for _, p := range pairs {
 		with := ix.holding(p)
 		if len(with) == 0 {
 			continue
@@ -244,7 +252,17 @@ func (ix *Index) scores(text string) map[uint32]float64 {
 		df := float64(len(with))
 		idf := math.Log(1 + (n-df+0.5)/(df+0.5))
 		for _, doc := range with {
-			out[doc] += pairShare * idf * (k1 + 1) / (1 + ix.norm(doc))
+			s := pairShare * idf * (k1 + 1) / (1 + ix.norm(doc))
+			out[doc] += s
+			h := holds[doc]
+			holds[doc] = held{h.n + 1, h.score + s}
+		}
+	}
+	if len(pairs) >= phrasePairs {
+		for doc, h := range holds {
+			if h.n == len(pairs) {
+				out[doc] += h.score
+			}
 		}
 	}
 	return out

@@ -89,3 +89,28 @@ func TestPhraseRanksFirst(t *testing.T) {
 		t.Fatalf("pairs %+v", p)
 	}
 }
+
+// A query held whole, as a phrase, ranks its message over a shorter one
+// that holds its words more often and most of its pairs (a command
+// against its output printed back): without the phrase's share, the
+// output ranks first.
+func TestAWholeCommandRanksItsMessage(t *testing.T) {
+	texts := []string{
+		"let me look at how the collector finds packages",
+		"the collector never reaches the package, so I will add a debug print to the method that collects it and run the tests again to see what it says: " +
+			`sed -i '641a print(f"DEBUG: Package.collect {self.fspath}")' python.py`, // 2: the command
+		"the output of an unrelated listing of the tests directory",
+		"a note about the weather in the logs, nothing more",
+		`sed: python.py: print(f"DEBUG: Package.collect {self.fspath}") print(f"DEBUG: Package.collect {self.fspath}") 641a`, // 5
+		"and another line of filler for the end of this run",
+		"one more line of filler text so that neighbours stay apart",
+	}
+	ix := NewIndex()
+	for i, text := range texts {
+		ix.Add(Doc{Seq: int64(i + 1), Role: "assistant", Text: text})
+	}
+	query := `sed -i '641a print(f"DEBUG: Package.collect {self.fspath}")' python.py`
+	if hits := ix.Search(Query{Text: query, Limit: 3}); len(hits) < 2 || hits[0].Seq != 2 || hits[1].Seq != 5 {
+		t.Fatalf("hits %+v, want the command's message (2), then its output (5)", hits)
+	}
+}
