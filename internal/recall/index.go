@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode"
 
 	"github.com/compactor/compactor/internal/session"
 )
@@ -163,35 +164,17 @@ const (
 	neighbourShare = 0.7
 )
 
-// Search ranks the messages for q: each one's BM25 score plus a share of
-// its neighbours', best first (ties: the later message), no two hits
-// within a message of each other (their snippets would overlap).
+// Search ranks the messages for q by their windows' scores (windows),
+// best first (ties: the later message), no two hits within a message of
+// each other (their snippets would overlap).
 func (ix *Index) Search(q Query) []Hit {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = 10
 	}
-	scores := ix.scores(q.Text)
-	if len(scores) == 0 {
+	window := ix.windows(q.Text)
+	if len(window) == 0 {
 		return nil
-	}
-	// Summed in the order of the messages: the same scores in any order
-	// would round otherwise, and two replicas rank ties alike.
-	docs := make([]uint32, 0, len(scores))
-	for doc := range scores {
-		docs = append(docs, doc)
-	}
-	slices.Sort(docs)
-	window := make(map[uint32]float64, len(scores)*2)
-	for _, doc := range docs {
-		s := scores[doc]
-		window[doc] += s
-		if doc > 0 {
-			window[doc-1] += neighbourShare * s
-		}
-		if int(doc)+1 < len(ix.seqs) {
-			window[doc+1] += neighbourShare * s
-		}
 	}
 	type cand struct {
 		doc   uint32
@@ -224,48 +207,48 @@ func (ix *Index) Search(q Query) []Hit {
 	return hits
 }
 
-// scores is each matching message's BM25 score for text's terms, and
-// for each pair of text's consecutive words a message holds in that
-// order (by its signature), the pair's: BM25's with the pair as a term
-// found once, its weight from the messages that hold it, times
-// pairShare.
-func (ix *Index) scores(text string) map[uint32]float64 {
-	var words pairer
-	terms := appendTerms(nil, text, &words)
-	slices.Sort(terms)
-	terms = slices.Compact(terms)
-	out := ix.termScores(terms)
-	n := float64(len(ix.seqs))
-	pairs := words.distinct()
-	// Each message's pairs held, and what they scored: a message that
-	// holds every one of them holds the query as a phrase.
-	type held struct {
-		n     int
-		score float64
-	}
-	holds := map[uint32]held{}
-	for _, p := range pairs {
-		with := ix.holding(p)
-		if len(with) == 0 {
-			continue
-		}
-		df := float64(len(with))
-		idf := math.Log(1 + (n-df+0.5)/(df+0.5))
-		for _, doc := range with {
-			s := pairShare * idf * (k1 + 1) / (1 + ix.norm(doc))
-			out[doc] += s
-			h := holds[doc]
-			holds[doc] = held{h.n + 1, h.score + s}
-		}
-	}
-	if len(pairs) >= phrasePairs {
-		for doc, h := range holds {
-			if h.n == len(pairs) {
-				out[doc] += h.score
+// windows is each message's score for text with a share of its
+// neighbours' (a hit shows its message with a neighbour each side): for
+// each of text's terms and pairs (score), the message's own score and
+// neighbourShare of each neighbour's, summed in the order of the
+// messages (the same scores in any order would round otherwise, and two
+// replicas rank ties alike). A name (text of one word: a file's, a
+// path, an id) counts once in a window, at the best of its own score
+// and its neighbours' shares: summed, the messages between two mentions
+// of a name came before the mentions, and in a run of an agent's edits
+// to one file its first mention was never among the first hits (on
+// ../shared/data, files found at 5 by their names: the short agent runs
+// 5 -> 6 of 6, the long 66 -> 67 of 68; LoCoMo's questions, never one
+// word, rank as they did).
+func (ix *Index) windows(text string) map[uint32]float64 {
+	if !strings.ContainsFunc(strings.TrimSpace(text), unicode.IsSpace) {
+		window := map[uint32]float64{}
+		var features []map[uint32]float64
+		ix.score(text, func(f int, doc uint32, s float64) {
+			if f == len(features) {
+				features = append(features, map[uint32]float64{})
 			}
+			features[f][doc] = s
+		})
+		for _, f := range features {
+			ix.addBest(window, f)
+		}
+		return window
+	}
+	scores := map[uint32]float64{}
+	ix.score(text, func(_ int, doc uint32, s float64) { scores[doc] += s })
+	window := make(map[uint32]float64, len(scores)*2)
+	for _, doc := range sortedDocs(scores) {
+		s := scores[doc]
+		window[doc] += s
+		if doc > 0 {
+			window[doc-1] += neighbourShare * s
+		}
+		if int(doc)+1 < len(ix.seqs) {
+			window[doc+1] += neighbourShare * s
 		}
 	}
-	return out
+	return window
 }
 
 // holding are the messages that hold both words of p and, by their
@@ -296,13 +279,22 @@ func (ix *Index) norm(doc uint32) float64 {
 	return k1 * (1 - b + b*float64(ix.lens[doc])*float64(len(ix.seqs))/float64(ix.total))
 }
 
-// termScores is each matching message's BM25 score for terms.
-func (ix *Index) termScores(terms []string) map[uint32]float64 {
+// score calls add with, for each of text's terms and then each pair of
+// its consecutive words a message holds in that order (by its
+// signature), numbered from 0, each holding message's score: a term's BM25; a pair's BM25 with the
+// pair as a term found once, its weight from the messages that hold it,
+// times pairShare, and twice that in a message that holds every pair of
+// a phrase (phrasePairs or more).
+func (ix *Index) score(text string, add func(feature int, doc uint32, s float64)) {
 	n := float64(len(ix.seqs))
-	if n == 0 || len(terms) == 0 {
-		return nil
+	if n == 0 {
+		return
 	}
-	out := map[uint32]float64{}
+	var words pairer
+	terms := appendTerms(nil, text, &words)
+	slices.Sort(terms)
+	terms = slices.Compact(terms)
+	feature := 0
 	for _, t := range terms {
 		ps := ix.post[t]
 		if len(ps) == 0 {
@@ -311,9 +303,83 @@ func (ix *Index) termScores(terms []string) map[uint32]float64 {
 		idf := math.Log(1 + (n-float64(len(ps))+0.5)/(float64(len(ps))+0.5))
 		for _, p := range ps {
 			tf := float64(p.tf)
-			out[p.doc] += idf * tf * (k1 + 1) / (tf + ix.norm(p.doc))
+			add(feature, p.doc, idf*tf*(k1+1)/(tf+ix.norm(p.doc)))
+		}
+		feature++
+	}
+	pairs := words.distinct()
+	with := make([][]uint32, len(pairs))
+	for i, p := range pairs {
+		with[i] = ix.holding(p)
+	}
+	// The messages that hold every pair (each list in message order).
+	var phrase []uint32
+	if len(pairs) >= phrasePairs {
+		phrase = with[0]
+		for _, w := range with[1:] {
+			phrase = intersect(phrase, w)
 		}
 	}
+	for i := range pairs {
+		if len(with[i]) == 0 {
+			continue
+		}
+		df := float64(len(with[i]))
+		idf := math.Log(1 + (n-df+0.5)/(df+0.5))
+		for _, doc := range with[i] {
+			s := pairShare * idf * (k1 + 1) / (1 + ix.norm(doc))
+			if _, ok := slices.BinarySearch(phrase, doc); ok {
+				s *= 2
+			}
+			add(feature, doc, s)
+		}
+		feature++
+	}
+}
+
+// addBest adds to each message's window the best of f's score there and
+// neighbourShare of its neighbours', in the order of the messages.
+func (ix *Index) addBest(window, f map[uint32]float64) {
+	in := make(map[uint32]float64, len(f)*3)
+	for doc, s := range f {
+		in[doc] = max(in[doc], s)
+		if doc > 0 {
+			in[doc-1] = max(in[doc-1], neighbourShare*s)
+		}
+		if int(doc)+1 < len(ix.seqs) {
+			in[doc+1] = max(in[doc+1], neighbourShare*s)
+		}
+	}
+	for _, doc := range sortedDocs(in) {
+		window[doc] += in[doc]
+	}
+}
+
+// intersect is the messages of both a and b (each in order).
+func intersect(a, b []uint32) []uint32 {
+	var out []uint32
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch {
+		case a[i] < b[j]:
+			i++
+		case a[i] > b[j]:
+			j++
+		default:
+			out = append(out, a[i])
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// sortedDocs are m's messages in order.
+func sortedDocs(m map[uint32]float64) []uint32 {
+	out := make([]uint32, 0, len(m))
+	for doc := range m {
+		out = append(out, doc)
+	}
+	slices.Sort(out)
 	return out
 }
 

@@ -114,3 +114,26 @@ func TestAWholeCommandRanksItsMessage(t *testing.T) {
 		t.Fatalf("hits %+v, want the command's message (2), then its output (5)", hits)
 	}
 }
+
+// A name counts once in a window: the shortest message that names a file
+// ranks first, where the sum of both neighbours' shares put the messages
+// of a run of edits to it ahead (each between two mentions).
+func TestANameCountsOnceInAWindow(t *testing.T) {
+	texts := []string{
+		"the task: options of a parent command are ignored when a subcommand parses its own",
+		"The parser is in src/cli/parser.go.", // 2: named first, shortest
+		"1\tuse \"collections\"\n2\tclass CommandParser\n3\t  let _spec: CommandSpec box\n4\t  let _parent: (CommandParser box | None)",
+	}
+	for i := 0; i < 6; i++ {
+		texts = append(texts,
+			"I will replace the return of _parse_command in src/cli/parser.go with one that reads the parent's defaults first",
+			"ERROR: No replacement was performed, old_str did not appear verbatim in src/cli/parser.go.")
+	}
+	ix := NewIndex()
+	for i, text := range texts {
+		ix.Add(Doc{Seq: int64(i + 1), Role: "assistant", Text: text})
+	}
+	if hits := ix.Search(Query{Text: "parser.go", Limit: 5}); len(hits) == 0 || hits[0].Seq != 2 {
+		t.Fatalf("hits %+v, want the message that names it first and shortest (2) first", hits)
+	}
+}
