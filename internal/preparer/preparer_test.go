@@ -66,6 +66,24 @@ func chatTurn(i int) []session.Message {
 	}
 }
 
+// slowPreparer runs a preparer of one worker on the test clock whose
+// every preparation takes ready; each outcome goes to observe.
+func slowPreparer(ctx context.Context, svc *pipeline.Service, now func() time.Time, advance func(time.Duration), ready time.Duration, observe func(pipeline.Preparation)) *preparer.Preparer {
+	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
+		Busy:    func() bool { advance(ready); return false },
+		Observe: func(out pipeline.Preparation, _ error) { observe(out) }})
+	go func() { _ = p.Run(ctx) }()
+	return p
+}
+
+// createChat creates the gpt-4o session sid with limit and no messages.
+func createChat(t *testing.T, ctx context.Context, store *memstore.Store, sid string, limit int) {
+	t.Helper()
+	if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // newService is a pipeline on a memory store, with the extractive
 // summariser and no message-count trigger.
 func newService(t *testing.T) (*tokens.Counter, *memstore.Store, *pipeline.Service) {
@@ -251,9 +269,7 @@ func TestPreparationsArePaced(t *testing.T) {
 	// appended up to the append that queued it.
 	grow := func(p *preparer.Preparer, sid string, every time.Duration) (pipeline.Preparation, int) {
 		t.Helper()
-		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
-			t.Fatal(err)
-		}
+		createChat(t, ctx, store, sid, limit)
 		total := 0
 		for i := 0; ; i++ {
 			msgs := []session.Message{
@@ -336,18 +352,13 @@ func testCalibrated(t *testing.T, exact bool) {
 	defer cancel()
 	now, advance := testClock()
 	done := make(chan pipeline.Preparation, 100)
-	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
-		Busy:    func() bool { advance(3 * time.Second); return false }, // every preparation takes 3 s
-		Observe: func(out pipeline.Preparation, _ error) { done <- out }})
-	go func() { _ = p.Run(ctx) }()
+	p := slowPreparer(ctx, svc, now, advance, 3*time.Second, func(out pipeline.Preparation) { done <- out })
 	const limit = 8000
 	turnTokens := 0
 	// grow appends a turn every 10 s until a preparation is made.
 	grow := func(sid string, exact bool) pipeline.Preparation {
 		t.Helper()
-		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
-			t.Fatal(err)
-		}
+		createChat(t, ctx, store, sid, limit)
 		for i := 0; ; i++ {
 			msgs := chatTurn(i)
 			estimated := 0
@@ -406,15 +417,12 @@ func TestAnEstimateThatErrsIsReadNearTheLimit(t *testing.T) {
 		runs []pipeline.Preparation
 	)
 	done := make(chan pipeline.Preparation, 100)
-	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
-		Busy: func() bool { advance(3 * time.Second); return false }, // every preparation takes 3 s
-		Observe: func(out pipeline.Preparation, _ error) {
-			mu.Lock()
-			runs = append(runs, out)
-			mu.Unlock()
-			done <- out
-		}})
-	go func() { _ = p.Run(ctx) }()
+	p := slowPreparer(ctx, svc, now, advance, 3*time.Second, func(out pipeline.Preparation) {
+		mu.Lock()
+		runs = append(runs, out)
+		mu.Unlock()
+		done <- out
+	})
 	const limit = 8000
 	turnTokens := 0
 	// grow appends a turn every 10 s until a preparation is made, its
@@ -422,9 +430,7 @@ func TestAnEstimateThatErrsIsReadNearTheLimit(t *testing.T) {
 	// 75 % of the limit.
 	grow := func(sid string, under float64) pipeline.Preparation {
 		t.Helper()
-		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
-			t.Fatal(err)
-		}
+		createChat(t, ctx, store, sid, limit)
 		total := 0
 		for i := 0; ; i++ {
 			msgs := chatTurn(i)
@@ -535,10 +541,7 @@ func TestABurstySessionIsReadyBeforeItsLimit(t *testing.T) {
 	now, advance := testClock()
 	const ready = 3 * time.Second
 	done := make(chan pipeline.Preparation, 100)
-	p := preparer.New(svc, preparer.Options{Workers: 1, Now: now,
-		Busy:    func() bool { advance(ready); return false }, // every preparation takes 3 s
-		Observe: func(out pipeline.Preparation, _ error) { done <- out }})
-	go func() { _ = p.Run(ctx) }()
+	p := slowPreparer(ctx, svc, now, advance, ready, func(out pipeline.Preparation) { done <- out })
 	const limit = 8000
 	type step struct {
 		msg   session.Message
@@ -567,9 +570,7 @@ func TestABurstySessionIsReadyBeforeItsLimit(t *testing.T) {
 	// and the step whose append queued it.
 	grow := func(sid string, steps []step) (pipeline.Preparation, int) {
 		t.Helper()
-		if _, err := store.Create(ctx, session.Record{SessionID: sid, Model: "gpt-4o", ContextLimit: limit}, nil); err != nil {
-			t.Fatal(err)
-		}
+		createChat(t, ctx, store, sid, limit)
 		for i, st := range steps {
 			a, err := store.AppendWith(ctx, sid, []session.Message{st.msg}, session.AppendOptions{})
 			if err != nil {
