@@ -10,6 +10,10 @@ import (
 // returns the error), as a connection lost mid-operation would.
 func (s *Sessions) FailWrites(f func(subject string) error) { s.failWrite = f }
 
+// BeforeRead calls f before each read of a session's data is sent: leader
+// when the stream's leader answers it, subj the subject it reads.
+func (s *Sessions) BeforeRead(f func(leader bool, subj string)) { s.beforeRead = f }
+
 // SetClock replaces the store's clock.
 func (s *Sessions) SetClock(now func() time.Time) { s.now = now }
 

@@ -97,6 +97,9 @@ const (
 // each; it stops the read by returning false. directRange returns the
 // sequence of the last message it passed to fn (0: none).
 func (s *Sessions) directRange(ctx context.Context, stream, subj string, from, to uint64, fn func(raw) (bool, error)) (uint64, error) {
+	if s.beforeRead != nil {
+		s.beforeRead(false, subj)
+	}
 	return s.mux.directRange(ctx, stream, subj, from, to, fn)
 }
 
@@ -158,6 +161,13 @@ func (m *batchMux) directRange(ctx context.Context, stream, subj string, from, t
 // req is {"seq"}, {"last_by_subj"} or {"seq", "next_by_subj"}. A message
 // that does not exist is session.ErrNotFound.
 func (s *Sessions) leaderMsg(ctx context.Context, stream string, req map[string]any) (raw, error) {
+	if s.beforeRead != nil {
+		subj, _ := req["next_by_subj"].(string)
+		if subj == "" {
+			subj, _ = req["last_by_subj"].(string)
+		}
+		s.beforeRead(true, subj)
+	}
 	return leaderMsg(ctx, s.nc, stream, req)
 }
 
@@ -223,6 +233,20 @@ func kvLeaderGet(ctx context.Context, nc *nats.Conn, bucket, key string) (raw, e
 // and any appended while it reads) reaches fn. fn may stop the read by
 // returning false.
 func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to uint64, fn func(raw) (bool, error)) error {
+	// With to 0, the leader is asked beside the read for the first message
+	// on subj from from: where it has none (a load whose record is the
+	// last write: a create's, a commit's, a checkpoint's), nothing is left
+	// to ask it after the read, and the read costs one round trip, not
+	// two in turn (issue 43). Its last message would say more, but would
+	// carry a create's whole entry (up to 512 KiB) for its sequence alone.
+	var none chan bool
+	if to == 0 {
+		none = make(chan bool, 1)
+		go func() {
+			_, err := s.leaderMsg(ctx, stream, map[string]any{"seq": from, "next_by_subj": subj})
+			none <- errorsIsNotFound(err)
+		}()
+	}
 	stopped := false
 	stale := uint64(0)
 	last, err := s.directRange(ctx, stream, subj, from, to, func(r raw) (bool, error) {
@@ -240,12 +264,13 @@ func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to u
 	if stale > 0 {
 		last = stale - 1
 	}
-	// With to 0, the leader answers what follows the last message read,
-	// until it has nothing more: one request and a short "not found"
-	// when the replica was current (asking the leader for the subject's
-	// last message first would carry that message, often a large one,
-	// only for its sequence).
-	for next := max(last+1, from); to == 0 || next <= to; {
+	next := max(last+1, from)
+	if none != nil && <-none {
+		return nil // the leader had nothing from from on
+	}
+	// Else the leader answers what follows the last message read, until
+	// it has nothing more.
+	for to == 0 || next <= to {
 		r, err := s.leaderMsg(ctx, stream, map[string]any{"seq": next, "next_by_subj": subj})
 		if errorsIsNotFound(err) {
 			return nil

@@ -201,6 +201,9 @@ type Sessions struct {
 	// failWrite, in tests, fails a write (by its subject) before it is
 	// sent.
 	failWrite func(subject string) error
+	// beforeRead, in tests, sees each read of a stream before it is sent:
+	// leader says whether the leader answers it, subj is what it reads.
+	beforeRead func(leader bool, subj string)
 	// fullSince and fullLast (unix nanoseconds; 0: none) are when writes
 	// began to be refused for want of room, and the last that was: a
 	// write that passes ends it (Full).

@@ -93,6 +93,18 @@ func (r *record) recentSeq(id string) int64 {
 	return 0
 }
 
+// forked is a copy of r that add may move on while r is read: its
+// slices are clipped (an append copies them) and its last call copied.
+func (r record) forked() record {
+	r.Log.Index, r.Log.Recent = slices.Clip(r.Log.Index), slices.Clip(r.Log.Recent)
+	r.PinnedSeqs = slices.Clip(r.PinnedSeqs)
+	if r.Log.Last != nil {
+		l := *r.Log.Last
+		r.Log.Last = &l
+	}
+	return r
+}
+
 // add records an entry written at stream sequence seq holding msgs (the
 // session's next messages).
 func (r *record) add(seq uint64, msgs []session.Message) {

@@ -67,8 +67,9 @@ func (s *Sessions) current(ctx context.Context, w where) (record, error) {
 // write the record only now and then (a checkpoint), so the log is the
 // truth past it. Batched direct gets read them, and the leader says where
 // the log ends (what a lagging replica lacked is read from it). The
-// record's updated_at becomes the last entry's time.
-func (s *Sessions) rollForward(ctx context.Context, w where, rec *record) error {
+// record's updated_at becomes the last entry's time. keep, when set, gets
+// each entry added.
+func (s *Sessions) rollForward(ctx context.Context, w where, rec *record, keep ...func(entry)) error {
 	err := s.rangeAll(ctx, w.dataStream(), w.subject("log"), rec.Log.Seq+1, 0, func(r raw) (bool, error) {
 		if r.epoch() != rec.Epoch {
 			return false, errStale
@@ -83,6 +84,9 @@ func (s *Sessions) rollForward(ctx context.Context, w where, rec *record) error 
 		e.addTo(rec, r.seq)
 		if r.time.After(rec.UpdatedAt) {
 			rec.UpdatedAt = r.time.UTC()
+		}
+		for _, k := range keep {
+			k(e)
 		}
 		return true, nil
 	})
@@ -116,53 +120,55 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 	if err != nil {
 		return nil, notFound("session " + sid)
 	}
-	rec, err := s.current(ctx, w)
+	stored, err := s.record(ctx, w)
 	if err != nil {
 		return nil, err
 	}
+	// Beside one another once the stored record is read (a request waits
+	// on the longest, not on each in turn: issue 43): the log past it
+	// (appends write the record only now and then, and the leader says
+	// where the log ends), the messages it names, the compaction in
+	// force, and whether a compaction was written after that one.
+	rolled := make(chan rolledLog, 1)
+	go func() {
+		r := rolledLog{rec: stored.forked()}
+		r.err = s.rollForward(ctx, w, &r.rec, func(e entry) { r.past = append(r.past, e.Msgs...) })
+		rolled <- r
+	}()
+	settled := make(chan bool, 1)
+	go func() { settled <- s.settled(ctx, w, &stored) }()
+	var summary *session.Message
+	var cerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if stored.CompactionID != "" {
+			summary, cerr = s.compactionAt(ctx, w, &stored)
+		}
+	}()
+	msgs, err := s.messages(ctx, w, &stored, loadSeqs(&stored))
+	r := <-rolled
+	<-done
+	out := &session.Session{Summary: summary, Settled: <-settled}
+	for _, err := range []error{r.err, cerr, err} {
+		if err != nil {
+			return nil, err
+		}
+	}
+	rec := r.rec
 	// Kept as this process's latest: a compaction planned on this read
 	// commits on it without reading the record and the log again (three
 	// round trips), and an append starts from it (both writes are
 	// guarded: a stale one costs a retry).
 	s.remember(w, &rec)
-	out := &session.Session{Record: rec.Record}
-	// Beside the messages (a request waits on all, one round trip rather
-	// than three): whether a compaction was written after the one in
-	// force, and the one in force.
-	settled := make(chan bool, 1)
-	go func() { settled <- s.settled(ctx, w, &rec) }()
-	defer func() { out.Settled = <-settled }()
-	if rec.CompactionID == "" {
-		if out.Messages, err = s.messages(ctx, w, &rec, seqRange(1, rec.HeadSeq)); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	var cerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		out.Summary, cerr = s.compactionAt(ctx, w, &rec)
-	}()
-	pinned := map[int64]bool{}
-	for _, seq := range rec.PinnedSeqs {
-		pinned[seq] = true
-	}
-	seqs := slices.Clone(rec.PinnedSeqs)
-	seqs = append(seqs, seqRange(rec.TailStartSeq, rec.HeadSeq)...)
-	slices.Sort(seqs)
-	seqs = slices.Compact(seqs)
-	out.Messages, err = s.messages(ctx, w, &rec, seqs)
-	if <-done; cerr != nil {
-		return nil, cerr
-	}
-	if err != nil {
+	out.Record = rec.Record
+	if out.Messages, err = s.pastRecord(ctx, w, &rec, msgs, r.past); err != nil {
 		return nil, err
 	}
-	if history {
+	if history && rec.CompactionID != "" {
 		var old []int64
 		for seq := int64(1); seq < rec.TailStartSeq; seq++ {
-			if !pinned[seq] {
+			if !slices.Contains(rec.PinnedSeqs, seq) {
 				old = append(old, seq)
 			}
 		}
@@ -171,6 +177,49 @@ func (s *Sessions) Load(ctx context.Context, sid string, history bool) (*session
 		}
 	}
 	return out, nil
+}
+
+// rolledLog is a record rolled forward over the log past it, and the
+// messages of the entries it read.
+type rolledLog struct {
+	rec  record
+	past []storedMsg
+	err  error
+}
+
+// loadSeqs are the seqs of the messages a load reads of what rec names:
+// every one when no compaction is in force, else the pinned ones and the
+// tail.
+func loadSeqs(rec *record) []int64 {
+	if rec.CompactionID == "" {
+		return seqRange(1, rec.HeadSeq)
+	}
+	seqs := slices.Clone(rec.PinnedSeqs)
+	seqs = append(seqs, seqRange(rec.TailStartSeq, rec.HeadSeq)...)
+	slices.Sort(seqs)
+	return slices.Compact(seqs)
+}
+
+// pastRecord is msgs, read of what the stored record names, followed by
+// the messages of the log past it (past, the tail's: a compaction never
+// ends past what its record holds), a large one read whole from its
+// chunks.
+func (s *Sessions) pastRecord(ctx context.Context, w where, rec *record, msgs []session.Message, past []storedMsg) ([]session.Message, error) {
+	for _, m := range past {
+		if m.Seq < rec.TailStartSeq {
+			return nil, s.lost(ctx, w, rec, fmt.Sprintf("message %d past the record, before its tail at %d", m.Seq, rec.TailStartSeq))
+		}
+		if m.Blob == nil {
+			msgs = append(msgs, m.Message)
+			continue
+		}
+		whole, err := s.blob(ctx, w, rec, m.Seq, m.Blob)
+		if err != nil {
+			return nil, err
+		}
+		msgs = append(msgs, whole)
+	}
+	return msgs, nil
 }
 
 // settled reports whether the leader holds no compaction message of the
