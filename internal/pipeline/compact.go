@@ -494,15 +494,34 @@ type loadedPlan struct {
 }
 
 // loadAsync reads the session (the "load" step) in a goroutine of its
-// own; the channel gets its plan.
+// own; the channel gets its plan. The session's preparation is read
+// beside it, for the plan (a request that needs a model asks for it
+// next, and would wait on one more round trip: issue 43).
 func (s *Service) loadAsync(ctx context.Context, req Request) <-chan loadedPlan {
+	var prepared chan preparedRead
+	if ps, ok := s.store.(PreparedStore); ok {
+		prepared = make(chan preparedRead, 1)
+		go func() {
+			p, err := ps.Prepared(ctx, req.SessionID)
+			prepared <- preparedRead{p, err}
+		}()
+	}
 	out := make(chan loadedPlan, 1)
 	go func() {
 		var l loadedPlan
 		l.err = step(ctx, "load", func(ctx context.Context) (err error) { l.p, err = s.load(ctx, req); return err })
+		if l.p != nil {
+			l.p.prepared = prepared
+		}
 		out <- l
 	}()
 	return out
+}
+
+// preparedRead is a session's preparation as read (or why not).
+type preparedRead struct {
+	p   session.PreparedCompaction
+	err error
 }
 
 // reduce plans the reduction: clearing when it suffices; else, when a

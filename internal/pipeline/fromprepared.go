@@ -22,18 +22,19 @@ import (
 // hedged as its own would be (Awaited: a hung one does not hold it for the
 // call timeout). Otherwise the request would wait for it and then
 // summarise the rest anyway: the preparation is cancelled (its tokens not
-// spent for nothing) and the request takes its own path.
-func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
+// spent for nothing) and the request takes its own path. It reports
+// whether there was one (what is stored may have moved since the load).
+func (pp *preparations) waitFlight(ctx context.Context, p *plan) (flew bool) {
 	pp.mu.Lock()
 	f := pp.flights[localKey(ctx, p.sess.Record.SessionID)]
 	fits := f != nil && f.planned && f.base == p.sess.Record.CompactionID && pp.willFit(p, f.tailStart, f.budget)
 	pp.mu.Unlock()
 	if f == nil {
-		return
+		return false
 	}
 	if !fits {
 		f.cancel()
-		return
+		return true
 	}
 	f.waiting.Add(1)
 	defer f.waiting.Add(-1)
@@ -41,6 +42,7 @@ func (pp *preparations) waitFlight(ctx context.Context, p *plan) {
 	case <-f.done:
 	case <-ctx.Done():
 	}
+	return true
 }
 
 // willFit reports whether a compaction whose raw tail starts at tailStart,
@@ -100,8 +102,13 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	if !ok {
 		return nil, false, nil
 	}
-	pp.waitFlight(ctx, p)
-	stored, err := ps.Prepared(ctx, req.SessionID)
+	var stored session.PreparedCompaction
+	if pp.waitFlight(ctx, p) || p.prepared == nil {
+		stored, err = ps.Prepared(ctx, req.SessionID) // written meanwhile, perhaps
+	} else {
+		r := <-p.prepared
+		stored, err = r.p, r.err
+	}
 	if err != nil {
 		return nil, false, nil // none, or unreadable: the blocking path
 	}

@@ -42,6 +42,9 @@ type plan struct {
 	// cold is set when the request says the runtime's prompt cache has
 	// lapsed: clearing then takes every old tool result it may.
 	cold bool
+	// prepared, when set, gets the session's preparation as read beside
+	// the load (a request's plan only).
+	prepared <-chan preparedRead
 }
 
 // overflow decides whether the context needs compacting; when it does

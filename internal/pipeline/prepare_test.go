@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/compactor/compactor/internal/extractive"
+	"github.com/compactor/compactor/internal/memstore"
 	"github.com/compactor/compactor/internal/pipeline"
 	"github.com/compactor/compactor/internal/session"
 	"github.com/compactor/compactor/internal/tokens"
@@ -697,5 +698,63 @@ func TestPreparationStandsABigAppend(t *testing.T) {
 				t.Fatalf("tokens after %d, over halfway from the target to the limit (%d)", res.TokensAfter, limit*4/5)
 			}
 		})
+	}
+}
+
+// gatedStore holds a load, once armed, until the session's preparation
+// has been asked for.
+type gatedStore struct {
+	*memstore.Store
+	armed  atomic.Bool
+	asked  chan struct{}
+	once   sync.Once
+	waited atomic.Bool // the load gave up waiting
+}
+
+func (g *gatedStore) Load(ctx context.Context, id string, history bool) (*session.Session, error) {
+	if g.armed.Load() {
+		select {
+		case <-g.asked:
+		case <-time.After(10 * time.Second):
+			g.waited.Store(true)
+		}
+	}
+	return g.Store.Load(ctx, id, history)
+}
+
+func (g *gatedStore) Prepared(ctx context.Context, id string) (session.PreparedCompaction, error) {
+	if g.armed.Load() {
+		g.once.Do(func() { close(g.asked) })
+	}
+	return g.Store.Prepared(ctx, id)
+}
+
+// Issue 43: a request reads the session's preparation beside its load,
+// not after it (a round trip more on every request that needs a model):
+// the load is held here until the preparation has been asked for, and the
+// request is still answered from it.
+func TestARequestReadsItsPreparationBesideItsLoad(t *testing.T) {
+	const limit = 6000
+	g := &gatedStore{Store: memstore.New(), asked: make(chan struct{})}
+	c := counter(t)
+	rec := &recorder{next: extractive.New(c)}
+	svc, err := pipeline.New(g, memstore.NewBreakers(), rec, prepCfg())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{store: g.Store, svc: svc, counter: c}
+	e.importSession(t, "s", limit, chat(1))
+	next := e.grow(t, "s", 1, limit, 0.72)
+	if p := prepare(t, e, "s"); p.Outcome != pipeline.PrepareDone {
+		t.Fatalf("preparation: %+v", p)
+	}
+	e.grow(t, "s", next, limit, 1.01)
+	g.armed.Store(true)
+	res := compact(t, e, "s", pipeline.TriggerOverBudget)
+	if g.waited.Load() {
+		t.Fatal("the request asked for the preparation only after its load")
+	}
+	if res.Strategy != pipeline.StrategyPrepared {
+		t.Fatalf("result %+v", res)
 	}
 }
