@@ -197,3 +197,34 @@ func TestLastExitAnswersAsTheExpression(t *testing.T) {
 		t.Fatalf("only %d texts with an exit status", found)
 	}
 }
+
+// Issue 43: the answer to a question is read on its opening alone
+// (replyHead), which the yes and no expressions answer as they do the
+// whole reply: on the corpus's lines, and on 20,000 replies made of their
+// words, of what may come before them (punctuation, spaces, letters that
+// fold to s and k, other scripts) and of padding that moves a word past
+// the opening.
+func TestAReplyHeadAnswersAsTheWholeReply(t *testing.T) {
+	texts := corpusLines(t)
+	pieces := []string{"yes", "Yes", "no", "NO", "ok", "o\u212a", "\u017fure", "sure", "that's right", "sounds good", "do not", "hold on",
+		"yesterday", "nothing", " ", "...", "!", "\n", "—", "é", "日本", "_", "x", "1", strings.Repeat(".", 70), strings.Repeat(" ", 61), strings.Repeat("—", 30)}
+	texts = append(texts, madeOf(pieces, 6, 5, 6)...)
+	yes := 0
+	for _, text := range texts {
+		head := replyHead(text)
+		if !strings.HasPrefix(text, head) {
+			t.Fatalf("replyHead(%q) = %q, not its opening", text, head)
+		}
+		for _, re := range []*regexp.Regexp{reYes, reNo} {
+			if got, want := re.MatchString(head), re.MatchString(text); got != want {
+				t.Fatalf("%s on the head %q of %q: %v; on the whole reply: %v", re, head, text, got, want)
+			}
+		}
+		if reYes.MatchString(text) {
+			yes++
+		}
+	}
+	if yes < 1000 {
+		t.Fatalf("only %d replies say yes", yes)
+	}
+}
