@@ -231,16 +231,17 @@ func kvLeaderGet(ctx context.Context, nc *nats.Conn, bucket, key string) (raw, e
 // and then what a lagging replica lacked from the leader, one at a time:
 // every message up to to (or, with to 0, up to the leader's last on subj,
 // and any appended while it reads) reaches fn. fn may stop the read by
-// returning false.
-func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to uint64, fn func(raw) (bool, error)) error {
-	// With to 0, the leader is asked beside the read for the first message
-	// on subj from from: where it has none (a load whose record is the
-	// last write: a create's, a commit's, a checkpoint's), nothing is left
-	// to ask it after the read, and the read costs one round trip, not
-	// two in turn (issue 43). Its last message would say more, but would
-	// carry a create's whole entry (up to 512 KiB) for its sequence alone.
+// returning false. With beside (and to 0), the leader is asked for the
+// first message from from beside the batched read: where it has none (the
+// read is of a record's log, and the record is the last write: a
+// create's, an import's, a commit's, a checkpoint's), nothing is left to
+// ask it after the read, which costs one round trip rather than two in
+// turn (issue 43); else the question was one request more. Its last
+// message would say more, but would carry a create's whole entry (up to
+// 512 KiB) for its sequence alone.
+func (s *Sessions) rangeAll(ctx context.Context, stream, subj string, from, to uint64, beside bool, fn func(raw) (bool, error)) error {
 	var none chan bool
-	if to == 0 {
+	if beside && to == 0 {
 		none = make(chan bool, 1)
 		go func() {
 			_, err := s.leaderMsg(ctx, stream, map[string]any{"seq": from, "next_by_subj": subj})

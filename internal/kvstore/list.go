@@ -77,7 +77,7 @@ func (s *Sessions) List(ctx context.Context, opt session.ListOptions) (session.S
 		}
 		for i := range found {
 			rec := found[i]
-			switch err := s.rollForward(ctx, wheres[i], &rec); {
+			switch err := s.rollForward(ctx, wheres[i], &rec, nil); {
 			case err == nil:
 			case errors.Is(err, errStale), errors.Is(err, session.ErrNotFound):
 				rec = found[i] // recreated or deleted meanwhile: as the record says

@@ -55,10 +55,10 @@ func TestALoadReadsPastItsRecordBesideItsMessages(t *testing.T) {
 	}
 }
 
-// Issue 43: the read of the log past a record asks the leader where the
-// log ends beside its batched read, not after it: the batched read is held
-// here until the leader's has been sent.
-func TestTheLogPastARecordIsAskedOfTheLeaderBesideItsRead(t *testing.T) {
+// Issue 43: a load's read of the log past its record asks the leader
+// where the log ends beside its batched read, not after it: the batched
+// reads are held here until the leader's has been sent.
+func TestALoadAsksTheLeaderWhereTheLogEndsBesideItsRead(t *testing.T) {
 	nc, js := jetStream(t)
 	ctx := context.Background()
 	s, _ := kvstore.NewSessions(ctx, nc, js)
@@ -81,10 +81,10 @@ func TestTheLogPastARecordIsAskedOfTheLeaderBesideItsRead(t *testing.T) {
 			}
 		}
 	})
-	rec, msgs, err := s.Messages(ctx, "end", session.Seqs{})
+	sess, err := s.Load(ctx, "end", false)
 	s.BeforeRead(nil)
-	if err != nil || rec.HeadSeq != 11 || len(msgs) != 11 {
-		t.Fatalf("read: head %d, %d messages, %v", rec.HeadSeq, len(msgs), err)
+	if err != nil || sess.Record.HeadSeq != 11 || len(sess.Messages) != 11 {
+		t.Fatalf("load: %v", err)
 	}
 	if unasked.Load() {
 		t.Fatal("the leader was asked where the log ends only after the batched read")

@@ -289,7 +289,7 @@ func (s *Sessions) scan(ctx context.Context, w where, rec *record, from, to int6
 	start := rec.Log.Index[k]
 	next := int64(k*indexEvery + 1) // the first seq the entry at start holds, at most
 	first := true
-	err := s.rangeAll(ctx, w.dataStream(), w.subject("log"), start, rec.Log.Seq, func(r raw) (bool, error) {
+	err := s.rangeAll(ctx, w.dataStream(), w.subject("log"), start, rec.Log.Seq, false, func(r raw) (bool, error) {
 		if r.epoch() != rec.Epoch {
 			return false, errStale
 		}
@@ -343,7 +343,7 @@ func (s *Sessions) blob(ctx context.Context, w where, rec *record, seq int64, re
 	for _, q := range ref.Seqs {
 		want[q] = true
 	}
-	err := s.rangeAll(ctx, w.dataStream(), w.subject("b"), ref.Seqs[0], ref.Seqs[len(ref.Seqs)-1], func(r raw) (bool, error) {
+	err := s.rangeAll(ctx, w.dataStream(), w.subject("b"), ref.Seqs[0], ref.Seqs[len(ref.Seqs)-1], false, func(r raw) (bool, error) {
 		if want[r.seq] {
 			if r.epoch() != rec.Epoch {
 				return false, errStale

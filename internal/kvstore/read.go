@@ -57,7 +57,7 @@ func (s *Sessions) current(ctx context.Context, w where) (record, error) {
 	if err != nil {
 		return rec, err
 	}
-	if err := s.rollForward(ctx, w, &rec); err != nil {
+	if err := s.rollForward(ctx, w, &rec, nil); err != nil {
 		return record{}, err
 	}
 	return rec, nil
@@ -68,9 +68,13 @@ func (s *Sessions) current(ctx context.Context, w where) (record, error) {
 // truth past it. Batched direct gets read them, and the leader says where
 // the log ends (what a lagging replica lacked is read from it). The
 // record's updated_at becomes the last entry's time. keep, when set, gets
-// each entry added.
-func (s *Sessions) rollForward(ctx context.Context, w where, rec *record, keep ...func(entry)) error {
-	err := s.rangeAll(ctx, w.dataStream(), w.subject("log"), rec.Log.Seq+1, 0, func(r raw) (bool, error) {
+// each entry added, and the leader is asked where the log ends beside
+// the batched read (rangeAll's beside): that is a load, on a request's
+// path, where a round trip counts. An append reads the record again
+// when it lost a compare-and-set: its log has moved past the record, and
+// the question would be a request more for nothing.
+func (s *Sessions) rollForward(ctx context.Context, w where, rec *record, keep func(entry)) error {
+	err := s.rangeAll(ctx, w.dataStream(), w.subject("log"), rec.Log.Seq+1, 0, keep != nil, func(r raw) (bool, error) {
 		if r.epoch() != rec.Epoch {
 			return false, errStale
 		}
@@ -85,8 +89,8 @@ func (s *Sessions) rollForward(ctx context.Context, w where, rec *record, keep .
 		if r.time.After(rec.UpdatedAt) {
 			rec.UpdatedAt = r.time.UTC()
 		}
-		for _, k := range keep {
-			k(e)
+		if keep != nil {
+			keep(e)
 		}
 		return true, nil
 	})
@@ -252,7 +256,7 @@ func (s *Sessions) Messages(ctx context.Context, sid string, sel session.Seqs) (
 // sequence.
 func (s *Sessions) compactionAt(ctx context.Context, w where, rec *record) (*session.Message, error) {
 	var found *session.Message
-	err := s.rangeAll(ctx, w.dataStream(), w.subject("c"), rec.Log.Compaction, rec.Log.Compaction, func(r raw) (bool, error) {
+	err := s.rangeAll(ctx, w.dataStream(), w.subject("c"), rec.Log.Compaction, rec.Log.Compaction, false, func(r raw) (bool, error) {
 		if r.epoch() != rec.Epoch {
 			return false, errStale
 		}
@@ -284,7 +288,7 @@ func decodeCompaction(sid string, data []byte) (*session.Message, error) {
 // sequence from on (every one written, committed or not, of the record's
 // epoch), oldest first.
 func (s *Sessions) compactions(ctx context.Context, w where, rec *record, from uint64, fn func(seq uint64, m *session.Message) bool) error {
-	return s.rangeAll(ctx, w.dataStream(), w.subject("c"), max(from, 1), 0, func(r raw) (bool, error) {
+	return s.rangeAll(ctx, w.dataStream(), w.subject("c"), max(from, 1), 0, false, func(r raw) (bool, error) {
 		if r.epoch() != rec.Epoch {
 			return true, nil // another incarnation's, on a lagging replica
 		}

@@ -91,7 +91,7 @@ func (s *Sessions) Sweep(ctx context.Context, ttl time.Duration) ([]tenant.Sessi
 				// Appends write the record now and then: the log says
 				// when the session was last written.
 				last := rec
-				if err := s.rollForward(ctx, w, &last); err != nil && !errors.Is(err, session.ErrNotFound) {
+				if err := s.rollForward(ctx, w, &last, nil); err != nil && !errors.Is(err, session.ErrNotFound) {
 					return deleted, err
 				}
 				if !last.UpdatedAt.Before(cutoff) {

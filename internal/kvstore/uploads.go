@@ -68,7 +68,7 @@ func (s *Sessions) UploadParts(ctx context.Context, sid, id string) ([]byte, err
 	}
 	got := map[int][]byte{}
 	counts := map[int]int{}
-	err = s.rangeAll(ctx, w.dataStream(), w.subject(uploadKind(id)), 1, 0, func(r raw) (bool, error) {
+	err = s.rangeAll(ctx, w.dataStream(), w.subject(uploadKind(id)), 1, 0, false, func(r raw) (bool, error) {
 		if r.epoch() != rec.Epoch {
 			return true, nil // another incarnation's, on a lagging replica
 		}

@@ -89,6 +89,17 @@ func (pp *preparations) awaitPrepared(ctx context.Context, ps PreparedStore, p s
 	return p
 }
 
+// stored is the session's preparation as the request finds it: read
+// beside its load, or again where one ran in this process (waitFlight:
+// written meanwhile, perhaps).
+func (pp *preparations) stored(ctx context.Context, ps PreparedStore, p *plan) (session.PreparedCompaction, error) {
+	if pp.waitFlight(ctx, p) || p.prepared == nil {
+		return ps.Prepared(ctx, p.sess.Record.SessionID)
+	}
+	r := <-p.prepared
+	return r.p, r.err
+}
+
 // fromPrepared answers a request from the session's prepared compaction
 // when it is usable (ready, built on the compaction in force): when the
 // context it leaves, with the messages appended since in the raw tail,
@@ -102,13 +113,7 @@ func (pp *preparations) fromPrepared(ctx context.Context, p *plan, d Decision, r
 	if !ok {
 		return nil, false, nil
 	}
-	var stored session.PreparedCompaction
-	if pp.waitFlight(ctx, p) || p.prepared == nil {
-		stored, err = ps.Prepared(ctx, req.SessionID) // written meanwhile, perhaps
-	} else {
-		r := <-p.prepared
-		stored, err = r.p, r.err
-	}
+	stored, err := pp.stored(ctx, ps, p)
 	if err != nil {
 		return nil, false, nil // none, or unreadable: the blocking path
 	}
