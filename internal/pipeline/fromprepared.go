@@ -90,13 +90,14 @@ func (pp *preparations) awaitPrepared(ctx context.Context, ps PreparedStore, p s
 }
 
 // stored is the session's preparation as the request finds it: read
-// beside its load, or again where one ran in this process (waitFlight:
-// written meanwhile, perhaps).
+// beside its load (once), or again where one ran in this process
+// (waitFlight: written meanwhile, perhaps).
 func (pp *preparations) stored(ctx context.Context, ps PreparedStore, p *plan) (session.PreparedCompaction, error) {
 	if pp.waitFlight(ctx, p) || p.prepared == nil {
 		return ps.Prepared(ctx, p.sess.Record.SessionID)
 	}
 	r := <-p.prepared
+	p.prepared = nil
 	return r.p, r.err
 }
 
