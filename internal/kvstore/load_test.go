@@ -12,45 +12,55 @@ import (
 	"github.com/compactor/compactor/internal/session"
 )
 
-// Issue 43: once the record is read, a load reads the log past it beside
-// the messages the record names: the leader's read of where the log ends
-// is held here until the read of the messages has been sent, which a load
-// that waited on the one before sending the other never does.
-func TestALoadReadsPastItsRecordBesideItsMessages(t *testing.T) {
-	nc, js := jetStream(t)
-	ctx := context.Background()
-	s, _ := kvstore.NewSessions(ctx, nc, js)
-	if _, err := s.Create(ctx, session.Record{SessionID: "side", Model: "gpt-4o"}, chatOf(30)); err != nil {
-		t.Fatal(err)
-	}
+// loadHeld loads sid with each read of its log by the leader (heldByLeader)
+// or each batched one (else) held until need reads of the other kind have
+// been sent; it reports whether one gave up waiting (after 10 s).
+func loadHeld(t *testing.T, s *kvstore.Sessions, sid string, heldByLeader bool, need int) (*session.Session, bool) {
+	t.Helper()
 	var mu sync.Mutex
-	direct := 0
-	both := make(chan struct{})
-	var unseen atomic.Bool
+	seen := 0
+	open := make(chan struct{})
+	var gaveUp atomic.Bool
 	s.BeforeRead(func(leader bool, subj string) {
-		if !strings.HasSuffix(subj, ".log") {
-			return
-		}
-		if !leader {
+		switch {
+		case !strings.HasSuffix(subj, ".log"):
+		case leader != heldByLeader:
 			mu.Lock()
-			if direct++; direct == 2 { // the log past the record, and the messages
-				close(both)
+			if seen++; seen == need {
+				close(open)
 			}
 			mu.Unlock()
-			return
-		}
-		select {
-		case <-both:
-		case <-time.After(10 * time.Second):
-			unseen.Store(true)
+		default:
+			select {
+			case <-open:
+			case <-time.After(10 * time.Second):
+				gaveUp.Store(true)
+			}
 		}
 	})
-	sess, err := s.Load(ctx, "side", false)
-	s.BeforeRead(nil)
-	if err != nil || len(sess.Messages) != 61 {
+	defer s.BeforeRead(nil)
+	sess, err := s.Load(context.Background(), sid, false)
+	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
-	if unseen.Load() {
+	return sess, gaveUp.Load()
+}
+
+// Issue 43: once the record is read, a load reads the log past it beside
+// the messages the record names: the leader's read of where the log ends
+// is held here until the batched reads of both have been sent, which a
+// load that waited on the one before sending the other never does.
+func TestALoadReadsPastItsRecordBesideItsMessages(t *testing.T) {
+	nc, js := jetStream(t)
+	s, _ := kvstore.NewSessions(context.Background(), nc, js)
+	if _, err := s.Create(context.Background(), session.Record{SessionID: "side", Model: "gpt-4o"}, chatOf(30)); err != nil {
+		t.Fatal(err)
+	}
+	sess, gaveUp := loadHeld(t, s, "side", true, 2)
+	if len(sess.Messages) != 61 {
+		t.Fatalf("loaded %d messages, want 61", len(sess.Messages))
+	}
+	if gaveUp {
 		t.Fatal("the messages were read only once the leader had said where the log ends")
 	}
 }
@@ -60,33 +70,15 @@ func TestALoadReadsPastItsRecordBesideItsMessages(t *testing.T) {
 // reads are held here until the leader's has been sent.
 func TestALoadAsksTheLeaderWhereTheLogEndsBesideItsRead(t *testing.T) {
 	nc, js := jetStream(t)
-	ctx := context.Background()
-	s, _ := kvstore.NewSessions(ctx, nc, js)
-	if _, err := s.Create(ctx, session.Record{SessionID: "end", Model: "gpt-4o"}, chatOf(5)); err != nil {
+	s, _ := kvstore.NewSessions(context.Background(), nc, js)
+	if _, err := s.Create(context.Background(), session.Record{SessionID: "end", Model: "gpt-4o"}, chatOf(5)); err != nil {
 		t.Fatal(err)
 	}
-	asked := make(chan struct{})
-	var once sync.Once
-	var unasked atomic.Bool
-	s.BeforeRead(func(leader bool, subj string) {
-		switch {
-		case !strings.HasSuffix(subj, ".log"):
-		case leader:
-			once.Do(func() { close(asked) })
-		default:
-			select {
-			case <-asked:
-			case <-time.After(10 * time.Second):
-				unasked.Store(true)
-			}
-		}
-	})
-	sess, err := s.Load(ctx, "end", false)
-	s.BeforeRead(nil)
-	if err != nil || sess.Record.HeadSeq != 11 || len(sess.Messages) != 11 {
-		t.Fatalf("load: %v", err)
+	sess, gaveUp := loadHeld(t, s, "end", false, 1)
+	if sess.Record.HeadSeq != 11 || len(sess.Messages) != 11 {
+		t.Fatalf("loaded head %d, %d messages: want 11", sess.Record.HeadSeq, len(sess.Messages))
 	}
-	if unasked.Load() {
+	if gaveUp {
 		t.Fatal("the leader was asked where the log ends only after the batched read")
 	}
 }
