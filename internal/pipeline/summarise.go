@@ -449,10 +449,6 @@ func (s *summariser) call(ctx context.Context, task Task, p Prompt, msgs []sessi
 	return "", fail(ReasonSummaryFailed, true, ErrSummaryFailed, "the summary model's answer is not a summary, after one reminder: %v", lastErr)
 }
 
-func (s *summariser) budgetSystem() int {
-	return s.inputLimit - s.budget - s.maxTokens - promptOverhead
-}
-
 // fit is fitSummary with the compaction's memo.
 func (s *summariser) fit(text string) string {
 	if s.count(text) <= s.maxTokens {
