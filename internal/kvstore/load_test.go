@@ -12,11 +12,17 @@ import (
 	"github.com/compactor/compactor/internal/session"
 )
 
-// loadHeld loads sid with each read of its log by the leader (heldByLeader)
-// or each batched one (else) held until need reads of the other kind have
-// been sent; it reports whether one gave up waiting (after 10 s).
-func loadHeld(t *testing.T, s *kvstore.Sessions, sid string, heldByLeader bool, need int) (*session.Session, bool) {
+// loadHeld creates a session of msgs in a store of its own and loads it
+// with each read of its log by the leader (heldByLeader) or each batched
+// one (else) held until need reads of the other kind have been sent; it
+// reports whether one gave up waiting (after 10 s).
+func loadHeld(t *testing.T, msgs []session.Message, heldByLeader bool, need int) (*session.Session, bool) {
 	t.Helper()
+	nc, js := jetStream(t)
+	s, _ := kvstore.NewSessions(context.Background(), nc, js)
+	if _, err := s.Create(context.Background(), session.Record{SessionID: "held", Model: "gpt-4o"}, msgs); err != nil {
+		t.Fatal(err)
+	}
 	var mu sync.Mutex
 	seen := 0
 	open := make(chan struct{})
@@ -39,7 +45,7 @@ func loadHeld(t *testing.T, s *kvstore.Sessions, sid string, heldByLeader bool, 
 		}
 	})
 	defer s.BeforeRead(nil)
-	sess, err := s.Load(context.Background(), sid, false)
+	sess, err := s.Load(context.Background(), "held", false)
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}
@@ -51,12 +57,7 @@ func loadHeld(t *testing.T, s *kvstore.Sessions, sid string, heldByLeader bool, 
 // is held here until the batched reads of both have been sent, which a
 // load that waited on the one before sending the other never does.
 func TestALoadReadsPastItsRecordBesideItsMessages(t *testing.T) {
-	nc, js := jetStream(t)
-	s, _ := kvstore.NewSessions(context.Background(), nc, js)
-	if _, err := s.Create(context.Background(), session.Record{SessionID: "side", Model: "gpt-4o"}, chatOf(30)); err != nil {
-		t.Fatal(err)
-	}
-	sess, gaveUp := loadHeld(t, s, "side", true, 2)
+	sess, gaveUp := loadHeld(t, chatOf(30), true, 2)
 	if len(sess.Messages) != 61 {
 		t.Fatalf("loaded %d messages, want 61", len(sess.Messages))
 	}
@@ -69,12 +70,7 @@ func TestALoadReadsPastItsRecordBesideItsMessages(t *testing.T) {
 // where the log ends beside its batched read, not after it: the batched
 // reads are held here until the leader's has been sent.
 func TestALoadAsksTheLeaderWhereTheLogEndsBesideItsRead(t *testing.T) {
-	nc, js := jetStream(t)
-	s, _ := kvstore.NewSessions(context.Background(), nc, js)
-	if _, err := s.Create(context.Background(), session.Record{SessionID: "end", Model: "gpt-4o"}, chatOf(5)); err != nil {
-		t.Fatal(err)
-	}
-	sess, gaveUp := loadHeld(t, s, "end", false, 1)
+	sess, gaveUp := loadHeld(t, chatOf(5), false, 1)
 	if sess.Record.HeadSeq != 11 || len(sess.Messages) != 11 {
 		t.Fatalf("loaded head %d, %d messages: want 11", sess.Record.HeadSeq, len(sess.Messages))
 	}
